@@ -1,0 +1,35 @@
+# The two commands of the README: `make run` and `make test`. Everything else is a step of theirs.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup gen run test bench lint clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip==25.3
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	bash scripts/ensure_java.sh
+	touch $(STAMP)
+
+# Python stubs + type stubs from protos/ (never committed, never edited).
+gen: $(STAMP)
+	$(PY) scripts/gen_protos.py
+
+setup: gen
+
+# The main job: services on loopback, a message sent and found by id, key and unique key.
+run: setup
+	$(PY) -m scripts.demo
+
+# The whole suite: unit, contract (protos, golden vectors, buf), e2e (real processes).
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/buf lint
+
+clean:
+	rm -rf $(VENV) quarry/v1/*_pb2*.py quarry/v1/*_pb2*.pyi

@@ -1,0 +1,89 @@
+"""Benchmark plumbing: a result row, the JSON file per benchmark, and the README table.
+
+A benchmark is a module `bench/<name>.py` with `run(argv: list[str]) -> list[Result]`.
+`python -m bench <name> [args]` runs it, writes `bench/results/<name>.json` and replaces
+that benchmark's rows in the table of `bench/README.md`.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+README = BENCH_DIR / "README.md"
+TABLE_BEGIN = "<!-- results:begin -->"
+TABLE_END = "<!-- results:end -->"
+
+
+@dataclass
+class Result:
+    """One measured figure."""
+
+    metric: str
+    value: float
+    unit: str
+    params: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+    date: str = ""
+
+
+def command_line(name: str, argv: list[str]) -> str:
+    return shlex.join([".venv/bin/python", "-m", "bench", name, *argv])
+
+
+def write_results(name: str, argv: list[str], results: list[Result]) -> Path:
+    """Stamp command and date, write the JSON file and the README rows; return the JSON path."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    cmd = command_line(name, argv)
+    for r in results:
+        r.command = r.command or cmd
+        r.date = r.date or now
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    _update_table(name, results)
+    return path
+
+
+def _row(name: str, r: Result) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in sorted(r.params.items()))
+    value = f"{r.value:,.0f}" if abs(r.value) >= 100 else f"{r.value:,.3g}"
+    return f"| {name} | {r.metric} | {value} | {r.unit} | {params} | `{r.command}` | {r.date[:10]} |"
+
+
+def _update_table(name: str, results: list[Result]) -> None:
+    text = README.read_text() if README.exists() else f"# Benchmarks\n\n{TABLE_BEGIN}\n{TABLE_END}\n"
+    if TABLE_BEGIN not in text:
+        text += f"\n{TABLE_BEGIN}\n{TABLE_END}\n"
+    head, rest = text.split(TABLE_BEGIN, 1)
+    table, tail = rest.split(TABLE_END, 1)
+    header = ["| benchmark | metric | value | unit | params | command | date |", "|---|---|---|---|---|---|---|"]
+    rows = [ln for ln in table.strip().splitlines() if ln.startswith("|") and ln not in header]
+    rows = [ln for ln in rows if not ln.startswith(f"| {name} |")]
+    rows += [_row(name, r) for r in results]
+    rows.sort(key=lambda ln: ln.split("|")[1].strip())
+    README.write_text(head + TABLE_BEGIN + "\n" + "\n".join(header + rows) + "\n" + TABLE_END + tail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        names = sorted(p.stem for p in BENCH_DIR.glob("*.py") if p.stem not in ("__init__", "__main__", "runner"))
+        print("usage: python -m bench <name> [args]\nbenchmarks: " + ", ".join(names))
+        return 0
+    import importlib
+
+    name, rest = args[0], args[1:]
+    module = importlib.import_module(f"bench.{name}")
+    results: list[Result] = module.run(rest)
+    path = write_results(name, rest, results)
+    for r in results:
+        print(f"{r.metric:40s} {r.value:14,.2f} {r.unit:8s} {r.params}")
+    print(f"wrote {path} and {README}")
+    return 0

@@ -1,0 +1,15 @@
+"""Run one broker's commitlog service: `python -m services.commitlog --help`."""
+from __future__ import annotations
+
+import sys
+
+from services.commitlog.config import parse_args
+from services.commitlog.server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

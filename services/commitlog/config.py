@@ -1,0 +1,37 @@
+"""Settings of the commitlog service (flags, else environment, else defaults)."""
+from __future__ import annotations
+
+import argparse
+
+from services.settings import EnvArgumentParser, parse_bool
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="quarry-commitlog", description="One broker's RocketMQ-compatible CommitLog over gRPC.")
+    p.add_setting("--bind", "QUARRY_COMMITLOG_BIND", "127.0.0.1:10911", "host:port to listen on")
+    p.add_setting("--advertise", "QUARRY_COMMITLOG_ADVERTISE", "", "address clients and offsetMsgIds use (store host ip:port); default: --bind")
+    p.add_setting("--store-dir", "QUARRY_STORE_DIR", "./var/store", "store directory (commitlog/, consumequeue/, ...)")
+    p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
+    p.add_setting("--cluster-name", "QUARRY_CLUSTER_NAME", "DefaultCluster", "cluster name")
+    p.add_setting("--router", "QUARRY_ROUTER_ADDR", "", "query router address to register with (empty: do not register)")
+    p.add_setting("--indexer-addr", "QUARRY_INDEXER_ADDR", "", "this broker's indexer address, announced to the router")
+    p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "heartbeat interval to the router", int)
+    p.add_setting("--segment-size", "QUARRY_SEGMENT_SIZE", 1024 * 1024 * 1024, "CommitLog segment size in bytes", int)
+    p.add_setting("--cq-units-per-file", "QUARRY_CQ_UNITS_PER_FILE", 300_000, "ConsumeQueue units per file", int)
+    p.add_setting("--flush-mode", "QUARRY_FLUSH_MODE", "ASYNC", "ASYNC or SYNC (group commit)", str.upper, ["ASYNC", "SYNC"])
+    p.add_setting("--flush-interval-ms", "QUARRY_FLUSH_INTERVAL_MS", 500, "ASYNC flush interval", int)
+    p.add_setting("--sync-flush-timeout-ms", "QUARRY_SYNC_FLUSH_TIMEOUT_MS", 5000, "SYNC: longest wait for fsync before FLUSH_DISK_TIMEOUT", int)
+    p.add_setting("--auto-create-topics", "QUARRY_AUTO_CREATE_TOPICS", True, "create a topic on first send", parse_bool)
+    p.add_setting("--default-queues", "QUARRY_DEFAULT_QUEUES", 4, "queues of an auto-created topic", int)
+    p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body in bytes", int)
+    p.add_setting("--file-reserved-hours", "QUARRY_FILE_RESERVED_HOURS", 72.0, "keep segments this long", float)
+    p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
+    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int)
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if not args.advertise:
+        args.advertise = args.bind
+    return args

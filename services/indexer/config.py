@@ -1,0 +1,31 @@
+"""Settings of the indexer service (flags, else environment, else defaults)."""
+from __future__ import annotations
+
+import argparse
+
+from services.settings import EnvArgumentParser, parse_bool
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="quarry-indexer", description="RocketMQ IndexFiles for one broker, kept current from its commitlog.")
+    p.add_setting("--bind", "QUARRY_INDEXER_BIND", "127.0.0.1:10921", "host:port to listen on")
+    p.add_setting("--advertise", "QUARRY_INDEXER_ADVERTISE", "", "address the router uses to reach this indexer; default: --bind")
+    p.add_setting("--index-dir", "QUARRY_INDEX_DIR", "./var/index", "directory holding index/ and the checkpoint")
+    p.add_setting("--commitlog", "QUARRY_COMMITLOG_ADDR", "127.0.0.1:10911", "this broker's commitlog address")
+    p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
+    p.add_setting("--router", "QUARRY_ROUTER_ADDR", "", "query router address to register with (empty: do not register)")
+    p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "heartbeat interval to the router", int)
+    p.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile", int)
+    p.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile (holds index-num - 1)", int)
+    p.add_setting("--max-msgs-num-batch", "QUARRY_INDEX_MAX_NUM", 64, "cap on max_num of a query", int)
+    p.add_setting("--flush-interval-ms", "QUARRY_INDEX_FLUSH_INTERVAL_MS", 1000, "how often index + checkpoint are flushed", int)
+    p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open index/ read-only and do not tail", parse_bool)
+    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int)
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if not args.advertise:
+        args.advertise = args.bind
+    return args

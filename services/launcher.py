@@ -1,0 +1,125 @@
+"""Start Quarry services as real processes and wait until they are healthy.
+
+Used by the demo, the benchmarks and the end-to-end tests, so all three start services
+exactly the same way (`python -m services.<name> --flags`).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODULES = {"commitlog": "services.commitlog", "indexer": "services.indexer", "router": "services.query"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free on host a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(address: str, deadline_s: float = 20.0, service: str = "") -> None:
+    """Wait until the gRPC health service says SERVING, or raise TimeoutError at the deadline.
+
+    `wait_for_ready` makes each call wait for the connection itself, so no sleep is needed
+    while the process starts; only a NOT_SERVING answer is re-asked after a short pause.
+    """
+    end = time.monotonic() + deadline_s
+    last: Exception | str = "no answer"
+    pause = threading.Event()
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while (remaining := end - time.monotonic()) > 0:
+            try:
+                resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=remaining, wait_for_ready=True)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = f"status {resp.status}"
+                pause.wait(min(0.05, max(0.0, end - time.monotonic())))
+            except grpc.RpcError as exc:
+                last = exc
+    raise TimeoutError(f"{address} not SERVING after {deadline_s}s: {last}")
+
+
+@dataclass
+class ServiceProcess:
+    """One running service process."""
+
+    kind: str
+    address: str
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
+
+    def start(self, wait_s: float = 30.0) -> "ServiceProcess":
+        cmd = [sys.executable, "-m", MODULES[self.kind], "--bind", self.address, *self.args]
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            self._wait(wait_s)
+        except Exception:
+            self.kill()
+            raise
+        return self
+
+    def _wait(self, wait_s: float) -> None:
+        end = time.monotonic() + wait_s
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                # Short slices so a process that dies while starting is noticed quickly.
+                wait_healthy(self.address, deadline_s=min(0.5, max(0.05, end - time.monotonic())))
+                return
+            except TimeoutError:
+                if time.monotonic() >= end:
+                    raise TimeoutError(f"{self.kind} at {self.address} not healthy in {wait_s}s: {self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM, wait for a clean exit; SIGKILL if it does not come. Returns the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close()
+        return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, for recovery tests."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,15 @@
+"""Run the query router: `python -m services.query --help`."""
+from __future__ import annotations
+
+import sys
+
+from services.query.config import parse_args
+from services.query.server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

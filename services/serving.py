@@ -1,0 +1,97 @@
+"""The shared life cycle of a Quarry gRPC server: health, reflection, signals, graceful stop.
+
+Every service's `serve()` builds its servicers and hands them here; this module holds no
+service logic.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.log import log_event
+
+log = logging.getLogger("quarry.serving")
+
+
+@dataclass
+class Registration:
+    """One servicer: how to add it and the full service name it serves."""
+
+    add: Callable[[grpc.Server], None]
+    service_name: str
+
+
+@dataclass
+class RunningServer:
+    """A started gRPC server with its health servicer and bound port."""
+
+    server: grpc.Server
+    health: health.HealthServicer
+    port: int
+    address: str
+    service_names: list[str] = field(default_factory=list)
+
+    def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        self.health.set("", status)
+        for name in self.service_names:
+            self.health.set(name, status)
+
+
+def start_server(
+    name: str,
+    bind: str,
+    registrations: Iterable[Registration],
+    max_workers: int = 32,
+    max_message_bytes: int = 128 * 1024 * 1024,
+) -> RunningServer:
+    """Create, register (+health, +reflection), bind and start a server; return it SERVING."""
+    options = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name), options=options)
+    regs = list(registrations)
+    for reg in regs:
+        reg.add(server)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [r.service_name for r in regs]
+    reflection.enable_server_reflection(names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(bind)
+    if port == 0:
+        raise OSError(f"{name}: cannot bind {bind}")
+    server.start()
+    host = bind.rsplit(":", 1)[0]
+    running = RunningServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}", service_names=names)
+    running.set_serving(True)
+    log_event(log, "server started", service=name, address=running.address)
+    return running
+
+
+def wait_for_termination(running: RunningServer, name: str, on_stop: Callable[[], None], grace_s: float = 5.0) -> None:
+    """Block until SIGTERM/SIGINT, then stop accepting, let in-flight calls finish, run on_stop."""
+    stop = threading.Event()
+
+    def _handler(signum: int, _frame: object) -> None:
+        log_event(log, "signal received", service=name, signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    stop.wait()
+    running.set_serving(False)
+    running.server.stop(grace_s).wait()
+    try:
+        on_stop()
+    finally:
+        log_event(log, "server stopped", service=name, address=running.address)
