@@ -1,25 +1,180 @@
-"""The query router gRPC servicer (skeleton: RPCs answer UNIMPLEMENTED until the registry lands)."""
+"""The query router's gRPC servicer: validates, calls the registry and the query engine,
+maps errors to status codes. No format logic lives here."""
 from __future__ import annotations
 
 import argparse
+import logging
+from typing import Callable, TypeVar
 
-from quarry.v1 import router_pb2, router_pb2_grpc
-from services.log import configure_logging
+import grpc
+
+from formats.topic import TopicError, validate_topic
+from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
+from services.log import configure_logging, log_event
+from services.query.broker_clients import BrokerClients
+from services.query.queries import Answer, Queries, QueryError, QuerySettings
+from services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
 from services.serving import Registration, start_server, wait_for_termination
+
+log = logging.getLogger("quarry.router")
+R = TypeVar("R")
+
+
+def _result(answer: Answer) -> router_pb2.QueryResult:
+    return router_pb2.QueryResult(
+        messages=answer.messages,
+        brokers=[
+            common_pb2.BrokerOutcome(
+                broker_name=o.key,
+                answered=o.ok,
+                error_code=o.error_code,
+                error_message=o.error_message,
+                messages_returned=len(o.value) if o.ok and isinstance(o.value, list) else 0,
+                latency_ms=o.latency_ms,
+                attempts=o.attempts,
+            )
+            for o in answer.outcomes
+        ],
+        complete=answer.complete,
+        collisions_filtered=answer.collisions,
+        copies=answer.copies,
+        searched_begin_timestamp=answer.begin,
+        searched_end_timestamp=answer.end,
+        notes=answer.notes,
+        next_continuation_token=answer.next_token,
+    )
+
+
+def _run(context: grpc.ServicerContext, kind: str, fn: Callable[[], R]) -> R:
+    try:
+        return fn()
+    except QueryError as exc:
+        log_event(log, "query failed", kind=kind, code=exc.code, detail=exc.message)
+        context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        raise  # unreachable: abort raises
 
 
 class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
-    """Every RPC inherits the generated UNIMPLEMENTED answer for now."""
+    """Registry RPCs and the four queries."""
+
+    def __init__(self, registry: BrokerRegistry, queries: Queries) -> None:
+        self.registry = registry
+        self.queries = queries
+
+    def RegisterBroker(self, request: router_pb2.RegisterBrokerRequest, context: grpc.ServicerContext) -> router_pb2.RegisterBrokerResponse:
+        if not request.broker_name:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "broker_name: must not be empty")
+        if not request.commitlog_addr:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "commitlog_addr: must not be empty (host:port)")
+        if not request.store_host or ":" not in request.store_host:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "store_host: must be ip:port (the address in offsetMsgIds)")
+        topics: dict[str, int] = {}
+        for i, t in enumerate(request.topics):
+            try:
+                validate_topic(t.topic, f"topics[{i}].topic")
+            except TopicError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            if t.queue_count <= 0:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"topics[{i}].queue_count: must be > 0")
+            topics[t.topic] = t.queue_count
+        known = {b.name: b for b in self.registry.live()}
+        old = known.get(request.broker_name)
+        self.registry.register(
+            Broker(
+                name=request.broker_name,
+                commitlog_addr=request.commitlog_addr,
+                indexer_addr=request.indexer_addr,
+                store_host=request.store_host,
+                cluster_name=request.cluster_name or "DefaultCluster",
+                topics=topics,
+            )
+        )
+        if old is None or old.commitlog_addr != request.commitlog_addr or old.store_host != request.store_host:
+            log_event(log, "broker registered", broker=request.broker_name, commitlog=request.commitlog_addr, indexer=request.indexer_addr, store_host=request.store_host)
+        return router_pb2.RegisterBrokerResponse(expiry_ms=self.registry.expiry_ms)
+
+    def UnregisterBroker(self, request: router_pb2.UnregisterBrokerRequest, context: grpc.ServicerContext) -> router_pb2.UnregisterBrokerResponse:
+        try:
+            self.registry.unregister(request.broker_name)
+        except UnknownBrokerError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"broker_name: {exc}")
+        log_event(log, "broker unregistered", broker=request.broker_name)
+        return router_pb2.UnregisterBrokerResponse()
+
+    def GetTopicRoute(self, request: router_pb2.GetTopicRouteRequest, context: grpc.ServicerContext) -> router_pb2.GetTopicRouteResponse:
+        try:
+            validate_topic(request.topic)
+        except TopicError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        brokers = [b for b in self.registry.holding(request.topic) if request.topic in b.topics]
+        if not brokers:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no route for topic {request.topic}")
+        return router_pb2.GetTopicRouteResponse(
+            topic=request.topic,
+            brokers=[router_pb2.BrokerQueues(broker_name=b.name, commitlog_addr=b.commitlog_addr, queue_count=b.topics[request.topic]) for b in brokers],
+        )
+
+    def ListBrokers(self, request: router_pb2.ListBrokersRequest, context: grpc.ServicerContext) -> router_pb2.ListBrokersResponse:
+        return router_pb2.ListBrokersResponse(
+            brokers=[
+                router_pb2.BrokerInfo(
+                    broker_name=b.name,
+                    cluster_name=b.cluster_name,
+                    commitlog_addr=b.commitlog_addr,
+                    indexer_addr=b.indexer_addr,
+                    store_host=b.store_host,
+                    topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(b.topics.items())],
+                    last_heartbeat_ms=b.last_heartbeat_ms,
+                )
+                for b in self.registry.live()
+            ]
+        )
+
+    def ListTopics(self, request: router_pb2.ListTopicsRequest, context: grpc.ServicerContext) -> router_pb2.ListTopicsResponse:
+        return router_pb2.ListTopicsResponse(topics=self.registry.topics())
+
+    def QueryMsgByKey(self, request: router_pb2.QueryMsgByKeyRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByKeyResponse:
+        answer = _run(context, "key", lambda: self.queries.by_key(
+            request.topic, request.key, request.max_num, request.begin_timestamp, request.end_timestamp, request.timeout_ms, request.continuation_token
+        ))
+        return router_pb2.QueryMsgByKeyResponse(result=_result(answer))
+
+    def QueryMsgByUniqueKey(self, request: router_pb2.QueryMsgByUniqueKeyRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByUniqueKeyResponse:
+        answer = _run(context, "unique_key", lambda: self.queries.by_unique_key(request.topic, request.unique_key, request.return_all, request.timeout_ms))
+        return router_pb2.QueryMsgByUniqueKeyResponse(result=_result(answer))
+
+    def QueryMsgById(self, request: router_pb2.QueryMsgByIdRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByIdResponse:
+        answer = _run(context, "id", lambda: self.queries.by_id(request.offset_msg_id, request.timeout_ms))
+        return router_pb2.QueryMsgByIdResponse(result=_result(answer))
+
+    def QueryMsgByOffset(self, request: router_pb2.QueryMsgByOffsetRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByOffsetResponse:
+        answer = _run(context, "offset", lambda: self.queries.by_offset(request.topic, request.broker_name, request.queue_id, request.queue_offset, request.timeout_ms))
+        return router_pb2.QueryMsgByOffsetResponse(result=_result(answer))
 
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging()
-    servicer = QueryRouterServicer()
-    name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
-    running = start_server(
-        "router",
-        args.bind,
-        [Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name)],
+    registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats)
+    for broker in parse_static_brokers(args.static_brokers):
+        registry.register(broker)
+    clients = BrokerClients()
+    queries = Queries(
+        registry,
+        clients,
+        QuerySettings(
+            query_timeout_ms=args.query_timeout_ms,
+            broker_call_timeout_ms=args.broker_call_timeout_ms,
+            clock_skew_ms=args.clock_skew_ms,
+            fallback_window_ms=args.fallback_window_ms,
+        ),
     )
-    wait_for_termination(running, "router", on_stop=lambda: None)
+    servicer = QueryRouterServicer(registry, queries)
+    name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
+    running = start_server("router", args.bind, [Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name)])
+
+    def _stop() -> None:
+        queries.close()
+        clients.close()
+
+    wait_for_termination(running, "router", on_stop=_stop)
     return 0

@@ -1,0 +1,21 @@
+"""RocketMQ topic naming rule, shared by every service and client."""
+from __future__ import annotations
+
+import re
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_BYTES = 127  # TOPICLEN is a signed byte
+
+
+class TopicError(ValueError):
+    """A topic that breaks the naming rule; the message names the field and the rule."""
+
+
+def validate_topic(topic: str, field: str = "topic") -> None:
+    """Raise TopicError unless topic matches ^[%|a-zA-Z0-9_-]+$ and is at most 127 bytes."""
+    if not topic:
+        raise TopicError(f"{field}: must not be empty")
+    if len(topic.encode("utf-8")) > TOPIC_MAX_BYTES:
+        raise TopicError(f"{field}: at most {TOPIC_MAX_BYTES} bytes (TOPICLEN is a signed byte), got {len(topic.encode('utf-8'))}")
+    if not TOPIC_PATTERN.match(topic):
+        raise TopicError(f"{field}: {topic!r} must match ^[%|a-zA-Z0-9_-]+$")

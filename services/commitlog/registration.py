@@ -1,0 +1,68 @@
+"""Heartbeat to the query router: register, then refresh every interval.
+
+The broker keeps taking writes while the router is away; when the router comes back the
+next heartbeat registers it again (the router treats every heartbeat as a registration).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+import grpc
+
+from quarry.v1 import router_pb2, router_pb2_grpc
+from services.log import log_event
+
+log = logging.getLogger("quarry.heartbeat")
+
+
+class Heartbeat:
+    """A daemon thread sending RegisterBroker(build()) every interval_ms."""
+
+    def __init__(self, router_addr: str, build: Callable[[], router_pb2.RegisterBrokerRequest], interval_ms: int) -> None:
+        self.router_addr = router_addr
+        self.build = build
+        self.interval_s = interval_ms / 1000.0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._channel = grpc.insecure_channel(router_addr)
+        self._stub = router_pb2_grpc.QueryRouterServiceStub(self._channel)
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self.registered = threading.Event()
+
+    def start(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def beat_now(self) -> None:
+        """Send the next heartbeat at once (e.g. a new topic was created)."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        up: bool | None = None
+        while not self._stop.is_set():
+            try:
+                self._stub.RegisterBroker(self.build(), timeout=max(1.0, self.interval_s))
+                if up is not True:
+                    log_event(log, "registered with router", router=self.router_addr)
+                up = True
+                self.registered.set()
+            except grpc.RpcError as exc:
+                if up is not False:
+                    log_event(log, "router unreachable; will keep retrying", logging.WARNING, router=self.router_addr, code=exc.code().name)  # type: ignore[attr-defined]
+                up = False
+                self.registered.clear()
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    def stop(self, unregister: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+        if unregister:
+            try:
+                self._stub.UnregisterBroker(router_pb2.UnregisterBrokerRequest(broker_name=self.build().broker_name), timeout=1.0)
+            except grpc.RpcError:
+                pass  # the router expires us anyway
+        self._channel.close()

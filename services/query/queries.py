@@ -1,0 +1,277 @@
+"""The four queries of the router: by key, by unique key, by offsetMsgId, by queue offset.
+
+Orchestration only: the registry says whom to ask, `fanout` asks them, `merge` filters
+and orders, formats decode ids. Errors are `QueryError(code, message)`; the server maps
+them to gRPC status codes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from formats import offset_msg_id
+from formats.topic import TopicError, validate_topic
+from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
+from services.query.broker_clients import BrokerClients
+from services.query.fanout import FanOut, Outcome, call_with_retry
+from services.query.merge import BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
+from services.query.registry import Broker, BrokerRegistry, UnknownBrokerError
+from services.query.unique_key_window import search_window
+
+MAX_NUM_CAP = 64
+UNIQUE_KEY_MAX_NUM = 32  # as the RocketMQ broker does for unique-key queries
+MAX_KEY_BYTES = 4096
+
+
+class QueryError(Exception):
+    """A query that cannot be answered: code is a gRPC status code name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Answer:
+    """A merged answer with every broker's outcome."""
+
+    messages: list[common_pb2.StoredMessage] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    collisions: int = 0
+    copies: int = 0
+    begin: int = 0
+    end: int = 0
+    notes: list[str] = field(default_factory=list)
+    next_token: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+
+@dataclass
+class QuerySettings:
+    query_timeout_ms: int = 3000
+    broker_call_timeout_ms: int = 1000
+    clock_skew_ms: int = 3_600_000
+    fallback_window_ms: int = 7 * 24 * 3_600_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check_topic(topic: str) -> None:
+    try:
+        validate_topic(topic)
+    except TopicError as exc:
+        raise QueryError("INVALID_ARGUMENT", str(exc)) from exc
+
+
+def _timeout_s(timeout_ms: int, settings: QuerySettings) -> float:
+    if timeout_ms < 0:
+        raise QueryError("INVALID_ARGUMENT", "timeout_ms: must be >= 0 (0 means the router default)")
+    return (timeout_ms or settings.query_timeout_ms) / 1000.0
+
+
+class Queries:
+    """The router's query engine over a registry and broker channels."""
+
+    def __init__(self, registry: BrokerRegistry, clients: BrokerClients, settings: QuerySettings, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.registry = registry
+        self.clients = clients
+        self.settings = settings
+        self.fanout = FanOut()
+        self.clock_ms = clock_ms
+
+    # -- by key ---------------------------------------------------------------------------
+    def by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, timeout_ms: int = 0, token: str = "") -> Answer:
+        _check_topic(topic)
+        if not key:
+            raise QueryError("INVALID_ARGUMENT", "key: must not be empty")
+        if " " in key:
+            raise QueryError("INVALID_ARGUMENT", "key: must not contain a space (KEYS are split on spaces)")
+        if len(key.encode()) > MAX_KEY_BYTES:
+            raise QueryError("INVALID_ARGUMENT", f"key: at most {MAX_KEY_BYTES} bytes")
+        if max_num < 0 or max_num > MAX_NUM_CAP:
+            raise QueryError("INVALID_ARGUMENT", f"max_num: must be 0..{MAX_NUM_CAP} (0 means {MAX_NUM_CAP})")
+        max_num = max_num or MAX_NUM_CAP
+        if begin < 0:
+            raise QueryError("INVALID_ARGUMENT", "begin_timestamp: must be >= 0")
+        end = end or self.clock_ms()
+        if end < begin:
+            raise QueryError("INVALID_ARGUMENT", f"end_timestamp: must be >= begin_timestamp ({begin})")
+        digest = query_digest(topic, key, begin, end)
+        after = None
+        if token:
+            try:
+                after = decode_token(token, digest)
+            except BadTokenError as exc:
+                raise QueryError("INVALID_ARGUMENT", str(exc)) from exc
+        brokers = self._holding(topic)
+        query_end = min(end, after.store_timestamp) if after else end
+        request = indexer_pb2.QueryMessageRequest(topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=query_end)
+        outcomes = self._ask_indexers(brokers, request, timeout_ms)
+        answers = [m for o in outcomes if o.ok for m in o.value]
+        more = any(o.ok and len(o.value) >= max_num for o in outcomes)
+        page = merge_key_answers(answers, topic, key, max_num, after, digest, more_available=more)
+        return Answer(
+            messages=page.messages,
+            outcomes=outcomes,
+            collisions=page.collisions,
+            begin=begin,
+            end=end,
+            next_token=encode_token(page.next_token) if page.next_token else "",
+        )
+
+    # -- by unique key --------------------------------------------------------------------
+    def by_unique_key(self, topic: str, unique_key: str, return_all: bool = False, timeout_ms: int = 0) -> Answer:
+        _check_topic(topic)
+        if not unique_key:
+            raise QueryError("INVALID_ARGUMENT", "unique_key: must not be empty")
+        if len(unique_key) > 128:
+            raise QueryError("INVALID_ARGUMENT", "unique_key: at most 128 characters")
+        timeout_s = _timeout_s(timeout_ms, self.settings)
+        notes: list[str] = []
+        direct = self._try_as_offset_msg_id(topic, unique_key, timeout_s)
+        if direct is not None:
+            direct.notes.insert(0, "id decoded as an offsetMsgId of a registered broker: read directly")
+            return direct
+        now = self.clock_ms()
+        window = search_window(unique_key, now, self.settings.clock_skew_ms, self.settings.fallback_window_ms)
+        notes.append(window.note)
+        brokers = self._holding(topic)
+        request = indexer_pb2.QueryMessageRequest(
+            topic=topic, key=unique_key, max_num=UNIQUE_KEY_MAX_NUM, begin_timestamp=window.begin, end_timestamp=window.end, unique_key_flag=True
+        )
+        outcomes = self._ask_indexers(brokers, request, timeout_ms)
+        copies, collisions = merge_unique_key_answers((m for o in outcomes if o.ok for m in o.value), topic, unique_key)
+        answer = Answer(
+            messages=copies if return_all else copies[:1],
+            outcomes=outcomes,
+            collisions=collisions,
+            copies=len(copies),
+            begin=window.begin,
+            end=window.end,
+            notes=notes,
+        )
+        if not copies:
+            failed = [f"{o.key} ({o.error_code}: {o.error_message})" for o in outcomes if not o.ok]
+            if failed:
+                raise QueryError("UNAVAILABLE", f"unique key {unique_key} not found on the brokers that answered; no answer from: {', '.join(failed)}")
+            raise QueryError("NOT_FOUND", f"no message with unique key {unique_key} in topic {topic} (searched store times {window.begin}..{window.end})")
+        return answer
+
+    def _try_as_offset_msg_id(self, topic: str, text: str, timeout_s: float) -> Answer | None:
+        try:
+            decoded = offset_msg_id.decode(text)
+        except ValueError:
+            return None
+        broker = self.registry.by_store_host(decoded.ip, decoded.port)
+        if broker is None:
+            return None
+        try:
+            answer = self._view(broker, decoded.offset, timeout_s)
+        except QueryError:
+            return None
+        if answer.messages and answer.messages[0].topic == topic:
+            answer.copies = 1
+            return answer
+        return None
+
+    # -- by offsetMsgId -------------------------------------------------------------------
+    def by_id(self, msg_id: str, timeout_ms: int = 0) -> Answer:
+        if not msg_id:
+            raise QueryError("INVALID_ARGUMENT", "offset_msg_id: must not be empty")
+        try:
+            decoded = offset_msg_id.decode(msg_id)
+        except ValueError as exc:
+            raise QueryError("INVALID_ARGUMENT", f"offset_msg_id: {exc}") from exc
+        broker = self.registry.by_store_host(decoded.ip, decoded.port)
+        if broker is None:
+            raise QueryError("NOT_FOUND", f"offset_msg_id {msg_id}: no registered broker advertises store host {decoded.ip}:{decoded.port}")
+        return self._view(broker, decoded.offset, _timeout_s(timeout_ms, self.settings))
+
+    def _view(self, broker: Broker, offset: int, timeout_s: float) -> Answer:
+        stub = self.clients.commitlog(broker.commitlog_addr)
+        request = commitlog_pb2.ViewMessageRequest(physical_offset=offset)
+        outcome = self.fanout.run(
+            {broker.name: lambda t: stub.ViewMessage(request, timeout=t).message},
+            timeout_s,
+            self.settings.broker_call_timeout_ms / 1000.0,
+        )[0]
+        if not outcome.ok:
+            if outcome.error_code in ("NOT_FOUND", "OUT_OF_RANGE", "INVALID_ARGUMENT"):
+                raise QueryError(outcome.error_code, f"broker {broker.name}: {outcome.error_message}")
+            raise QueryError("UNAVAILABLE", f"broker {broker.name} did not answer: {outcome.error_code}: {outcome.error_message}")
+        msg = outcome.value
+        msg.broker_name = broker.name
+        return Answer(messages=[msg], outcomes=[outcome])
+
+    # -- by queue offset ------------------------------------------------------------------
+    def by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> Answer:
+        _check_topic(topic)
+        if queue_id < 0:
+            raise QueryError("INVALID_ARGUMENT", "queue_id: must be >= 0")
+        if queue_offset < 0:
+            raise QueryError("INVALID_ARGUMENT", "queue_offset: must be >= 0")
+        if not broker_name:
+            raise QueryError("INVALID_ARGUMENT", "broker_name: must not be empty")
+        try:
+            broker = self.registry.get(broker_name)
+        except UnknownBrokerError as exc:
+            raise QueryError("NOT_FOUND", f"broker_name: {exc}") from exc
+        stub = self.clients.commitlog(broker.commitlog_addr)
+        request = commitlog_pb2.PullMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=1)
+        outcome = self.fanout.run(
+            {broker.name: lambda t: stub.PullMessages(request, timeout=t)},
+            _timeout_s(timeout_ms, self.settings),
+            self.settings.broker_call_timeout_ms / 1000.0,
+        )[0]
+        if not outcome.ok:
+            if outcome.error_code in ("NOT_FOUND", "OUT_OF_RANGE", "INVALID_ARGUMENT"):
+                raise QueryError(outcome.error_code, f"broker {broker.name}: {outcome.error_message}")
+            raise QueryError("UNAVAILABLE", f"broker {broker.name} did not answer: {outcome.error_code}: {outcome.error_message}")
+        pulled: commitlog_pb2.PullMessagesResponse = outcome.value
+        if not pulled.messages:
+            raise QueryError(
+                "NOT_FOUND",
+                f"no message at queue offset {queue_offset} of {topic}/{broker.name}/{queue_id}; valid range is "
+                f"[{pulled.min_queue_offset}, {pulled.max_queue_offset})",
+            )
+        msg = pulled.messages[0]
+        msg.broker_name = broker.name
+        outcome.value = [msg]
+        return Answer(messages=[msg], outcomes=[outcome])
+
+    # -- shared ---------------------------------------------------------------------------
+    def _holding(self, topic: str) -> list[Broker]:
+        brokers = self.registry.holding(topic)
+        if not brokers:
+            raise QueryError("NOT_FOUND", f"no route for topic {topic}: no live broker holds it")
+        return brokers
+
+    def _ask_indexers(self, brokers: list[Broker], request: indexer_pb2.QueryMessageRequest, timeout_ms: int) -> list[Outcome]:
+        timeout_s = _timeout_s(timeout_ms, self.settings)
+        calls = {}
+        for broker in brokers:
+            calls[broker.name] = self._indexer_call(broker, request)
+        outcomes = self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)
+        for outcome in outcomes:
+            if outcome.ok:
+                for msg in outcome.value:
+                    msg.broker_name = outcome.key
+        return outcomes
+
+    def _indexer_call(self, broker: Broker, request: indexer_pb2.QueryMessageRequest) -> Callable[[float], list[common_pb2.StoredMessage]]:
+        if not broker.indexer_addr:
+            def _none(_t: float) -> list[common_pb2.StoredMessage]:
+                raise LookupError(f"broker {broker.name} has no indexer registered")
+            return _none
+        stub = self.clients.indexer(broker.indexer_addr)
+        return lambda t: list(stub.QueryMessage(request, timeout=t).messages)
+
+    def close(self) -> None:
+        self.fanout.close()

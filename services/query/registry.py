@@ -1,0 +1,101 @@
+"""The broker registry: who is alive, where they are, which topics they hold.
+
+Plain Python (no gRPC). Brokers register and heartbeat; one that misses heartbeats for
+`expiry_ms` leaves the routes. Static brokers (configured at start) never expire.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Broker:
+    """What the router knows of one broker."""
+
+    name: str
+    commitlog_addr: str
+    indexer_addr: str
+    store_host: str
+    cluster_name: str = "DefaultCluster"
+    topics: dict[str, int] = field(default_factory=dict)
+    last_heartbeat_ms: int = 0
+    static: bool = False
+
+
+class UnknownBrokerError(LookupError):
+    """No live broker by that name."""
+
+
+class BrokerRegistry:
+    """Thread-safe broker table with heartbeat expiry."""
+
+    def __init__(self, expiry_ms: int, clock_ms: Callable[[], int] | None = None) -> None:
+        self.expiry_ms = expiry_ms
+        self._clock = clock_ms or (lambda: int(time.time() * 1000))
+        self._lock = threading.Lock()
+        self._brokers: dict[str, Broker] = {}
+
+    def register(self, broker: Broker) -> None:
+        """Add or refresh a broker; a re-registration replaces addresses and topics.
+
+        An empty indexer address keeps the one already known, so a commitlog heartbeat
+        does not erase what its indexer announced.
+        """
+        with self._lock:
+            old = self._brokers.get(broker.name)
+            if old is not None and not broker.indexer_addr:
+                broker.indexer_addr = old.indexer_addr
+            broker.last_heartbeat_ms = self._clock()
+            self._brokers[broker.name] = broker
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            if self._brokers.pop(name, None) is None:
+                raise UnknownBrokerError(f"unknown broker {name!r}")
+
+    def live(self) -> list[Broker]:
+        """Live brokers sorted by name; expired ones are dropped."""
+        now = self._clock()
+        with self._lock:
+            expired = [n for n, b in self._brokers.items() if not b.static and now - b.last_heartbeat_ms > self.expiry_ms]
+            for name in expired:
+                del self._brokers[name]
+            return sorted(self._brokers.values(), key=lambda b: b.name)
+
+    def get(self, name: str) -> Broker:
+        for broker in self.live():
+            if broker.name == name:
+                return broker
+        raise UnknownBrokerError(f"unknown broker {name!r}")
+
+    def holding(self, topic: str) -> list[Broker]:
+        """Live brokers holding `topic`; a static broker that never announced topics is asked for all."""
+        return [b for b in self.live() if topic in b.topics or (b.static and not b.topics)]
+
+    def by_store_host(self, ip: str, port: int) -> Broker | None:
+        """The live broker whose advertised store host is ip:port."""
+        for broker in self.live():
+            host, _, bport = broker.store_host.rpartition(":")
+            if host.strip("[]") == ip and bport == str(port):
+                return broker
+        return None
+
+    def topics(self) -> list[str]:
+        return sorted({t for b in self.live() for t in b.topics})
+
+
+def parse_static_brokers(text: str) -> list[Broker]:
+    """Parse `name=commitlog_addr,indexer_addr,store_host;…` (store host defaults to the commitlog address)."""
+    brokers = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, sep, rest = item.partition("=")
+        addrs = [a.strip() for a in rest.split(",")]
+        if not sep or not name or not addrs[0]:
+            raise ValueError(f"static broker {item!r}: expected name=commitlog_addr[,indexer_addr[,store_host]]")
+        indexer = addrs[1] if len(addrs) > 1 else ""
+        store_host = addrs[2] if len(addrs) > 2 and addrs[2] else addrs[0]
+        brokers.append(Broker(name=name.strip(), commitlog_addr=addrs[0], indexer_addr=indexer, store_host=store_host, static=True))
+    return brokers

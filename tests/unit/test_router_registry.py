@@ -1,0 +1,63 @@
+"""Broker registry: registration, expiry, re-registration, static brokers."""
+from __future__ import annotations
+
+import pytest
+
+from services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _broker(name: str, addr: str = "127.0.0.2:10911", topics: dict[str, int] | None = None) -> Broker:
+    return Broker(name=name, commitlog_addr=addr, indexer_addr="127.0.0.2:10921", store_host=addr, topics=topics or {"T": 4})
+
+
+def test_broker_that_misses_heartbeats_leaves_the_routes() -> None:
+    clock = Clock()
+    reg = BrokerRegistry(expiry_ms=9000, clock_ms=clock)
+    reg.register(_broker("a"))
+    clock.now += 9000
+    assert [b.name for b in reg.holding("T")] == ["a"]
+    clock.now += 1
+    assert reg.holding("T") == []
+
+
+def test_reregistration_updates_addresses_and_keeps_indexer_when_not_given() -> None:
+    reg = BrokerRegistry(expiry_ms=9000, clock_ms=Clock())
+    reg.register(_broker("a"))
+    moved = Broker(name="a", commitlog_addr="127.0.0.9:1", indexer_addr="", store_host="127.0.0.9:1", topics={"T": 8})
+    reg.register(moved)
+    got = reg.get("a")
+    assert got.commitlog_addr == "127.0.0.9:1" and got.indexer_addr == "127.0.0.2:10921" and got.topics == {"T": 8}
+    assert reg.by_store_host("127.0.0.9", 1) is got
+    assert reg.by_store_host("127.0.0.2", 10911) is None
+
+
+def test_unknown_broker_is_reported() -> None:
+    reg = BrokerRegistry(expiry_ms=10, clock_ms=Clock())
+    with pytest.raises(UnknownBrokerError):
+        reg.get("nope")
+    with pytest.raises(UnknownBrokerError):
+        reg.unregister("nope")
+
+
+def test_static_brokers_never_expire_and_are_asked_for_every_topic() -> None:
+    clock = Clock()
+    reg = BrokerRegistry(expiry_ms=10, clock_ms=clock)
+    for b in parse_static_brokers("a=127.0.0.2:1,127.0.0.2:2;b=127.0.0.3:1,127.0.0.3:2,10.0.0.3:9"):
+        reg.register(b)
+    clock.now += 10_000
+    assert [b.name for b in reg.holding("Any")] == ["a", "b"]
+    assert reg.get("b").store_host == "10.0.0.3:9"
+    assert reg.get("a").store_host == "127.0.0.2:1"
+
+
+def test_static_broker_spec_errors_name_the_format() -> None:
+    with pytest.raises(ValueError, match="name=commitlog_addr"):
+        parse_static_brokers("justaname")
