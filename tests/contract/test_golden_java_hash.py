@@ -1,0 +1,24 @@
+"""Java String.hashCode, IndexFile key hash and slot against every case of golden/java_hash.json."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from formats.java_hash import index_key_hash, java_string_hash
+from tests.conftest import golden_root
+
+DATA = json.loads((golden_root() / "java_hash.json").read_text())
+
+
+@pytest.mark.parametrize("case", DATA["cases"], ids=[f"{i}:{c['key'][:20]!r}" for i, c in enumerate(DATA["cases"])])
+def test_hashes_and_slots(case: dict) -> None:
+    key = case["key"]
+    assert java_string_hash(key) == case["string_hash"]
+    assert index_key_hash(key) == case["index_key_hash"]
+    for slots, slot in case["slot"].items():
+        assert index_key_hash(key) % int(slots) == slot
+    units = len(key.encode("utf-16-le", "surrogatepass")) // 2
+    assert units == case["utf16_length"]
+    if case.get("utf8_hex") is not None:
+        assert key.encode("utf-8").hex() == case["utf8_hex"]
