@@ -1,0 +1,348 @@
+"""The CommitLog record: RocketMQ 4.x's on-disk message layout, encoded and decoded.
+
+Layout (big-endian): TOTALSIZE i32, MAGIC i32, BODYCRC i32, QUEUEID i32, FLAG i32,
+QUEUEOFFSET i64 @20, PHYSICALOFFSET i64 @28, SYSFLAG i32 @36, BORNTIMESTAMP i64 @40,
+BORNHOST (4+4, or 16+4 with sysflag 0x10), STORETIMESTAMP i64, STOREHOST (4+4, or 16+4
+with sysflag 0x20), RECONSUMETIMES i32, PREPAREDTRANSACTIONOFFSET i64, BODYLEN i32 + body,
+TOPICLEN i8 + topic, PROPLEN i16 + properties. Size = 91 + body + topic + properties,
+plus 12 for each IPv6 host.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+from formats.java_hash import tags_code as java_tags_code
+from formats.offset_msg_id import create as create_offset_msg_id
+from formats.offset_msg_id import ip_bytes, java_host_address
+from formats.properties import DELAY, KEYS, TAGS, UNIQ_KEY, decode_pairs, properties_map
+
+MESSAGE_MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+BLANK_HEADER_SIZE = 8  # a segment always keeps room for this end-of-file marker
+FIXED_SIZE = 91
+IPV6_EXTRA = 12
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_MASK = 0xC
+SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_COMMIT = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+SYSFLAG_POS = 36
+BORN_HOST_POS = 48
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ's default messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
+DELAY_LEVEL_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
+                  420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000]
+
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_HEAD = struct.Struct(">iIiiiqqiq")  # TOTALSIZE..BORNTIMESTAMP (48 bytes)
+_SIZE_MAGIC = struct.Struct(">iI")
+_TAIL = struct.Struct(">iq")  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET
+
+Host = tuple[str, int]
+
+
+class CorruptRecordError(ValueError):
+    """Bytes at `offset` are not a valid record; `reason` says which check failed."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"corrupt record at physical offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+
+
+def body_crc(body: bytes) -> int:
+    """BODYCRC: CRC32 of the stored body & 0x7FFFFFFF (0 for an empty body)."""
+    return zlib.crc32(body) & 0x7FFFFFFF if body else 0
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & SYSFLAG_TRANSACTION_MASK
+
+
+def takes_queue_offset(sys_flag: int) -> bool:
+    """Prepared and rollback records are stored at queue offset 0 and do not advance the queue."""
+    return transaction_type(sys_flag) not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+def _host_bytes(host: Host) -> bytes:
+    return ip_bytes(host[0]) + _I32.pack(host[1])
+
+
+def encode_record(
+    *,
+    topic: str,
+    body: bytes,
+    properties: str,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: Host,
+    store_timestamp: int,
+    store_host: Host,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    crc: int | None = None,
+) -> bytearray:
+    """One record, byte for byte as RocketMQ's CommitLog writes it.
+
+    The IPv6 sysflag bits are set from the hosts' address families, as the CommitLog does.
+    """
+    born = _host_bytes(born_host)
+    store = _host_bytes(store_host)
+    sys_flag = (sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) | (SYSFLAG_BORNHOST_V6 if len(born) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if len(store) == 20 else 0)
+    topic_b = topic.encode("utf-8")
+    props_b = properties.encode("utf-8")
+    if len(topic_b) > 127:
+        raise ValueError(f"topic: at most 127 bytes, got {len(topic_b)}")
+    if len(props_b) > 32767:
+        raise ValueError(f"properties: at most 32767 bytes, got {len(props_b)}")
+    size = FIXED_SIZE + len(body) + len(topic_b) + len(props_b) + (len(born) - 8) + (len(store) - 8)
+    out = bytearray(size)
+    _HEAD.pack_into(out, 0, size, MESSAGE_MAGIC, body_crc(body) if crc is None else crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp)
+    pos = BORN_HOST_POS
+    out[pos:pos + len(born)] = born
+    pos += len(born)
+    _I64.pack_into(out, pos, store_timestamp)
+    pos += 8
+    out[pos:pos + len(store)] = store
+    pos += len(store)
+    _TAIL.pack_into(out, pos, reconsume_times, prepared_transaction_offset)
+    pos += 12
+    _I32.pack_into(out, pos, len(body))
+    pos += 4
+    out[pos:pos + len(body)] = body
+    pos += len(body)
+    out[pos] = len(topic_b)
+    out[pos + 1:pos + 1 + len(topic_b)] = topic_b
+    pos += 1 + len(topic_b)
+    struct.pack_into(">h", out, pos, len(props_b))
+    out[pos + 2:pos + 2 + len(props_b)] = props_b
+    return out
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    """Where STORETIMESTAMP sits (it follows the born host, whose size depends on its family)."""
+    return BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
+
+
+def patch_record(buf: bytearray | memoryview, at: int, queue_offset: int, physical_offset: int, store_timestamp: int, sys_flag: int) -> None:
+    """Fill the fields known only at append time into an encoded record at `at`."""
+    _I64.pack_into(buf, at + QUEUE_OFFSET_POS, queue_offset)
+    _I64.pack_into(buf, at + PHYSICAL_OFFSET_POS, physical_offset)
+    _I64.pack_into(buf, at + store_timestamp_pos(sys_flag), store_timestamp)
+
+
+def blank_record(remaining: int) -> bytes:
+    """The 8-byte end-of-segment header: TOTALSIZE = bytes left in the segment, BLANK magic."""
+    return _SIZE_MAGIC.pack(remaining, BLANK_MAGIC)
+
+
+@dataclass(slots=True)
+class Record:
+    """A decoded record: every field of RocketMQ's MessageExt as stored."""
+
+    store_size: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: Host
+    store_timestamp: int
+    store_host: Host
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties_text: str
+
+    @property
+    def properties_pairs(self) -> list[tuple[str, str]]:
+        return decode_pairs(self.properties_text)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return properties_map(self.properties_text)
+
+    @property
+    def keys_text(self) -> str | None:
+        return self.properties.get(KEYS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in (self.keys_text or "").split(" ") if k]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(TAGS)
+
+    @property
+    def unique_key(self) -> str | None:
+        return self.properties.get(UNIQ_KEY)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return create_offset_msg_id(self.store_host[0], self.store_host[1], self.physical_offset)
+
+
+def _read_host(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[Host, int]:
+    n = 16 if v6 else 4
+    raw = bytes(buf[pos:pos + n])
+    port = _I32.unpack_from(buf, pos + n)[0]
+    return (java_host_address(raw), port), pos + n + 4
+
+
+def read_size_and_magic(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """TOTALSIZE and MAGIC of whatever starts at pos (needs 8 bytes)."""
+    size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    return size, magic
+
+
+def decode_record(buf: bytes | memoryview, pos: int = 0, *, physical_offset: int | None = None, check_crc: bool = True) -> Record:
+    """Decode the record at buf[pos:], validating magic, sizes and (by default) the body CRC.
+
+    `physical_offset` is the record's log offset, for error messages and a consistency
+    check against PHYSICALOFFSET; CorruptRecordError says what failed.
+    """
+    where = pos if physical_offset is None else physical_offset
+    avail = len(buf) - pos
+    if avail < FIXED_SIZE:
+        raise CorruptRecordError(where, f"only {avail} bytes left, a record needs at least {FIXED_SIZE}")
+    size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC:
+        raise CorruptRecordError(where, f"bad magic code 0x{magic:08X}")
+    if size < FIXED_SIZE or size > avail:
+        raise CorruptRecordError(where, f"TOTALSIZE {size} outside {FIXED_SIZE}..{avail}")
+    (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
+    if physical_offset is not None and phys != physical_offset:
+        raise CorruptRecordError(where, f"PHYSICALOFFSET {phys} does not match the record's position")
+    end = pos + size
+    p = pos + BORN_HOST_POS
+    v6_hosts = bool(sys_flag & SYSFLAG_BORNHOST_V6) + bool(sys_flag & SYSFLAG_STOREHOST_V6)
+    if size < FIXED_SIZE + IPV6_EXTRA * v6_hosts:
+        raise CorruptRecordError(where, "TOTALSIZE too small for its IPv6 hosts")
+    born_host, p = _read_host(buf, p, bool(sys_flag & SYSFLAG_BORNHOST_V6))
+    store_ts = _I64.unpack_from(buf, p)[0]
+    store_host, p = _read_host(buf, p + 8, bool(sys_flag & SYSFLAG_STOREHOST_V6))
+    reconsume, prepared = _TAIL.unpack_from(buf, p)
+    p += 12
+    body_len = _I32.unpack_from(buf, p)[0]
+    p += 4
+    if body_len < 0 or p + body_len + 3 > end:
+        raise CorruptRecordError(where, f"BODYLEN {body_len} does not fit in TOTALSIZE {size}")
+    body = bytes(buf[p:p + body_len])
+    p += body_len
+    topic_len = struct.unpack_from(">b", buf, p)[0]
+    p += 1
+    if topic_len < 0 or p + topic_len + 2 > end:
+        raise CorruptRecordError(where, f"TOPICLEN {topic_len} does not fit in TOTALSIZE {size}")
+    topic_b = bytes(buf[p:p + topic_len])
+    p += topic_len
+    props_len = struct.unpack_from(">h", buf, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        raise CorruptRecordError(where, f"PROPLEN {props_len} does not end at TOTALSIZE {size}")
+    props_b = bytes(buf[p:p + props_len])
+    if check_crc and body_len and body_crc(body) != crc:
+        raise CorruptRecordError(where, f"body CRC {body_crc(body)} != stored BODYCRC {crc}")
+    try:
+        topic = topic_b.decode("utf-8")
+        props = props_b.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(where, f"topic or properties are not UTF-8: {exc}") from None
+    return Record(size, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared, body, topic, props)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchInfo:
+    """What an index or consume queue needs of a record (RocketMQ's DispatchRequest)."""
+
+    physical_offset: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    tags_code: int
+    keys: str | None
+    uniq_key: str | None
+    store_timestamp: int
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+def dispatch_info(rec: Record) -> DispatchInfo:
+    """DispatchRequest of a record, as RocketMQ's checkMessageAndReturnSize builds it.
+
+    keys is "" when the record has no properties at all and None when it has properties but
+    no KEYS; a delayed message's tagsCode is its deliver time.
+    """
+    props = rec.properties
+    code = java_tags_code(props.get(TAGS))
+    if rec.topic == SCHEDULE_TOPIC and DELAY in props:
+        try:
+            level = min(int(props[DELAY]), len(DELAY_LEVEL_MS))
+            if level > 0:
+                code = rec.store_timestamp + DELAY_LEVEL_MS[level - 1]
+        except ValueError:
+            pass
+    keys = "" if not rec.properties_text else props.get(KEYS)
+    return DispatchInfo(rec.physical_offset, rec.store_size, rec.topic, rec.queue_id, rec.queue_offset, code, keys, props.get(UNIQ_KEY), rec.store_timestamp, rec.sys_flag, rec.prepared_transaction_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One message inside a MessageBatch body."""
+
+    flag: int
+    body: bytes
+    properties: str
+
+
+def decode_batch_body(data: bytes) -> list[BatchItem]:
+    """Split a MessageBatch.encode() body: per message TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN+body, PROPLEN+props."""
+    items = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < 22:
+            raise ValueError(f"batch body: truncated message header at byte {pos}")
+        total, _magic, _crc, flag, body_len = struct.unpack_from(">iiiii", data, pos)
+        if total < 22 or pos + total > len(data) or body_len < 0 or 20 + body_len + 2 > total:
+            raise ValueError(f"batch body: bad sizes at byte {pos}")
+        body = data[pos + 20:pos + 20 + body_len]
+        (props_len,) = struct.unpack_from(">h", data, pos + 20 + body_len)
+        p = pos + 22 + body_len
+        if props_len < 0 or p + props_len != pos + total:
+            raise ValueError(f"batch body: bad PROPLEN at byte {pos}")
+        items.append(BatchItem(flag, body, data[p:p + props_len].decode("utf-8")))
+        pos += total
+    return items
+
+
+def batch_record_properties(message_properties: str, batch_properties: str) -> str:
+    """A batch record's properties: the message's, then the batch's (CLUSTER…) after \\x02.
+
+    The separator is added only when the message has properties not already ending in one.
+    """
+    if not batch_properties:
+        return message_properties
+    if message_properties and not message_properties.endswith("\x02"):
+        return message_properties + "\x02" + batch_properties
+    return message_properties + batch_properties
