@@ -1,0 +1,202 @@
+"""One RocketMQ IndexFile: a hash table of `topic#key` → physical offsets, memory-mapped.
+
+Layout: a 40-byte header (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset i64;
+hashSlotCount, indexCount i32), `slots` 4-byte slots holding the newest entry number of each
+slot, then `index_num` 20-byte entries (keyHash i32, phyOffset i64, timeDiff i32 seconds
+since beginTimestamp, prevIndex i32). Entries are numbered from 1, so a file holds
+index_num - 1 of them. Putting and selecting follow RocketMQ 4.x exactly, quirks included
+(see ../shared/golden/README.md): the golden images are the arbiter.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from formats.java_hash import index_key_hash
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ENTRY_SIZE = 20
+INT_MAX = 2**31 - 1
+
+_HEADER = struct.Struct(">qqqqii")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_ENTRY = struct.Struct(">iqii")
+
+
+class IndexFileError(ValueError):
+    """An IndexFile that cannot be opened as asked (wrong size, corrupt header)."""
+
+
+@dataclass
+class IndexHeader:
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1  # in memory it starts at 1; disk shows 0 until the first write or flush
+
+
+def file_size(slots: int, index_num: int) -> int:
+    return HEADER_SIZE + SLOT_SIZE * slots + ENTRY_SIZE * index_num
+
+
+class IndexFile:
+    """A single IndexFile. Not thread-safe: the caller serialises puts and selects."""
+
+    def __init__(self, path: str | os.PathLike[str], slots: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0, *, read_only: bool = False, create: bool = True) -> None:
+        """Open `path`, creating it (sparse) when absent and create=True.
+
+        A new file continues from `end_phy_offset`/`end_timestamp` (the previous file's end),
+        as RocketMQ's IndexService does when a file fills up.
+        """
+        if slots <= 0 or index_num <= 1:
+            raise IndexFileError(f"slots must be > 0 and index_num > 1, got {slots}, {index_num}")
+        self.path = Path(path)
+        self.slots = slots
+        self.index_num = index_num
+        self.read_only = read_only
+        self.size = file_size(slots, index_num)
+        self.entries_pos = HEADER_SIZE + SLOT_SIZE * slots
+        existed = self.path.exists()
+        if not existed and (read_only or not create):
+            raise IndexFileError(f"{self.path}: no such index file")
+        if existed:
+            actual = self.path.stat().st_size
+            if actual != self.size:
+                raise IndexFileError(f"{self.path}: size {actual} != {self.size} expected for {slots} slots and {index_num} entries")
+        self._fh = open(self.path, "rb" if read_only else ("r+b" if existed else "w+b"))
+        try:
+            if not existed:
+                self._fh.truncate(self.size)  # sparse: untouched pages take no disk
+            self._mm = mmap.mmap(self._fh.fileno(), self.size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+        except Exception:
+            self._fh.close()
+            raise
+        self.header = IndexHeader()
+        if existed:
+            self._load_header()
+        else:
+            if end_phy_offset > 0:
+                self.header.begin_phy_offset = self.header.end_phy_offset = end_phy_offset
+                self._write_header_fields()
+            if end_timestamp > 0:
+                self.header.begin_timestamp = self.header.end_timestamp = end_timestamp
+                self._write_header_fields()
+
+    # -- header ---------------------------------------------------------------------------
+    def _load_header(self) -> None:
+        bt, et, bp, ep, hsc, ic = _HEADER.unpack_from(self._mm, 0)
+        self.header = IndexHeader(bt, et, bp, ep, hsc, ic)
+
+    def _write_header_fields(self) -> None:
+        h = self.header
+        # indexCount is written only once it moved past its initial in-memory 1, as RocketMQ does.
+        on_disk_count = _I32.unpack_from(self._mm, 36)[0]
+        _HEADER.pack_into(self._mm, 0, h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, on_disk_count)
+
+    def header_problems(self) -> list[str]:
+        """Inconsistencies in the header that make the file untrustworthy (empty when sound)."""
+        h = self.header
+        problems = []
+        if not 0 <= h.index_count <= self.index_num:
+            problems.append(f"indexCount {h.index_count} outside 0..{self.index_num}")
+        if not 0 <= h.hash_slot_count <= self.slots:
+            problems.append(f"hashSlotCount {h.hash_slot_count} outside 0..{self.slots}")
+        if h.index_count > 1 and h.hash_slot_count > h.index_count - 1:
+            problems.append(f"hashSlotCount {h.hash_slot_count} exceeds entries {h.index_count - 1}")
+        if h.begin_phy_offset < 0 or h.end_phy_offset < h.begin_phy_offset:
+            problems.append(f"phy offsets {h.begin_phy_offset}..{h.end_phy_offset} out of order")
+        if h.begin_timestamp < 0 or h.end_timestamp < 0:
+            problems.append("negative timestamps")
+        return problems
+
+    @property
+    def entries(self) -> int:
+        """Entries written (entry 0 is never used)."""
+        return max(0, self.header.index_count - 1)
+
+    def is_write_full(self) -> bool:
+        return self.header.index_count >= self.index_num
+
+    # -- put ------------------------------------------------------------------------------
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Index `key` at `phy_offset`; False (nothing written) when the file is full."""
+        if self.read_only:
+            raise IndexFileError(f"{self.path}: opened read-only")
+        h = self.header
+        count = h.index_count
+        if count >= self.index_num:
+            return False
+        mm = self._mm
+        key_hash = index_key_hash(key)
+        slot_pos = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
+        slot_value = _I32.unpack_from(mm, slot_pos)[0]
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+        if h.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            diff = store_timestamp - h.begin_timestamp
+            time_diff = 0 if diff < 0 else min(diff // 1000, INT_MAX)
+        _ENTRY.pack_into(mm, self.entries_pos + count * ENTRY_SIZE, key_hash, phy_offset, time_diff, slot_value)
+        _I32.pack_into(mm, slot_pos, count)
+        if count <= 1:
+            h.begin_phy_offset = phy_offset
+            h.begin_timestamp = store_timestamp
+        if slot_value == 0:
+            h.hash_slot_count += 1
+        h.index_count = count + 1
+        h.end_phy_offset = phy_offset
+        h.end_timestamp = store_timestamp
+        _HEADER.pack_into(mm, 0, h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count)
+        return True
+
+    # -- select ---------------------------------------------------------------------------
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, into: list[int] | None = None) -> list[int]:
+        """Offsets indexed under `key` with time in [begin, end], newest first, up to max_num
+        (counting what `into` already holds). Equal-hash keys are all returned."""
+        out = into if into is not None else []
+        h = self.header
+        count = h.index_count
+        mm = self._mm
+        key_hash = index_key_hash(key)
+        slot_value = _I32.unpack_from(mm, HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE)[0]
+        if slot_value <= 0 or slot_value > count or count <= 1:
+            return out
+        current = slot_value
+        while len(out) < max_num:
+            hash_read, phy_read, diff, prev = _ENTRY.unpack_from(mm, self.entries_pos + current * ENTRY_SIZE)
+            if diff < 0:
+                break
+            time_read = h.begin_timestamp + diff * 1000
+            if hash_read == key_hash and begin <= time_read <= end:
+                out.append(phy_read)
+            if prev <= 0 or prev > count or prev == current or time_read < begin:
+                break
+            current = prev
+        return out
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """True when [begin, end] meets the file's time range (RocketMQ's test)."""
+        fb, fe = self.header.begin_timestamp, self.header.end_timestamp
+        return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+
+    # -- life cycle -----------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write the whole header (indexCount included) and force the mapping to disk."""
+        if self.read_only:
+            return
+        h = self.header
+        _HEADER.pack_into(self._mm, 0, h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count)
+        self._mm.flush()
+
+    def close(self) -> None:
+        if not self._mm.closed:
+            self._mm.close()
+        self._fh.close()
