@@ -1,0 +1,153 @@
+"""ConsumeQueues: `consumequeue/<topic>/<queueId>/<20-digit start>` files of 20-byte units.
+
+Unit n of a queue (its queue offset n) sits at byte n*20 of the queue's concatenated files,
+as RocketMQ lays them out. A unit of size 0 is unwritten space.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from formats.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
+from formats.segment_walk import list_segments, segment_name
+
+
+class ConsumeQueue:
+    """One topic/queue's units."""
+
+    def __init__(self, directory: Path, units_per_file: int, read_only: bool) -> None:
+        self.directory = directory
+        self.file_size = units_per_file * CQ_UNIT_SIZE
+        self.read_only = read_only
+        self.fds: dict[int, int] = {}
+        self.dirty: set[int] = set()
+        for start, path in list_segments(directory):
+            self.fds[start] = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
+        self.min_offset = (min(self.fds) // CQ_UNIT_SIZE) if self.fds else 0
+        self.max_offset = self._scan_max()
+
+    def _scan_max(self) -> int:
+        """One past the last written unit (scans the newest file backwards)."""
+        for start in sorted(self.fds, reverse=True):
+            data = os.pread(self.fds[start], self.file_size, 0)
+            n = len(data) // CQ_UNIT_SIZE
+            for i in range(n - 1, -1, -1):
+                if CQ_UNIT.unpack_from(data, i * CQ_UNIT_SIZE)[1] != 0:
+                    return (start // CQ_UNIT_SIZE) + i + 1
+        return self.min_offset
+
+    def _fd(self, start: int, create: bool) -> int | None:
+        fd = self.fds.get(start)
+        if fd is None and create:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.directory / segment_name(start), os.O_RDWR | os.O_CREAT, 0o600)
+            os.ftruncate(fd, self.file_size)
+            self.fds[start] = fd
+        return fd
+
+    def write_units(self, queue_offset: int, units: bytes) -> None:
+        """Write consecutive units starting at queue_offset."""
+        pos = queue_offset * CQ_UNIT_SIZE
+        view = memoryview(units)
+        while view:
+            start = pos - pos % self.file_size
+            fd = self._fd(start, create=True)
+            assert fd is not None
+            chunk = view[: self.file_size - (pos - start)]
+            os.pwrite(fd, chunk, pos - start)
+            self.dirty.add(start)
+            view = view[len(chunk):]
+            pos += len(chunk)
+        self.max_offset = max(self.max_offset, queue_offset + len(units) // CQ_UNIT_SIZE)
+
+    def read_units(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:
+        """Up to `count` (phyOffset, size, tagsCode) units from queue_offset, stopping at a hole."""
+        out: list[tuple[int, int, int]] = []
+        pos = queue_offset * CQ_UNIT_SIZE
+        end = min(self.max_offset, queue_offset + count) * CQ_UNIT_SIZE
+        while pos < end:
+            start = pos - pos % self.file_size
+            fd = self._fd(start, create=False)
+            if fd is None:
+                break
+            data = os.pread(fd, min(end - pos, self.file_size - (pos - start)), pos - start)
+            for i in range(0, len(data) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
+                unit = CQ_UNIT.unpack_from(data, i)
+                if unit[1] == 0:
+                    return out
+                out.append(unit)
+            if not data:
+                break
+            pos += len(data)
+        return out
+
+    def truncate_from_phy(self, phy_offset: int) -> None:
+        """Erase units pointing at or past phy_offset (the log was truncated there)."""
+        offset = self.max_offset
+        while offset > self.min_offset:
+            unit = self.read_units(offset - 1, 1)
+            if unit and unit[0][0] < phy_offset:
+                break
+            offset -= 1
+        if offset < self.max_offset:
+            self._zero(offset, self.max_offset)
+            self.max_offset = offset
+
+    def _zero(self, first: int, end: int) -> None:
+        blank = bytes(CQ_UNIT_SIZE)
+        for q in range(first, end):
+            pos = q * CQ_UNIT_SIZE
+            start = pos - pos % self.file_size
+            fd = self._fd(start, create=False)
+            if fd is not None:
+                os.pwrite(fd, blank, pos - start)
+                self.dirty.add(start)
+
+    def flush(self) -> None:
+        for start in list(self.dirty):
+            os.fdatasync(self.fds[start])
+        self.dirty.clear()
+
+    def close(self) -> None:
+        if not self.read_only:
+            self.flush()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+class ConsumeQueueStore:
+    """Every queue under one `consumequeue/` directory, opened on first use."""
+
+    def __init__(self, root: Path, units_per_file: int, read_only: bool) -> None:
+        self.root = root
+        self.units_per_file = units_per_file
+        self.read_only = read_only
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        if root.is_dir():
+            for topic_dir in sorted(root.iterdir()):
+                if not topic_dir.is_dir():
+                    continue
+                for qdir in sorted(topic_dir.iterdir()):
+                    if qdir.is_dir() and qdir.name.isdigit():
+                        self.queue(topic_dir.name, int(qdir.name))
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self.queues.get(key)
+        if cq is None:
+            cq = ConsumeQueue(self.root / topic / str(queue_id), self.units_per_file, self.read_only)
+            self.queues[key] = cq
+        return cq
+
+    def existing(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def flush(self) -> None:
+        for cq in self.queues.values():
+            cq.flush()
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+        self.queues.clear()

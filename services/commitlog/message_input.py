@@ -1,0 +1,108 @@
+"""A message handed to the store, validated and turned into record bytes.
+
+Validation runs before the store's lock is taken, and so does the encoding: under the lock
+only the queue offset, physical offset and store timestamp are patched in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from formats.java_hash import tags_code
+from formats.properties import KEYS, TAGS, UNIQ_KEY, PropertyError, encode_properties, validate_pairs
+from formats.record import SYSFLAG_TRANSACTION_MASK, encode_record
+from formats.topic import TopicError, validate_topic
+from services.commitlog.errors import InvalidArgument
+
+RESERVED = (KEYS, TAGS, UNIQ_KEY)
+
+
+@dataclass
+class NewMessage:
+    """What a producer sends (RocketMQ `Message` plus the born fields)."""
+
+    topic: str
+    body: bytes
+    keys: list[str] = field(default_factory=list)
+    tags: str = ""
+    unique_key: str = ""
+    properties: list[tuple[str, str]] = field(default_factory=list)
+    flag: int = 0
+    queue_id: int = -1
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    sys_flag: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@dataclass
+class Prepared:
+    """A validated message: record bytes with placeholders, and what the index needs."""
+
+    topic: str
+    queue_id: int  # -1: the store picks
+    sys_flag: int
+    record: bytearray
+    tags_code: int
+    keys: str
+    unique_key: str
+
+
+def build_properties(msg: NewMessage, field_prefix: str = "") -> list[tuple[str, str]]:
+    """KEYS, TAGS, UNIQ_KEY first (as a RocketMQ producer orders them), then user properties."""
+    pairs: list[tuple[str, str]] = []
+    for i, key in enumerate(msg.keys):
+        if not key:
+            raise InvalidArgument(f"{field_prefix}keys[{i}]", "must not be empty")
+        if " " in key:
+            raise InvalidArgument(f"{field_prefix}keys[{i}]", "must not contain a space (KEYS are space-separated)")
+    if msg.keys:
+        pairs.append((KEYS, " ".join(msg.keys)))
+    if msg.tags:
+        pairs.append((TAGS, msg.tags))
+    if msg.unique_key:
+        pairs.append((UNIQ_KEY, msg.unique_key))
+    for i, (name, _value) in enumerate(msg.properties):
+        if name in RESERVED:
+            raise InvalidArgument(f"{field_prefix}properties[{i}].name", f"{name} is set by its own field (keys, tags, unique_key)")
+    pairs.extend(msg.properties)
+    return pairs
+
+
+def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int], field_prefix: str = "", now_ms: int = 0) -> Prepared:
+    """Validate and encode; InvalidArgument names the field and the rule."""
+    try:
+        validate_topic(msg.topic, f"{field_prefix}topic")
+    except TopicError as exc:
+        raise InvalidArgument(str(exc).split(":", 1)[0], str(exc).split(": ", 1)[1]) from None
+    if not msg.body:
+        raise InvalidArgument(f"{field_prefix}body", "must not be empty")
+    if len(msg.body) > max_message_size:
+        raise InvalidArgument(f"{field_prefix}body", f"{len(msg.body)} bytes exceeds the max message size {max_message_size}")
+    if msg.queue_id < -1:
+        raise InvalidArgument(f"{field_prefix}queue_id", "must be >= 0, or -1 to let the broker choose")
+    if msg.born_timestamp < 0:
+        raise InvalidArgument(f"{field_prefix}born_timestamp", "must be >= 0")
+    if msg.reconsume_times < 0:
+        raise InvalidArgument(f"{field_prefix}reconsume_times", "must be >= 0")
+    if msg.prepared_transaction_offset < 0:
+        raise InvalidArgument(f"{field_prefix}prepared_transaction_offset", "must be >= 0")
+    if not 0 <= msg.born_host[1] <= 65535:
+        raise InvalidArgument(f"{field_prefix}born_host.port", "must be 0..65535")
+    pairs = build_properties(msg, field_prefix)
+    try:
+        validate_pairs(pairs, f"{field_prefix}properties")
+    except PropertyError as exc:
+        field, _, rule = str(exc).partition(": ")
+        raise InvalidArgument(field, rule) from None
+    sys_flag = msg.sys_flag & SYSFLAG_TRANSACTION_MASK
+    try:
+        record = encode_record(
+            topic=msg.topic, body=msg.body, properties=encode_properties(pairs), queue_id=max(0, msg.queue_id), flag=msg.flag,
+            queue_offset=0, physical_offset=0, sys_flag=sys_flag, born_timestamp=msg.born_timestamp or now_ms,
+            born_host=msg.born_host, store_timestamp=0, store_host=store_host,
+            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset,
+        )
+    except ValueError as exc:
+        raise InvalidArgument(f"{field_prefix}born_host", str(exc)) from None
+    return Prepared(msg.topic, msg.queue_id, sys_flag, record, tags_code(msg.tags), " ".join(msg.keys), msg.unique_key)

@@ -1,0 +1,155 @@
+"""CommitLog segment files: fixed-size files named by their 20-digit start offset.
+
+Writes go through `os.pwrite` (one call per batch) and reads through `os.pread`; the page
+cache keeps written bytes across a process crash, and `fsync` makes them durable. A record
+never spans two segments: when it does not fit (keeping 8 bytes spare) a blank record
+closes the segment and the record starts the next one.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from formats.record import BLANK_HEADER_SIZE, blank_record
+from formats.segment_walk import list_segments, segment_name
+
+
+class Segment:
+    """One segment file, open for reading (and writing unless read-only)."""
+
+    def __init__(self, path: Path, start: int, size: int, read_only: bool, create: bool = False) -> None:
+        self.path = path
+        self.start = start
+        self.size = size
+        self.read_only = read_only
+        flags = os.O_RDONLY if read_only else os.O_RDWR
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        self.fd = os.open(path, flags, 0o600)
+        if create:
+            os.ftruncate(self.fd, size)  # sparse; the size marks the segment's capacity
+        self.dirty = False
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def write(self, at: int, data: bytes | bytearray | memoryview) -> None:
+        """Write `data` at physical offset `at` (inside this segment)."""
+        pos = at - self.start
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            view = view[n:]
+            pos += n
+        self.dirty = True
+
+    def read(self, at: int, size: int) -> bytes:
+        """Up to `size` bytes from physical offset `at`, not past the segment's end."""
+        pos = at - self.start
+        size = max(0, min(size, self.size - pos))
+        return os.pread(self.fd, size, pos)
+
+    def zero_from(self, at: int) -> None:
+        """Erase everything from `at` to the end (truncate a torn tail)."""
+        pos = at - self.start
+        os.ftruncate(self.fd, pos)
+        os.ftruncate(self.fd, self.size)
+        self.dirty = True
+
+    def fsync(self) -> None:
+        if self.dirty and not self.read_only:
+            os.fdatasync(self.fd)
+            self.dirty = False
+
+    def close(self) -> None:
+        try:
+            self.fsync()
+        finally:
+            os.close(self.fd)
+
+
+class SegmentQueue:
+    """The ordered segments of one CommitLog directory."""
+
+    def __init__(self, directory: Path, segment_size: int, read_only: bool) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.read_only = read_only
+        self.segments: list[Segment] = []
+        for start, path in list_segments(directory):
+            size = path.stat().st_size
+            self.segments.append(Segment(path, start, size, read_only))
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].start if self.segments else 0
+
+    def find(self, offset: int) -> Segment | None:
+        """The segment holding `offset`, or None."""
+        lo, hi = 0, len(self.segments) - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            seg = self.segments[mid]
+            if offset < seg.start:
+                hi = mid - 1
+            elif offset >= seg.end:
+                lo = mid + 1
+            else:
+                return seg
+        return None
+
+    def segment_for_append(self, write_offset: int, record_size: int) -> tuple[Segment, int, bytes | None]:
+        """(segment, offset to write at, blank record to write first or None).
+
+        When the record does not fit before the segment's end with 8 bytes spare, the caller
+        writes the blank record at write_offset and the record at the next segment's start.
+        """
+        seg = self.find(write_offset)
+        if seg is None:
+            seg = self._create(write_offset)
+        remaining = seg.end - write_offset
+        if record_size + BLANK_HEADER_SIZE <= remaining:
+            return seg, write_offset, None
+        return self._create(seg.end), seg.end, blank_record(remaining)
+
+    def _create(self, start: int) -> Segment:
+        existing = self.find(start)
+        if existing is not None:
+            return existing
+        seg = Segment(self.directory / segment_name(start), start, self.segment_size, False, create=True)
+        self.segments.append(seg)
+        return seg
+
+    def read(self, offset: int, size: int) -> bytes:
+        seg = self.find(offset)
+        return seg.read(offset, size) if seg else b""
+
+    def truncate(self, offset: int) -> int:
+        """Drop everything at and after `offset`: zero the rest of its segment, delete later
+        segments. Returns the number of segments deleted."""
+        deleted = 0
+        for seg in list(self.segments):
+            if seg.start >= offset and not (seg.start == offset and seg is self.segments[0]):
+                seg.close()
+                os.unlink(seg.path)
+                self.segments.remove(seg)
+                deleted += 1
+            elif seg.start <= offset < seg.end:
+                seg.zero_from(offset)
+        return deleted
+
+    def fsync_all(self) -> None:
+        for seg in self.segments:
+            seg.fsync()
+
+    def delete_oldest(self) -> Segment:
+        seg = self.segments.pop(0)
+        seg.close()
+        os.unlink(seg.path)
+        return seg
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.segments = []

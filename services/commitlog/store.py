@@ -1,0 +1,545 @@
+"""One broker's store: CommitLog segments, ConsumeQueues, topics, checkpoint, recovery.
+
+Plain Python over files (no gRPC). Appends are serialised by one lock; encoding and
+validation happen before it. Durability: ASYNC acknowledges once bytes are in the page
+cache (they survive a process crash) and fsyncs every interval; SYNC acknowledges after an
+fsync that concurrent appenders share (group commit). Tail readers only ever see the
+fsynced prefix, which recovery can never truncate.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from formats import offset_msg_id
+from formats.consume_queue import encode_unit
+from formats.record import (
+    BLANK_HEADER_SIZE, BLANK_MAGIC, MESSAGE_MAGIC, CorruptRecordError, DispatchInfo, Record,
+    body_crc, decode_record, dispatch_info, patch_record, read_size_and_magic, takes_queue_offset,
+)
+from formats.segment_walk import WalkResult, walk_segments
+from services.commitlog.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
+from services.commitlog.consume_queue_store import ConsumeQueueStore
+from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly
+from services.commitlog.message_input import NewMessage, Prepared, prepare
+from services.commitlog.segments import SegmentQueue
+from services.commitlog.topic_table import load_topics, save_topics
+from services.log import log_event
+
+log = logging.getLogger("quarry.store")
+
+ABORT_FILE = "abort"
+MAX_BATCH_MESSAGES = 10_000
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class StoreConfig:
+    """Every store setting, with RocketMQ-like defaults."""
+
+    store_dir: Path
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    segment_size: int = 1024 * 1024 * 1024
+    cq_units_per_file: int = 300_000
+    flush_mode: str = "ASYNC"  # or SYNC
+    flush_interval_ms: int = 500
+    sync_flush_timeout_ms: int = 5000
+    auto_create_topics: bool = True
+    default_queues: int = 4
+    max_message_size: int = 4 * 1024 * 1024
+    file_reserved_hours: float = 72.0
+    read_only: bool = False
+
+
+@dataclass
+class AppendResult:
+    """Where one message was stored."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    store_timestamp: int
+    offset_msg_id: str
+    unique_key: str
+    flushed: bool = True
+
+
+@dataclass
+class StoreStatus:
+    min_offset: int
+    max_offset: int
+    committed_offset: int
+    segments: list[tuple[str, int, int, int]]  # name, start, written, size
+    topics: dict[str, list[int]]  # topic -> max queue offset per queue
+    flush_mode: str
+    read_only: bool
+    corruption: list[str]
+    recovered: bool
+
+
+@dataclass
+class _Pending:
+    prepared: Prepared
+    index: int
+    result: AppendResult | None = None
+
+
+class CommitLogStore:
+    """The store. Thread-safe; one instance per store directory."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.dir = Path(config.store_dir)
+        self.read_only = config.read_only
+        if not self.read_only:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (self.dir / "commitlog").mkdir(exist_ok=True, mode=0o700)
+        elif not (self.dir / "commitlog").is_dir():
+            raise FileNotFoundError(f"{self.dir}: no commitlog/ directory to open read-only")
+        self.lock = threading.Lock()
+        self.flushed = threading.Condition(threading.Lock())
+        self.appended = threading.Condition(threading.Lock())
+        self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
+        self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only)
+        self.topics: dict[str, int] = load_topics(self.dir / "config")
+        for topic, qid in self.cqs.queues:
+            self.topics[topic] = max(self.topics.get(topic, 0), qid + 1)
+        self.corruption: list[str] = []
+        self.recovered = False
+        self.write_offset = 0
+        self.flushed_offset = 0
+        self._round_robin: dict[str, int] = {}
+        self._closed = False
+        self._stop = threading.Event()
+        self._flush_wanted = threading.Event()
+        self._open()
+        self._flusher: threading.Thread | None = None
+        if not self.read_only:
+            (self.dir / ABORT_FILE).touch(mode=0o600)
+            self._flusher = threading.Thread(target=self._flush_loop, name="flusher", daemon=True)
+            self._flusher.start()
+
+    # -- open and recovery ----------------------------------------------------------------
+    def _open(self) -> None:
+        unclean = (self.dir / ABORT_FILE).exists()
+        checkpoint = load_checkpoint(self.dir)
+        if not self.segments.segments:
+            self.write_offset = self.flushed_offset = 0
+            return
+        if not self.read_only and not unclean and checkpoint is not None and checkpoint.clean:
+            # Clean shutdown: the checkpoint holds the exact end; no rescan.
+            self.write_offset = self.flushed_offset = checkpoint.flushed_offset
+            log_event(log, "store opened after clean shutdown", dir=str(self.dir), end=self.write_offset)
+            return
+        if self.read_only:
+            start = self.segments.segments[-1].start
+            for seg in reversed(self.segments.segments):
+                start = seg.start
+                if seg.read(seg.start, 8) != bytes(8):
+                    break
+        else:
+            start = checkpoint.flushed_offset if checkpoint else self.segments.min_offset
+            start = max(start, self.segments.min_offset)
+            self.recovered = True
+            log_event(log, "unclean shutdown: recovering", logging.WARNING, dir=str(self.dir), scan_from=start, checkpoint=checkpoint.flushed_offset if checkpoint else None)
+        self.write_offset = self._scan_and_repair(start)
+        self.flushed_offset = self.write_offset
+        if not self.read_only:
+            self.segments.fsync_all()
+            self.cqs.flush()
+            save_checkpoint(self.dir, StoreCheckpoint(self.write_offset, int(time.time() * 1000)))
+
+    def _scan_and_repair(self, start: int) -> int:
+        """Walk from `start`, re-write ConsumeQueue units, cut a torn or corrupt tail.
+
+        A record whose CRC fails but whose frame is intact, with valid records after it, is
+        kept out of the queues and reported; anything unreadable ends the log there.
+        """
+        result = WalkResult()
+        count = 0
+        offset = start
+        while True:
+            for record in walk_segments(self.dir / "commitlog", from_offset=offset, check_crc=False, result=result):
+                if record.body and record.body_crc != body_crc(record.body):
+                    self._report(f"record at {record.physical_offset}: body CRC mismatch (stored {record.body_crc}, computed {body_crc(record.body)}); excluded from queues")
+                    continue
+                if not self.read_only:
+                    self._redispatch(record)
+                count += 1
+            if result.corruption is None:
+                break
+            # An unreadable frame: is there anything valid after it? Then it is mid-log corruption.
+            self._report(f"{result.corruption} ({'log truncated here' if not self.read_only else 'read-only: reads stop here'})")
+            break
+        end = result.end_offset
+        if not self.read_only:
+            deleted = self.segments.truncate(end) if self._has_bytes_after(end) or result.corruption else 0
+            for cq in self.cqs.queues.values():
+                cq.truncate_from_phy(end)
+            if result.corruption is not None or deleted:
+                log_event(log, "log truncated", logging.WARNING, at=end, segments_deleted=deleted)
+        log_event(log, "scan finished", dir=str(self.dir), start=start, end=end, records=count)
+        return end
+
+    def _has_bytes_after(self, end: int) -> bool:
+        seg = self.segments.find(end)
+        if seg is None:
+            return any(s.start > end for s in self.segments.segments)
+        tail = seg.read(end, min(4096, seg.end - end))
+        return any(tail) or any(s.start > seg.start for s in self.segments.segments)
+
+    def _redispatch(self, record: Record) -> None:
+        info = dispatch_info(record)
+        self.topics.setdefault(record.topic, max(self.config.default_queues, record.queue_id + 1))
+        if takes_queue_offset(record.sys_flag):
+            self.cqs.queue(record.topic, record.queue_id).write_units(record.queue_offset, encode_unit(info.physical_offset, info.size, info.tags_code))
+
+    def _report(self, problem: str) -> None:
+        self.corruption.append(problem)
+        log_event(log, "corruption found", logging.ERROR, dir=str(self.dir), problem=problem)
+
+    # -- append ---------------------------------------------------------------------------
+    def append(self, msg: NewMessage) -> AppendResult:
+        """Validate, store and (in SYNC mode) fsync one message."""
+        return self.append_many([msg])[0]
+
+    def append_many(self, msgs: list[NewMessage], same_topic: bool = True) -> list[AppendResult]:
+        """Store messages in order with one write per segment touched; all or nothing on bad input."""
+        if self.read_only:
+            raise ReadOnly("store is read-only")
+        if not msgs:
+            raise InvalidArgument("messages", "must not be empty")
+        if len(msgs) > MAX_BATCH_MESSAGES:
+            raise InvalidArgument("messages", f"at most {MAX_BATCH_MESSAGES} per batch, got {len(msgs)}")
+        now = int(time.time() * 1000)
+        store_host = self.config.store_host
+        many = len(msgs) > 1
+        prepared = [prepare(m, self.config.max_message_size, store_host, f"messages[{i}]." if many else "", now) for i, m in enumerate(msgs)]
+        if same_topic and any(p.topic != prepared[0].topic for p in prepared):
+            bad = next(i for i, p in enumerate(prepared) if p.topic != prepared[0].topic)
+            raise InvalidArgument(f"messages[{bad}].topic", f"a batch holds one topic ({prepared[0].topic!r})")
+        if sum(len(p.record) for p in prepared) > MAX_BATCH_BYTES:
+            raise InvalidArgument("messages", f"batch exceeds {MAX_BATCH_BYTES} bytes")
+        with self.lock:
+            results = self._append_locked(prepared)
+        with self.appended:
+            self.appended.notify_all()
+        if self.config.flush_mode == "SYNC":
+            ok = self._wait_flushed(results[-1].physical_offset + results[-1].size)
+            if not ok:
+                for r in results:
+                    r.flushed = False
+        return results
+
+    def _append_locked(self, prepared: list[Prepared]) -> list[AppendResult]:
+        if self._closed:
+            raise ReadOnly("store is closed")
+        for i, p in enumerate(prepared):
+            queues = self.topics.get(p.topic)
+            if queues is None:
+                if not self.config.auto_create_topics:
+                    raise NotFound(f"topic {p.topic} does not exist and auto-creation is off")
+            elif p.queue_id >= queues:
+                field = f"messages[{i}].queue_id" if len(prepared) > 1 else "queue_id"
+                raise InvalidArgument(field, f"{p.queue_id} out of range: topic {p.topic} has queues 0..{queues - 1}")
+            elif p.queue_id < -1:
+                raise InvalidArgument("queue_id", "must be >= -1")
+        created = [p.topic for p in prepared if p.topic not in self.topics]
+        new_topics = dict(self.topics)
+        for topic in created:
+            new_topics[topic] = self.config.default_queues
+        for i, p in enumerate(prepared):
+            if p.queue_id >= new_topics[p.topic]:
+                field = f"messages[{i}].queue_id" if len(prepared) > 1 else "queue_id"
+                raise InvalidArgument(field, f"{p.queue_id} out of range: topic {p.topic} has queues 0..{new_topics[p.topic] - 1}")
+        now = int(time.time() * 1000)
+        offset = self.write_offset
+        writes: list[tuple[object, int, bytearray]] = []  # (segment, at, buffer)
+        cq_writes: dict[tuple[str, int], tuple[int, bytearray]] = {}
+        queue_next: dict[tuple[str, int], int] = {}
+        results: list[AppendResult] = []
+        rr = dict(self._round_robin)
+        host = self.config.store_host
+        for p in prepared:
+            queue_id = p.queue_id
+            if queue_id < 0:
+                if p.queue_id == -1 and results and results[-1].topic == p.topic and len(prepared) > 1:
+                    queue_id = results[-1].queue_id  # a batch goes to one queue
+                else:
+                    n = rr.get(p.topic, -1) + 1
+                    rr[p.topic] = n
+                    queue_id = n % new_topics[p.topic]
+            key = (p.topic, queue_id)
+            if key not in queue_next:
+                cq = self.cqs.existing(*key)
+                queue_next[key] = cq.max_offset if cq else 0
+            advances = takes_queue_offset(p.sys_flag)
+            queue_offset = queue_next[key] if advances else 0
+            size = len(p.record)
+            seg, at, blank = self.segments.segment_for_append(offset, size)
+            if blank is not None:
+                writes.append((self.segments.find(offset), offset, bytearray(blank)))
+            if writes and writes[-1][0] is seg and writes[-1][1] + len(writes[-1][2]) == at:
+                buf = writes[-1][2]
+            else:
+                buf = bytearray()
+                writes.append((seg, at, buf))
+            rec_at = len(buf)
+            buf += p.record
+            # queue id is part of the record: patch it too (it may have been chosen here)
+            buf[rec_at + 12:rec_at + 16] = queue_id.to_bytes(4, "big", signed=True)
+            patch_record(buf, rec_at, queue_offset, at, now, p.sys_flag)
+            if advances:
+                queue_next[key] = queue_offset + 1
+                first, units = cq_writes.get(key, (queue_offset, bytearray()))
+                units += encode_unit(at, size, p.tags_code)
+                cq_writes[key] = (first, units)
+            results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, offset_msg_id.create(host[0], host[1], at), p.unique_key))
+            offset = at + size
+        try:
+            for seg, at, buf in writes:
+                seg.write(at, buf)  # type: ignore[attr-defined]
+            for (topic, qid), (first, units) in cq_writes.items():
+                self.cqs.queue(topic, qid).write_units(first, bytes(units))
+        except OSError as exc:
+            # Nothing is acknowledged; the next append overwrites whatever part was written.
+            for (topic, qid) in cq_writes:
+                cq = self.cqs.existing(topic, qid)
+                if cq is not None:
+                    cq.truncate_from_phy(self.write_offset)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"no space left on device writing {self.dir}: nothing stored") from exc
+            raise
+        if created:
+            self.topics = new_topics
+            save_topics(self.dir / "config", self.topics)
+            log_event(log, "topic created", topics=",".join(created), queues=self.config.default_queues)
+        self._round_robin = rr
+        self.write_offset = offset
+        return results
+
+    # -- flush ----------------------------------------------------------------------------
+    def _wait_flushed(self, offset: int) -> bool:
+        self._flush_wanted.set()
+        deadline = time.monotonic() + self.config.sync_flush_timeout_ms / 1000.0
+        with self.flushed:
+            while self.flushed_offset < offset:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.flushed.wait(left)
+        return True
+
+    def _flush_loop(self) -> None:
+        interval = self.config.flush_interval_ms / 1000.0
+        last_retention = 0.0
+        while not self._stop.is_set():
+            self._flush_wanted.wait(interval)
+            self._flush_wanted.clear()
+            try:
+                self.flush()
+            except OSError as exc:
+                log_event(log, "flush failed", logging.ERROR, error=str(exc))
+            if time.monotonic() - last_retention > 60:
+                last_retention = time.monotonic()
+                self.delete_expired()
+
+    def flush(self, clean: bool = False) -> int:
+        """fsync everything written so far; wake SYNC waiters and tailers. Returns the flushed offset."""
+        with self.lock:
+            target = self.write_offset
+            dirty = [s for s in self.segments.segments if s.dirty]
+        if target == self.flushed_offset and not clean and not dirty:
+            return target
+        for seg in dirty:
+            seg.fsync()
+        with self.lock:
+            self.cqs.flush()
+        save_checkpoint(self.dir, StoreCheckpoint(target, int(time.time() * 1000), clean))
+        with self.flushed:
+            self.flushed_offset = max(self.flushed_offset, target)
+            self.flushed.notify_all()
+        with self.appended:
+            self.appended.notify_all()
+        return target
+
+    @property
+    def committed_offset(self) -> int:
+        """End of the durable prefix: what Tail may stream."""
+        return self.flushed_offset
+
+    def wait_committed_beyond(self, offset: int, timeout_s: float) -> int:
+        """Block until the durable end passes `offset` (or timeout); return the durable end."""
+        if self.config.flush_mode == "ASYNC" and self.write_offset > self.flushed_offset:
+            self._flush_wanted.set()  # a tailer is waiting: don't make it wait a whole interval
+        with self.flushed:
+            self.flushed.wait_for(lambda: self.flushed_offset > offset or self._closed, timeout=timeout_s)
+            return self.flushed_offset
+
+    # -- read -----------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.segments.min_offset
+
+    def read(self, physical_offset: int) -> Record:
+        """The record starting at physical_offset (NotFound / Expired / InvalidArgument)."""
+        if physical_offset < 0:
+            raise InvalidArgument("physical_offset", "must be >= 0")
+        if physical_offset < self.min_offset:
+            raise Expired(f"physical offset {physical_offset} is below the minimum {self.min_offset}: the message has expired")
+        if physical_offset >= self.write_offset:
+            raise NotFound(f"physical offset {physical_offset} is past the end of the log ({self.write_offset})")
+        seg = self.segments.find(physical_offset)
+        if seg is None:
+            raise NotFound(f"no segment holds physical offset {physical_offset}")
+        head = seg.read(physical_offset, 8)
+        if len(head) < 8:
+            raise NotFound(f"no record starts at physical offset {physical_offset}")
+        size, magic = read_size_and_magic(head, 0)
+        if magic != MESSAGE_MAGIC or size <= 0 or size > seg.end - physical_offset:
+            raise NotFound(f"no record starts at physical offset {physical_offset}")
+        data = seg.read(physical_offset, size)
+        try:
+            return decode_record(data, 0, physical_offset=physical_offset)
+        except CorruptRecordError as exc:
+            if "PHYSICALOFFSET" in exc.reason or "magic" in exc.reason:
+                raise NotFound(f"no record starts at physical offset {physical_offset}") from None
+            self._report(str(exc))
+            raise NotFound(f"record at physical offset {physical_offset} is corrupt: {exc.reason}") from None
+
+    def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> tuple[list[Record], int, int]:
+        """Records of topic/queue from queue_offset; returns (records, min, max queue offset)."""
+        if queue_id < 0:
+            raise InvalidArgument("queue_id", "must be >= 0")
+        if queue_offset < 0:
+            raise InvalidArgument("queue_offset", "must be >= 0")
+        queues = self.topics.get(topic)
+        if queues is None:
+            raise NotFound(f"topic {topic} does not exist")
+        if queue_id >= queues:
+            raise NotFound(f"queue {queue_id} does not exist: topic {topic} has queues 0..{queues - 1}")
+        cq = self.cqs.existing(topic, queue_id)
+        if cq is None:
+            return [], 0, 0
+        records = []
+        for phy, _size, _tags in cq.read_units(queue_offset, max_count):
+            try:
+                records.append(self.read(phy))
+            except Expired:
+                continue
+        return records, cq.min_offset, cq.max_offset
+
+    def read_dispatch(self, from_offset: int, max_records: int, until: int) -> tuple[list[DispatchInfo], int]:
+        """Dispatch infos of records in [from_offset, until), at most max_records; returns
+        (infos, next offset). from_offset must be a record start, a segment's blank, or `until`."""
+        out: list[DispatchInfo] = []
+        offset = from_offset
+        while offset < until and len(out) < max_records:
+            seg = self.segments.find(offset)
+            if seg is None:
+                break
+            chunk = seg.read(offset, min(until, seg.end) - offset)
+            pos = 0
+            while pos + BLANK_HEADER_SIZE <= len(chunk) and len(out) < max_records:
+                size, magic = read_size_and_magic(chunk, pos)
+                if magic == BLANK_MAGIC:
+                    pos = seg.end - offset
+                    break
+                try:
+                    record = decode_record(chunk, pos, physical_offset=offset + pos)
+                except CorruptRecordError as exc:
+                    if "CRC" in exc.reason and magic == MESSAGE_MAGIC and 0 < size <= len(chunk) - pos:
+                        pos += size  # reported at recovery; not indexable
+                        continue
+                    raise NotFound(f"no record starts at physical offset {offset + pos}: {exc.reason}") from None
+                out.append(dispatch_info(record))
+                pos += record.store_size
+            if pos == 0:
+                break
+            offset += pos
+            if offset >= seg.end:
+                offset = seg.end
+        return out, offset
+
+    def check_tail_start(self, offset: int) -> None:
+        """Raise unless `offset` is where a Tail may start: a record start or the end."""
+        if offset < 0:
+            raise InvalidArgument("from_offset", "must be >= 0")
+        if offset < self.min_offset:
+            raise Expired(f"from_offset {offset} is below the minimum {self.min_offset}")
+        if offset > self.write_offset:
+            raise Expired(f"from_offset {offset} is past the end of the log ({self.write_offset})")
+        if offset == self.write_offset:
+            return
+        seg = self.segments.find(offset)
+        if seg is None:
+            raise NotFound(f"from_offset {offset}: no segment holds it")
+        if offset == seg.start:
+            return
+        size, magic = read_size_and_magic(seg.read(offset, 8).ljust(8, b"\0"), 0)
+        if magic == BLANK_MAGIC:
+            return
+        self.read(offset)
+
+    # -- retention ------------------------------------------------------------------------
+    def delete_expired(self, now_s: float | None = None) -> int:
+        """Delete segments older than the reserved time, oldest first, never the active one."""
+        if self.read_only:
+            return 0
+        now_s = now_s if now_s is not None else time.time()
+        limit = self.config.file_reserved_hours * 3600
+        deleted = 0
+        with self.lock:
+            while len(self.segments.segments) > 1:
+                oldest = self.segments.segments[0]
+                if self.segments.segments[1].start > self.write_offset:
+                    break
+                if now_s - os.path.getmtime(oldest.path) < limit:
+                    break
+                self.segments.delete_oldest()
+                deleted += 1
+                log_event(log, "segment expired", file=oldest.path.name, min_offset=self.segments.min_offset)
+        return deleted
+
+    # -- status ---------------------------------------------------------------------------
+    def status(self) -> StoreStatus:
+        with self.lock:
+            segs = []
+            for s in self.segments.segments:
+                written = max(0, min(self.write_offset, s.end) - s.start)
+                segs.append((s.path.name, s.start, written, s.size))
+            topics = {}
+            for topic, n in sorted(self.topics.items()):
+                topics[topic] = [(cq.max_offset if (cq := self.cqs.existing(topic, q)) else 0) for q in range(n)]
+            return StoreStatus(self.min_offset, self.write_offset, self.flushed_offset, segs, topics, self.config.flush_mode, self.read_only, list(self.corruption), self.recovered)
+
+    def close(self) -> None:
+        """Flush, write a clean checkpoint, remove the abort marker, close files."""
+        if self._closed:
+            return
+        if not self.read_only:
+            self._stop.set()
+            self._flush_wanted.set()
+            if self._flusher is not None:
+                self._flusher.join(timeout=10)
+            self.flush(clean=True)
+        with self.lock:
+            self._closed = True
+        with self.flushed:
+            self.flushed.notify_all()
+        self.segments.close()
+        self.cqs.close()
+        if not self.read_only:
+            try:
+                os.unlink(self.dir / ABORT_FILE)
+            except FileNotFoundError:
+                pass
+
+
