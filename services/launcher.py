@@ -123,3 +123,63 @@ class ServiceProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+@dataclass
+class BrokerProcesses:
+    """One broker: its commitlog and indexer processes."""
+
+    name: str
+    host: str
+    commitlog: ServiceProcess
+    indexer: ServiceProcess
+    store_dir: Path
+    index_dir: Path
+
+
+@dataclass
+class LocalCluster:
+    """A router and brokers on loopback, each broker on its own 127.0.0.x address.
+
+    Distinct addresses make offsetMsgIds differ between brokers, as on real hosts.
+    """
+
+    root: Path
+    router: ServiceProcess | None = None
+    brokers: dict[str, BrokerProcesses] = field(default_factory=dict)
+    commitlog_args: list[str] = field(default_factory=list)
+    indexer_args: list[str] = field(default_factory=list)
+    heartbeat_ms: int = 500
+
+    def start_router(self, *args: str, host: str = "127.0.0.1") -> ServiceProcess:
+        self.router = ServiceProcess(
+            "router", f"{host}:{free_port(host)}",
+            ["--heartbeat-interval-ms", str(self.heartbeat_ms), *args], self.root / "logs" / "router.log",
+        ).start()
+        return self.router
+
+    def add_broker(self, name: str, host: str, commitlog_args: list[str] | None = None, indexer_args: list[str] | None = None) -> BrokerProcesses:
+        assert self.router is not None, "start the router first"
+        store_dir, index_dir = self.root / name / "store", self.root / name / "index"
+        cl_addr, ix_addr = f"{host}:{free_port(host)}", f"{host}:{free_port(host)}"
+        commitlog = ServiceProcess(
+            "commitlog", cl_addr,
+            ["--store-dir", str(store_dir), "--broker-name", name, "--router", self.router.address, "--indexer-addr", ix_addr,
+             "--heartbeat-interval-ms", str(self.heartbeat_ms), *self.commitlog_args, *(commitlog_args or [])],
+            self.root / "logs" / f"{name}-commitlog.log",
+        ).start()
+        indexer = ServiceProcess(
+            "indexer", ix_addr,
+            ["--index-dir", str(index_dir), "--commitlog", cl_addr, "--broker-name", name, *self.indexer_args, *(indexer_args or [])],
+            self.root / "logs" / f"{name}-indexer.log",
+        ).start()
+        broker = BrokerProcesses(name, host, commitlog, indexer, store_dir, index_dir)
+        self.brokers[name] = broker
+        return broker
+
+    def stop(self) -> None:
+        for broker in reversed(list(self.brokers.values())):
+            broker.indexer.stop()
+            broker.commitlog.stop()
+        if self.router is not None:
+            self.router.stop()

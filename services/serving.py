@@ -78,8 +78,13 @@ def start_server(
     return running
 
 
-def wait_for_termination(running: RunningServer, name: str, on_stop: Callable[[], None], grace_s: float = 5.0) -> None:
-    """Block until SIGTERM/SIGINT, then stop accepting, let in-flight calls finish, run on_stop."""
+def wait_for_termination(
+    running: RunningServer, name: str, on_stop: Callable[[], None], grace_s: float = 5.0, before_stop: Callable[[], None] | None = None
+) -> None:
+    """Block until SIGTERM/SIGINT, then stop accepting, let in-flight calls finish, run on_stop.
+
+    before_stop runs first, to end long-lived streams that would otherwise hold the grace period.
+    """
     stop = threading.Event()
 
     def _handler(signum: int, _frame: object) -> None:
@@ -90,6 +95,8 @@ def wait_for_termination(running: RunningServer, name: str, on_stop: Callable[[]
     signal.signal(signal.SIGINT, _handler)
     stop.wait()
     running.set_serving(False)
+    if before_stop is not None:
+        before_stop()
     running.server.stop(grace_s).wait()
     try:
         on_stop()

@@ -1,25 +1,268 @@
-"""The commitlog gRPC servicer (skeleton: RPCs answer UNIMPLEMENTED until the store lands)."""
+"""The commitlog gRPC servicer: translates protobuf to the store and store errors to status codes."""
 from __future__ import annotations
 
 import argparse
+import logging
+import threading
+from pathlib import Path
+from typing import Iterator
 
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
-from services.log import configure_logging
+import grpc
+
+from formats.record import Record
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
+from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
+from services.commitlog.message_input import NewMessage
+from services.commitlog.registration import Heartbeat
+from services.commitlog.store import AppendResult, CommitLogStore, StoreConfig
+from services.log import configure_logging, log_event
 from services.serving import Registration, start_server, wait_for_termination
+
+log = logging.getLogger("quarry.commitlog")
+
+MAX_GET_OFFSETS = 1024
+MAX_PULL = 1024
+DEFAULT_TAIL_BATCH = 512
+TAIL_IDLE_S = 1.0  # an empty element this often keeps the indexer's view of max_offset fresh
+
+_STATUS = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    Expired: grpc.StatusCode.OUT_OF_RANGE,
+    ReadOnly: grpc.StatusCode.FAILED_PRECONDITION,
+    DiskFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+def _abort(context: grpc.ServicerContext, exc: StoreError, prefix: str = "") -> None:
+    code = next((c for t, c in _STATUS.items() if isinstance(exc, t)), grpc.StatusCode.INTERNAL)
+    context.abort(code, prefix + str(exc))
+
+
+def parse_host(text: str) -> tuple[str, int]:
+    """'ip:port' or '[v6]:port' → (ip, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected ip:port, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
+    peer = context.peer() or ""
+    try:
+        _, _, rest = peer.partition(":")
+        host, port = parse_host(rest.replace("%25", "%"))
+        return host.split("%")[0], port
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+def to_new_message(m: common_pb2.MessageInput, context: grpc.ServicerContext, field: str) -> NewMessage:
+    born = (m.born_host.ip, m.born_host.port) if m.born_host.ip else _peer_host(context)
+    return NewMessage(
+        topic=m.topic, body=m.body, keys=list(m.keys), tags=m.tags, unique_key=m.unique_key,
+        properties=[(p.name, p.value) for p in m.properties], flag=m.flag, queue_id=m.queue_id,
+        born_timestamp=m.born_timestamp, born_host=born, sys_flag=m.sys_flag,
+        reconsume_times=m.reconsume_times, prepared_transaction_offset=m.prepared_transaction_offset,
+    )
+
+
+def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
+    """A decoded record as the wire's StoredMessage (every MessageExt field)."""
+    props = rec.properties
+    return common_pb2.StoredMessage(
+        topic=rec.topic, flag=rec.flag, body=rec.body,
+        properties=[common_pb2.Property(name=n, value=v) for n, v in rec.properties_pairs],
+        keys=rec.keys, tags=props.get("TAGS", ""), unique_key=props.get("UNIQ_KEY", ""),
+        queue_id=rec.queue_id, queue_offset=rec.queue_offset, commit_log_offset=rec.physical_offset,
+        store_size=rec.store_size, sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,
+        born_host=common_pb2.HostAddress(ip=rec.born_host[0], port=rec.born_host[1]),
+        store_timestamp=rec.store_timestamp,
+        store_host=common_pb2.HostAddress(ip=rec.store_host[0], port=rec.store_host[1]),
+        reconsume_times=rec.reconsume_times, prepared_transaction_offset=rec.prepared_transaction_offset,
+        body_crc=rec.body_crc, offset_msg_id=rec.offset_msg_id, broker_name=broker_name,
+    )
+
+
+def _result(r: AppendResult, broker: str) -> common_pb2.SendResult:
+    return common_pb2.SendResult(
+        status=common_pb2.SEND_STATUS_SEND_OK if r.flushed else common_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT,
+        unique_key=r.unique_key, offset_msg_id=r.offset_msg_id, queue_id=r.queue_id,
+        queue_offset=r.queue_offset, physical_offset=r.physical_offset, topic=r.topic, broker_name=broker,
+    )
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
-    """Every RPC inherits the generated UNIMPLEMENTED answer for now."""
+    """Every commitlog RPC over one store."""
+
+    def __init__(self, store: CommitLogStore, broker_name: str, stopping: threading.Event) -> None:
+        self.store = store
+        self.broker_name = broker_name
+        self.stopping = stopping
+        self.on_topic_created = lambda: None
+
+    def _append(self, msgs: list[NewMessage], context: grpc.ServicerContext, same_topic: bool = True) -> list[AppendResult]:
+        topics_before = len(self.store.topics)
+        try:
+            results = self.store.append_many(msgs, same_topic=same_topic)
+        except StoreError as exc:
+            _abort(context, exc)
+            raise
+        if len(self.store.topics) != topics_before:
+            self.on_topic_created()
+        return results
+
+    def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.ServicerContext) -> commitlog_pb2.SendMessageResponse:
+        (r,) = self._append([to_new_message(request.message, context, "message")], context)
+        return commitlog_pb2.SendMessageResponse(result=_result(r, self.broker_name))
+
+    def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.ServicerContext) -> commitlog_pb2.SendBatchResponse:
+        msgs = [to_new_message(m, context, f"messages[{i}]") for i, m in enumerate(request.messages)]
+        results = self._append(msgs, context)
+        return commitlog_pb2.SendBatchResponse(results=[_result(r, self.broker_name) for r in results])
+
+    def SendStream(self, request_iterator: Iterator[commitlog_pb2.SendStreamRequest], context: grpc.ServicerContext) -> commitlog_pb2.SendStreamResponse:
+        results: list[common_pb2.SendResult] = []
+        for i, req in enumerate(request_iterator):
+            try:
+                (r,) = self.store.append_many([to_new_message(req.message, context, "message")])
+            except StoreError as exc:
+                _abort(context, exc, f"stream message {i} rejected ({len(results)} stored before it): ")
+                raise
+            results.append(_result(r, self.broker_name))
+        return commitlog_pb2.SendStreamResponse(results=results)
+
+    def ViewMessage(self, request: commitlog_pb2.ViewMessageRequest, context: grpc.ServicerContext) -> commitlog_pb2.ViewMessageResponse:
+        try:
+            rec = self.store.read(request.physical_offset)
+        except StoreError as exc:
+            _abort(context, exc)
+            raise
+        return commitlog_pb2.ViewMessageResponse(message=to_stored(rec, self.broker_name))
+
+    def GetMessages(self, request: commitlog_pb2.GetMessagesRequest, context: grpc.ServicerContext) -> commitlog_pb2.GetMessagesResponse:
+        if len(request.physical_offsets) > MAX_GET_OFFSETS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"physical_offsets: at most {MAX_GET_OFFSETS}, got {len(request.physical_offsets)}")
+        response = commitlog_pb2.GetMessagesResponse()
+        for i, offset in enumerate(request.physical_offsets):
+            if offset < 0:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"physical_offsets[{i}]: must be >= 0")
+            try:
+                response.messages.append(to_stored(self.store.read(offset), self.broker_name))
+            except (NotFound, Expired):
+                response.not_found.append(offset)
+        return response
+
+    def PullMessages(self, request: commitlog_pb2.PullMessagesRequest, context: grpc.ServicerContext) -> commitlog_pb2.PullMessagesResponse:
+        from formats.topic import TopicError, validate_topic
+
+        try:
+            validate_topic(request.topic)
+        except TopicError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if not 1 <= request.max_count <= MAX_PULL:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_count: must be 1..{MAX_PULL}")
+        try:
+            records, min_off, max_off = self.store.pull(request.topic, request.queue_id, request.queue_offset, request.max_count)
+        except StoreError as exc:
+            _abort(context, exc)
+            raise
+        next_offset = request.queue_offset + len(records) if records else max(request.queue_offset, min(request.queue_offset, max_off))
+        return commitlog_pb2.PullMessagesResponse(
+            messages=[to_stored(r, self.broker_name) for r in records],
+            next_queue_offset=next_offset, min_queue_offset=min_off, max_queue_offset=max_off,
+        )
+
+    def Tail(self, request: commitlog_pb2.TailRequest, context: grpc.ServicerContext) -> Iterator[commitlog_pb2.TailResponse]:
+        if not 0 <= request.max_batch <= 4096:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_batch: must be 0..4096 (0 means 512)")
+        batch = request.max_batch or DEFAULT_TAIL_BATCH
+        offset = request.from_offset
+        try:
+            self.store.check_tail_start(offset)
+        except StoreError as exc:
+            _abort(context, exc)
+            raise
+        while context.is_active() and not self.stopping.is_set():
+            committed = self.store.committed_offset
+            if offset < committed:
+                try:
+                    infos, offset = self.store.read_dispatch(offset, batch, committed)
+                except StoreError as exc:
+                    _abort(context, exc)
+                    raise
+                yield commitlog_pb2.TailResponse(
+                    records=[
+                        common_pb2.DispatchRecord(
+                            physical_offset=d.physical_offset, size=d.size, topic=d.topic, queue_id=d.queue_id,
+                            queue_offset=d.queue_offset, keys=d.keys or "", unique_key=d.uniq_key or "",
+                            tags_code=d.tags_code, store_timestamp=d.store_timestamp, sys_flag=d.sys_flag,
+                        )
+                        for d in infos
+                    ],
+                    next_offset=offset,
+                    max_offset=committed,
+                )
+                continue
+            self.store.wait_committed_beyond(offset, TAIL_IDLE_S)
+            if self.store.committed_offset <= offset:
+                yield commitlog_pb2.TailResponse(next_offset=offset, max_offset=self.store.committed_offset)
+
+    def GetStoreStatus(self, request: commitlog_pb2.GetStoreStatusRequest, context: grpc.ServicerContext) -> commitlog_pb2.GetStoreStatusResponse:
+        st = self.store.status()
+        host = self.store.config.store_host
+        return commitlog_pb2.GetStoreStatusResponse(
+            broker_name=self.broker_name,
+            store_host=common_pb2.HostAddress(ip=host[0], port=host[1]),
+            min_offset=st.min_offset, max_offset=st.max_offset, committed_offset=st.committed_offset,
+            segments=[commitlog_pb2.SegmentInfo(file_name=n, start_offset=s, written_bytes=w, size=z) for n, s, w, z in st.segments],
+            topics=[commitlog_pb2.TopicInfo(topic=t, queue_count=len(q), max_queue_offsets=q) for t, q in st.topics.items()],
+            flush_mode=commitlog_pb2.FLUSH_MODE_SYNC if st.flush_mode == "SYNC" else commitlog_pb2.FLUSH_MODE_ASYNC,
+            read_only=st.read_only, corruption=st.corruption, recovered=st.recovered,
+        )
 
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging()
-    servicer = CommitLogServicer()
-    name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
-    running = start_server(
-        "commitlog",
-        args.bind,
-        [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)],
+    store = CommitLogStore(
+        StoreConfig(
+            store_dir=Path(args.store_dir), store_host=parse_host(args.advertise), segment_size=args.segment_size,
+            cq_units_per_file=args.cq_units_per_file, flush_mode=args.flush_mode, flush_interval_ms=args.flush_interval_ms,
+            sync_flush_timeout_ms=args.sync_flush_timeout_ms, auto_create_topics=args.auto_create_topics,
+            default_queues=args.default_queues, max_message_size=args.max_message_size,
+            file_reserved_hours=args.file_reserved_hours, read_only=args.read_only,
+        )
     )
-    wait_for_termination(running, "commitlog", on_stop=lambda: None)
+    stopping = threading.Event()
+    servicer = CommitLogServicer(store, args.broker_name, stopping)
+    name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
+    # Bodies above the limit are refused by gRPC before the payload is buffered.
+    running = start_server(
+        "commitlog", args.bind,
+        [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)],
+        max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
+    )
+    heartbeat = None
+    if args.router:
+        def _registration() -> router_pb2.RegisterBrokerRequest:
+            return router_pb2.RegisterBrokerRequest(
+                broker_name=args.broker_name, commitlog_addr=args.advertise, indexer_addr=args.indexer_addr,
+                store_host=args.advertise, cluster_name=args.cluster_name, heartbeat_interval_ms=args.heartbeat_interval_ms,
+                topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(store.topics.items())],
+            )
+
+        heartbeat = Heartbeat(args.router, _registration, args.heartbeat_interval_ms).start()
+        servicer.on_topic_created = heartbeat.beat_now
+    log_event(log, "store ready", dir=args.store_dir, end=store.write_offset, recovered=store.recovered, flush_mode=args.flush_mode)
+
+    def _stop() -> None:
+        stopping.set()
+        if heartbeat is not None:
+            heartbeat.stop()
+        store.close()
+
+    def _before_grace() -> None:
+        stopping.set()  # lets Tail streams end so the grace period is not spent on them
+
+    wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace)
     return 0

@@ -1,25 +1,144 @@
-"""The indexer gRPC servicer (skeleton: RPCs answer UNIMPLEMENTED until the index lands)."""
+"""The indexer's gRPC servicer: QueryMessage and status over the IndexFile list.
+
+It validates, asks the index for offsets, reads those records from its commitlog in one
+call, and maps errors to status codes. Formats live in `formats/`, storage in
+`index_store`.
+"""
 from __future__ import annotations
 
 import argparse
+import logging
+import threading
+import time
+from pathlib import Path
 
-from quarry.v1 import indexer_pb2, indexer_pb2_grpc
-from services.log import configure_logging
+import grpc
+
+from formats.topic import TopicError, validate_topic
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
+from services.indexer.checkpoint import IndexCheckpoint
+from services.indexer.index_store import IndexStore, IndexStoreConfig
+from services.indexer.tailer import Tailer
+from services.log import configure_logging, log_event
 from services.serving import Registration, start_server, wait_for_termination
+
+log = logging.getLogger("quarry.indexer")
+
+MAX_KEY_BYTES = 4096
+DEFAULT_MAX_NUM = 64
+UNIQUE_KEY_DEFAULT_MAX_NUM = 32  # the RocketMQ broker's default for unique-key queries
 
 
 class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
-    """Every RPC inherits the generated UNIMPLEMENTED answer for now."""
+    """QueryMessage + GetIndexStatus."""
+
+    def __init__(self, broker_name: str, index: IndexStore, lock: threading.Lock, commitlog_addr: str, tailer: Tailer | None, checkpoint: IndexCheckpoint) -> None:
+        self.broker_name = broker_name
+        self.index = index
+        self.lock = lock
+        self.tailer = tailer
+        self.checkpoint = checkpoint
+        self._channel = grpc.insecure_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)])
+        self._commitlog = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
+
+    def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.ServicerContext) -> indexer_pb2.QueryMessageResponse:
+        try:
+            validate_topic(request.topic)
+        except TopicError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if not request.key:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "key: must not be empty")
+        if len(request.key.encode()) > MAX_KEY_BYTES:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"key: at most {MAX_KEY_BYTES} bytes")
+        if request.max_num < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_num: must be >= 0 (0 means the default)")
+        if request.begin_timestamp < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "begin_timestamp: must be >= 0")
+        end = request.end_timestamp or int(time.time() * 1000)
+        if request.begin_timestamp > end:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"begin_timestamp: must be <= end_timestamp ({end})")
+        max_num = request.max_num or (UNIQUE_KEY_DEFAULT_MAX_NUM if request.unique_key_flag else DEFAULT_MAX_NUM)
+        with self.lock:
+            offsets = self.index.query(request.topic, request.key, max_num, request.begin_timestamp, end)
+            last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
+        response = indexer_pb2.QueryMessageResponse(index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off)
+        if not offsets:
+            return response
+        remaining = context.time_remaining()
+        try:
+            got = self._commitlog.GetMessages(
+                commitlog_pb2.GetMessagesRequest(physical_offsets=offsets),
+                timeout=min(remaining, 5.0) if remaining is not None else 5.0,
+            )
+        except grpc.RpcError as exc:
+            # Never an empty success when the messages cannot be read.
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"commitlog of {self.broker_name} did not answer: {exc.code().name}: {exc.details()}")  # type: ignore[attr-defined]
+        for msg in got.messages:
+            msg.broker_name = self.broker_name
+        response.messages.extend(got.messages)
+        response.unreadable_entries = len(got.not_found)
+        return response
+
+    def GetIndexStatus(self, request: indexer_pb2.GetIndexStatusRequest, context: grpc.ServicerContext) -> indexer_pb2.GetIndexStatusResponse:
+        with self.lock:
+            files = self.index.file_infos()
+            problems = list(self.index.problems)
+            last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
+        state = self.tailer.state if self.tailer else None
+        checkpoint_offset = state.next_offset if state else self.checkpoint.offset
+        max_offset = state.commitlog_max_offset if state else 0
+        return indexer_pb2.GetIndexStatusResponse(
+            broker_name=self.broker_name,
+            files=[
+                indexer_pb2.IndexFileInfo(
+                    file_name=f.name,
+                    begin_timestamp=f.begin_timestamp,
+                    end_timestamp=f.end_timestamp,
+                    begin_phy_offset=f.begin_phy_offset,
+                    end_phy_offset=f.end_phy_offset,
+                    hash_slot_count=f.hash_slot_count,
+                    entries=f.entries,
+                )
+                for f in files
+            ],
+            total_entries=sum(f.entries for f in files),
+            checkpoint_offset=checkpoint_offset,
+            index_last_update_timestamp=last_ts,
+            index_last_update_phy_offset=last_off,
+            commitlog_max_offset=max_offset,
+            lag_bytes=max(0, max_offset - checkpoint_offset),
+            tail_connected=bool(state and state.connected),
+            problems=problems,
+            read_only=self.index.read_only,
+        )
+
+    def close(self) -> None:
+        self._channel.close()
 
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging()
-    servicer = IndexerServicer()
+    index_dir = Path(args.index_dir)
+    config = IndexStoreConfig(hash_slot_num=args.hash_slots, index_num=args.index_num, max_msgs_num_batch=args.max_msgs_num_batch, read_only=args.read_only)
+    index = IndexStore.open(index_dir / "index", config)
+    for problem in index.problems:
+        log_event(log, "index problem", logging.WARNING, problem=problem)
+    checkpoint = IndexCheckpoint(index_dir / "checkpoint")
+    lock = threading.Lock()
+    tailer = None
+    if not args.read_only:
+        start = checkpoint.offset
+        log_event(log, "index opened", dir=str(index_dir), files=len(index.file_infos()), checkpoint=start, last_indexed=index.last_update_phy_offset)
+        tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock).start()
+    servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
-    running = start_server(
-        "indexer",
-        args.bind,
-        [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
-    )
-    wait_for_termination(running, "indexer", on_stop=lambda: None)
+    running = start_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)])
+
+    def _stop() -> None:
+        if tailer is not None:
+            tailer.stop()  # flushes index, then checkpoint
+        servicer.close()
+        index.close()
+
+    wait_for_termination(running, "indexer", on_stop=_stop)
     return 0

@@ -100,10 +100,11 @@ class Queries:
         max_num = max_num or MAX_NUM_CAP
         if begin < 0:
             raise QueryError("INVALID_ARGUMENT", "begin_timestamp: must be >= 0")
+        # The token binds the window as asked: "until now" stays "until now" across pages.
+        digest = query_digest(topic, key, begin, end)
         end = end or self.clock_ms()
         if end < begin:
             raise QueryError("INVALID_ARGUMENT", f"end_timestamp: must be >= begin_timestamp ({begin})")
-        digest = query_digest(topic, key, begin, end)
         after = None
         if token:
             try:

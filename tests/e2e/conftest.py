@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.launcher import ServiceProcess, free_port
+from services.launcher import LocalCluster, ServiceProcess, free_port
 
 Launch = Callable[..., ServiceProcess]
 
@@ -25,3 +25,40 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
     yield _launch
     for proc in reversed(started):
         proc.stop()
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float = 20.0, what: str = "condition", interval_s: float = 0.05) -> object:
+    """Poll predicate until it returns a truthy value (returned) or fail at the deadline."""
+    import threading
+    import time
+
+    end = time.monotonic() + timeout_s
+    pause = threading.Event()
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # a service still starting answers with errors; keep waiting
+            last_exc = exc
+        if time.monotonic() >= end:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+        pause.wait(interval_s)
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., "LocalCluster"]]:
+    """cluster_factory(commitlog_args=[...], indexer_args=[...]) → a LocalCluster stopped after the test."""
+    from services.launcher import LocalCluster
+
+    made: list[LocalCluster] = []
+
+    def _make(commitlog_args: list[str] | None = None, indexer_args: list[str] | None = None) -> LocalCluster:
+        c = LocalCluster(root=tmp_path / f"cluster{len(made)}", commitlog_args=commitlog_args or [], indexer_args=indexer_args or [])
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        c.stop()

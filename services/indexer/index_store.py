@@ -1,0 +1,201 @@
+"""The list of IndexFiles of one broker (RocketMQ's IndexService), over `formats.index_file`.
+
+Files are named by creation time (yyyyMMddHHmmssSSS) and ordered by it. When the newest is
+full, a new one continues where it ended. A message is indexed under `topic#UNIQ_KEY` and
+`topic#k` for every non-empty space-separated KEYS token; rollback records are not indexed;
+a record below what is already indexed is skipped, so re-delivery after a crash is harmless.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from formats.index_file import IndexFile, IndexFileError, file_size
+from formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from services.log import log_event
+
+log = logging.getLogger("quarry.index")
+NAME = re.compile(r"^\d{17}$")
+
+
+class Dispatch(Protocol):
+    """What indexing needs of a record (a DispatchRecord proto or formats DispatchInfo)."""
+
+    physical_offset: int
+    topic: str
+    store_timestamp: int
+    sys_flag: int
+
+
+@dataclass
+class IndexStoreConfig:
+    hash_slot_num: int = 5_000_000
+    index_num: int = 20_000_000
+    max_msgs_num_batch: int = 64
+    read_only: bool = False
+    max_files: int = 0  # 0: unbounded; otherwise the oldest files are dropped beyond this
+
+
+@dataclass
+class FileInfo:
+    name: str
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    entries: int
+
+
+def _file_name(now_ms: int) -> str:
+    t = time.gmtime(now_ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
+
+
+@dataclass
+class IndexStore:
+    """IndexFiles oldest first; not thread-safe (the indexer serialises access)."""
+
+    directory: Path
+    config: IndexStoreConfig
+    files: list[IndexFile] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    last_update_timestamp: int = 0
+    last_update_phy_offset: int = -1
+
+    @property
+    def read_only(self) -> bool:
+        return self.config.read_only
+
+    @classmethod
+    def open(cls, directory: Path, config: IndexStoreConfig) -> "IndexStore":
+        """Open every IndexFile in `directory`; corrupt ones are reported and set aside."""
+        store = cls(directory, config)
+        if not config.read_only:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if directory.is_dir():
+            expected = file_size(config.hash_slot_num, config.index_num)
+            for path in sorted(p for p in directory.iterdir() if NAME.match(p.name)):
+                try:
+                    if path.stat().st_size != expected:
+                        raise IndexFileError(f"size {path.stat().st_size} != {expected} for the configured slots/entries")
+                    f = IndexFile(path, config.hash_slot_num, config.index_num, read_only=config.read_only, create=False)
+                except (IndexFileError, OSError) as exc:
+                    store._set_aside(path, str(exc))
+                    continue
+                problems = f.header_problems()
+                if problems:
+                    f.close()
+                    store._set_aside(path, "; ".join(problems))
+                    continue
+                store.files.append(f)
+        for f in store.files:
+            if f.entries:
+                store.last_update_phy_offset = max(store.last_update_phy_offset, f.header.end_phy_offset)
+                store.last_update_timestamp = max(store.last_update_timestamp, f.header.end_timestamp)
+        return store
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        problem = f"index file {path.name} is corrupt ({why})"
+        if not self.config.read_only:
+            os.replace(path, path.with_name(path.name + ".corrupt"))
+            problem += "; moved aside, its range is re-indexed from the commitlog"
+        self.problems.append(problem)
+        log_event(log, "index file corrupt", logging.ERROR, file=path.name, problem=why)
+
+    @property
+    def covered_until(self) -> int:
+        """Physical offset just past the last indexed record (-1 … when nothing is indexed)."""
+        return self.last_update_phy_offset
+
+    def _writable(self) -> IndexFile:
+        if self.files and not self.files[-1].is_write_full():
+            return self.files[-1]
+        end_phy, end_ts = 0, 0
+        if self.files:
+            end_phy, end_ts = self.files[-1].header.end_phy_offset, self.files[-1].header.end_timestamp
+            self.files[-1].flush()
+        now = int(time.time() * 1000)
+        name = _file_name(now)
+        while (self.directory / name).exists() or (self.files and name <= self.files[-1].path.name):
+            now += 1
+            name = _file_name(now)
+        f = IndexFile(self.directory / name, self.config.hash_slot_num, self.config.index_num, end_phy, end_ts)
+        self.files.append(f)
+        if self.config.max_files and len(self.files) > self.config.max_files:
+            oldest = self.files.pop(0)
+            oldest.close()
+            os.unlink(oldest.path)
+            log_event(log, "index disk cap reached: oldest file dropped", logging.WARNING, file=oldest.path.name, max_files=self.config.max_files)
+        log_event(log, "index file created", file=name)
+        return f
+
+    def index_record(self, d: Dispatch) -> None:
+        """Index one record's UNIQ_KEY and KEYS tokens (see module doc for what is skipped)."""
+        if d.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+            return
+        # Strictly below: the last record may have been cut short by a crash, so it is
+        # indexed again in full (query results are de-duplicated).
+        if d.physical_offset < self.last_update_phy_offset:
+            return
+        uniq = getattr(d, "unique_key", None) or getattr(d, "uniq_key", None)
+        keys = d.keys or ""  # type: ignore[attr-defined]
+        topic = d.topic
+        names = []
+        if uniq:
+            names.append(f"{topic}#{uniq}")
+        names.extend(f"{topic}#{k}" for k in keys.split(" ") if k)
+        for name in names:
+            f = self._writable()
+            if not f.put_key(name, d.physical_offset, d.store_timestamp):
+                f = self._writable()
+                f.put_key(name, d.physical_offset, d.store_timestamp)
+        self.last_update_phy_offset = d.physical_offset
+        self.last_update_timestamp = d.store_timestamp
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Offsets under topic#key with time in [begin, end], newest files first, capped."""
+        max_num = min(max_num, self.config.max_msgs_num_batch)
+        out: list[int] = []
+        name = f"{topic}#{key}"
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if f.is_time_matched(begin, end):
+                f.select_phy_offsets(name, max_num, begin, end, into=out)
+            if f.header.begin_timestamp < begin:
+                break
+        return list(dict.fromkeys(out))
+
+    def file_infos(self) -> list[FileInfo]:
+        return [
+            FileInfo(f.path.name, f.header.begin_timestamp, f.header.end_timestamp, f.header.begin_phy_offset,
+                     f.header.end_phy_offset, f.header.hash_slot_count, f.entries)
+            for f in self.files
+        ]
+
+    def delete_below(self, min_phy_offset: int) -> int:
+        """Drop files whose newest entry lies below the commitlog's minimum offset."""
+        dropped = 0
+        while len(self.files) > 1 and self.files[0].header.end_phy_offset < min_phy_offset:
+            f = self.files.pop(0)
+            f.close()
+            os.unlink(f.path)
+            dropped += 1
+        return dropped
+
+    def flush(self) -> None:
+        for f in self.files[-2:]:
+            f.flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            if not self.read_only:
+                f.flush()
+            f.close()
+        self.files = []
