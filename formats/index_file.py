@@ -158,9 +158,13 @@ class IndexFile:
         return True
 
     # -- select ---------------------------------------------------------------------------
-    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, into: list[int] | None = None) -> list[int]:
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, into: list[int] | None = None, below: int | None = None) -> list[int]:
         """Offsets indexed under `key` with time in [begin, end], newest first, up to max_num
-        (counting what `into` already holds). Equal-hash keys are all returned."""
+        (counting what `into` already holds). Equal-hash keys are all returned.
+
+        `below` (not in RocketMQ) skips offsets >= below without counting them: it lets a
+        caller page through a key's entries.
+        """
         out = into if into is not None else []
         h = self.header
         count = h.index_count
@@ -175,7 +179,7 @@ class IndexFile:
             if diff < 0:
                 break
             time_read = h.begin_timestamp + diff * 1000
-            if hash_read == key_hash and begin <= time_read <= end:
+            if hash_read == key_hash and begin <= time_read <= end and (below is None or phy_read < below):
                 out.append(phy_read)
             if prev <= 0 or prev > count or prev == current or time_read < begin:
                 break

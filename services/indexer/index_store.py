@@ -158,16 +158,18 @@ class IndexStore:
         self.last_update_phy_offset = d.physical_offset
         self.last_update_timestamp = d.store_timestamp
 
-    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """Offsets under topic#key with time in [begin, end], newest files first, capped."""
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
+        """Offsets under topic#key with time in [begin, end] (and below `below`), newest files first, capped."""
         max_num = min(max_num, self.config.max_msgs_num_batch)
         out: list[int] = []
         name = f"{topic}#{key}"
         for f in reversed(self.files):
             if len(out) >= max_num:
                 break
+            if below is not None and f.header.begin_phy_offset >= below and f.entries:
+                continue
             if f.is_time_matched(begin, end):
-                f.select_phy_offsets(name, max_num, begin, end, into=out)
+                f.select_phy_offsets(name, max_num, begin, end, into=out, below=below)
             if f.header.begin_timestamp < begin:
                 break
         return list(dict.fromkeys(out))

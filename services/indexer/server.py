@@ -57,9 +57,11 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         end = request.end_timestamp or int(time.time() * 1000)
         if request.begin_timestamp > end:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"begin_timestamp: must be <= end_timestamp ({end})")
+        if request.before_phy_offset < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "before_phy_offset: must be >= 0 (0 means no bound)")
         max_num = request.max_num or (UNIQUE_KEY_DEFAULT_MAX_NUM if request.unique_key_flag else DEFAULT_MAX_NUM)
         with self.lock:
-            offsets = self.index.query(request.topic, request.key, max_num, request.begin_timestamp, end)
+            offsets = self.index.query(request.topic, request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None)
             last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
         response = indexer_pb2.QueryMessageResponse(index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off)
         if not offsets:

@@ -42,15 +42,11 @@ def dedupe(messages: Iterable[common_pb2.StoredMessage]) -> list[common_pb2.Stor
 
 @dataclass(frozen=True)
 class PageToken:
-    """Position of the last message returned: the next page starts strictly after it."""
+    """Where each broker's walk stands: the next page asks broker b only for offsets below
+    bounds[b]; -1 means that broker has no more matches."""
 
-    store_timestamp: int
-    broker_name: str
-    offset: int
+    bounds: dict[str, int]
     query_digest: str
-
-    def position(self) -> tuple[int, str, int]:
-        return (-self.store_timestamp, self.broker_name, -self.offset)
 
 
 class BadTokenError(ValueError):
@@ -62,7 +58,7 @@ def query_digest(topic: str, key: str, begin: int, end: int) -> str:
 
 
 def encode_token(token: PageToken) -> str:
-    raw = json.dumps([token.store_timestamp, token.broker_name, token.offset, token.query_digest], separators=(",", ":"))
+    raw = json.dumps([token.bounds, token.query_digest], separators=(",", ":"), sort_keys=True)
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -70,9 +66,9 @@ def decode_token(text: str, digest: str) -> PageToken:
     """Decode a token and check it was issued for the same query (topic, key, window)."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        ts, broker, offset, qd = json.loads(raw)
-        token = PageToken(int(ts), str(broker), int(offset), str(qd))
-    except (ValueError, TypeError) as exc:
+        bounds, qd = json.loads(raw)
+        token = PageToken({str(b): int(v) for b, v in bounds.items()}, str(qd))
+    except (ValueError, TypeError, AttributeError) as exc:
         raise BadTokenError("continuation_token: not a token issued by this router") from exc
     if token.query_digest != digest:
         raise BadTokenError("continuation_token: issued for another topic, key or time window")
@@ -87,35 +83,48 @@ class KeyPage:
 
 
 def merge_key_answers(
-    answers: Iterable[common_pb2.StoredMessage],
+    answers: dict[str, list[common_pb2.StoredMessage]],
     topic: str,
     key: str,
     max_num: int,
     after: PageToken | None,
     digest: str,
-    more_available: bool = False,
+    fetch_cap: int,
 ) -> KeyPage:
-    """Filter collisions, order newest first, skip up to `after`, cap at max_num.
+    """Filter collisions, order newest first, cap at max_num, and say where each broker stands.
 
-    A next-page token is issued when matches beyond max_num were seen, or when a broker
-    filled its whole answer (`more_available`), since it may hold older matches.
+    `answers` maps each broker that answered to what its index returned (at most fetch_cap).
+    A broker whose matches were all taken and that returned fewer than fetch_cap entries is
+    exhausted; otherwise its next page starts below the last offset this page consumed.
     """
-    matched: list[common_pb2.StoredMessage] = []
+    matched: dict[str, list[common_pb2.StoredMessage]] = {}
     collisions = 0
-    for msg in answers:
-        if key_matches(msg, topic, key):
-            matched.append(msg)
-        else:
-            collisions += 1
-    ordered = sorted(dedupe(matched), key=order_key)
-    if after is not None:
-        pos = after.position()
-        ordered = [m for m in ordered if order_key(m) > pos]
+    for broker, msgs in answers.items():
+        keep = []
+        for msg in msgs:
+            if key_matches(msg, topic, key):
+                keep.append(msg)
+            else:
+                collisions += 1
+        matched[broker] = keep
+    ordered = sorted(dedupe(m for ms in matched.values() for m in ms), key=order_key)
     page = ordered[:max_num]
-    token = None
-    if page and (len(ordered) > max_num or more_available):
-        last = page[-1]
-        token = PageToken(last.store_timestamp, last.broker_name, last.commit_log_offset, digest)
+    taken = {(m.broker_name, m.commit_log_offset) for m in page}
+    bounds = dict(after.bounds) if after else {}
+    for broker, raw in answers.items():
+        page_offsets = [m.commit_log_offset for m in page if m.broker_name == broker]
+        cut = [m for m in matched[broker] if (broker, m.commit_log_offset) not in taken]
+        if cut:
+            if page_offsets:
+                bounds[broker] = min(page_offsets)
+        elif len(raw) >= fetch_cap:
+            bounds[broker] = min(m.commit_log_offset for m in raw)
+        else:
+            bounds[broker] = -1
+        if bounds.get(broker) == 0:
+            bounds[broker] = -1  # nothing lies below offset 0
+    more = any(v != -1 for v in bounds.values())
+    token = PageToken(bounds, digest) if page and more else None
     return KeyPage(page, collisions, token)
 
 

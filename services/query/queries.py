@@ -112,12 +112,19 @@ class Queries:
             except BadTokenError as exc:
                 raise QueryError("INVALID_ARGUMENT", str(exc)) from exc
         brokers = self._holding(topic)
-        query_end = min(end, after.store_timestamp) if after else end
-        request = indexer_pb2.QueryMessageRequest(topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=query_end)
-        outcomes = self._ask_indexers(brokers, request, timeout_ms)
-        answers = [m for o in outcomes if o.ok for m in o.value]
-        more = any(o.ok and len(o.value) >= max_num for o in outcomes)
-        page = merge_key_answers(answers, topic, key, max_num, after, digest, more_available=more)
+        if after is not None:
+            brokers = [b for b in brokers if after.bounds.get(b.name, 0) != -1]
+        fetch_cap = MAX_NUM_CAP  # ask each broker for a full batch: collisions and other pages share it
+        requests = {
+            b.name: indexer_pb2.QueryMessageRequest(
+                topic=topic, key=key, max_num=fetch_cap, begin_timestamp=begin, end_timestamp=end,
+                before_phy_offset=after.bounds.get(b.name, 0) if after else 0,
+            )
+            for b in brokers
+        }
+        outcomes = self._ask_indexers(brokers, requests, timeout_ms)
+        answers = {o.key: o.value for o in outcomes if o.ok}
+        page = merge_key_answers(answers, topic, key, max_num, after, digest, fetch_cap)
         return Answer(
             messages=page.messages,
             outcomes=outcomes,
@@ -147,7 +154,7 @@ class Queries:
         request = indexer_pb2.QueryMessageRequest(
             topic=topic, key=unique_key, max_num=UNIQUE_KEY_MAX_NUM, begin_timestamp=window.begin, end_timestamp=window.end, unique_key_flag=True
         )
-        outcomes = self._ask_indexers(brokers, request, timeout_ms)
+        outcomes = self._ask_indexers(brokers, {b.name: request for b in brokers}, timeout_ms)
         copies, collisions = merge_unique_key_answers((m for o in outcomes if o.ok for m in o.value), topic, unique_key)
         answer = Answer(
             messages=copies if return_all else copies[:1],
@@ -254,11 +261,9 @@ class Queries:
             raise QueryError("NOT_FOUND", f"no route for topic {topic}: no live broker holds it")
         return brokers
 
-    def _ask_indexers(self, brokers: list[Broker], request: indexer_pb2.QueryMessageRequest, timeout_ms: int) -> list[Outcome]:
+    def _ask_indexers(self, brokers: list[Broker], requests: dict[str, indexer_pb2.QueryMessageRequest], timeout_ms: int) -> list[Outcome]:
         timeout_s = _timeout_s(timeout_ms, self.settings)
-        calls = {}
-        for broker in brokers:
-            calls[broker.name] = self._indexer_call(broker, request)
+        calls = {broker.name: self._indexer_call(broker, requests[broker.name]) for broker in brokers}
         outcomes = self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)
         for outcome in outcomes:
             if outcome.ok:

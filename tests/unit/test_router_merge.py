@@ -12,42 +12,49 @@ def _msg(broker: str, offset: int, ts: int, topic: str = "T", keys: tuple[str, .
 
 
 def test_equal_hash_keys_and_other_topics_are_filtered() -> None:
-    answers = [_msg("a", 1, 10, keys=("Aa",)), _msg("a", 2, 11, keys=("BB",)), _msg("b", 3, 12, topic="U", keys=("Aa",)), _msg("b", 4, 9, keys=("x", "Aa"))]
-    page = merge_key_answers(answers, "T", "Aa", 64, None, "d")
+    answers = {"a": [_msg("a", 1, 10, keys=("Aa",)), _msg("a", 2, 11, keys=("BB",))], "b": [_msg("b", 3, 12, topic="U", keys=("Aa",)), _msg("b", 4, 9, keys=("x", "Aa"))]}
+    page = merge_key_answers(answers, "T", "Aa", 64, None, "d", fetch_cap=64)
     assert [(m.broker_name, m.commit_log_offset) for m in page.messages] == [("a", 1), ("b", 4)]
     assert page.collisions == 2
     assert page.next_token is None
 
 
 def test_key_is_matched_exactly_not_as_substring() -> None:
-    page = merge_key_answers([_msg("a", 1, 10, keys=("order-10",))], "T", "order-1", 64, None, "d")
+    page = merge_key_answers({"a": [_msg("a", 1, 10, keys=("order-10",))]}, "T", "order-1", 64, None, "d", fetch_cap=64)
     assert page.messages == [] and page.collisions == 1
 
 
 def test_same_record_returned_twice_is_kept_once() -> None:
-    page = merge_key_answers([_msg("a", 1, 10), _msg("a", 1, 10), _msg("b", 1, 10)], "T", "k", 64, None, "d")
+    page = merge_key_answers({"a": [_msg("a", 1, 10), _msg("a", 1, 10)], "b": [_msg("b", 1, 10)]}, "T", "k", 64, None, "d", fetch_cap=64)
     assert len(page.messages) == 2
 
 
-def test_pages_return_every_match_exactly_once() -> None:
-    all_msgs = [_msg(b, off, 1000 + (off * 7 + ord(b)) % 13) for b in "abc" for off in range(20)]
+def _index_answer(entries: list[common_pb2.StoredMessage], below: int, cap: int) -> list[common_pb2.StoredMessage]:
+    """What one broker's index returns: newest entries below the bound, at most cap."""
+    return sorted((m for m in entries if below <= 0 or m.commit_log_offset < below), key=lambda m: -m.commit_log_offset)[:cap]
+
+
+@pytest.mark.parametrize("cap", [3, 7, 64])
+def test_pages_return_every_match_exactly_once_even_within_one_second_and_with_collisions(cap: int) -> None:
+    # Every message in the same second, plus collisions interleaved: the hard case for paging.
+    brokers = {b: [_msg(b, off, 1000 + off // 4, keys=("k",) if off % 3 else ("other",)) for off in range(1, 40)] for b in "abc"}
+    want = {(m.broker_name, m.commit_log_offset) for ms in brokers.values() for m in ms if "k" in m.keys}
     digest = query_digest("T", "k", 0, 99)
-    seen = []
+    seen: list[tuple[str, int]] = []
     token = None
-    for _ in range(100):
-        # Each broker answers as the index would: matches at or before the token's time.
-        pool = [m for m in all_msgs if token is None or m.store_timestamp <= token.store_timestamp]
-        page = merge_key_answers(pool, "T", "k", 7, token, digest)
+    for _ in range(200):
+        answers = {b: _index_answer(ms, token.bounds.get(b, 0) if token else 0, cap) for b, ms in brokers.items() if not token or token.bounds.get(b, 0) != -1}
+        page = merge_key_answers(answers, "T", "k", 5, token, digest, fetch_cap=cap)
         seen += [(m.broker_name, m.commit_log_offset) for m in page.messages]
         if page.next_token is None:
             break
         token = decode_token(encode_token(page.next_token), digest)
-    assert sorted(seen) == sorted((m.broker_name, m.commit_log_offset) for m in all_msgs)
     assert len(seen) == len(set(seen))
+    assert set(seen) == want
 
 
 def test_token_from_another_query_is_rejected() -> None:
-    page = merge_key_answers([_msg("a", i, i) for i in range(5)], "T", "k", 2, None, query_digest("T", "k", 0, 9))
+    page = merge_key_answers({"a": [_msg("a", i, i) for i in range(1, 6)]}, "T", "k", 2, None, query_digest("T", "k", 0, 9), fetch_cap=64)
     assert page.next_token is not None
     text = encode_token(page.next_token)
     with pytest.raises(BadTokenError, match="another topic"):
