@@ -164,26 +164,27 @@ class CommitLogStore:
         """
         result = WalkResult()
         count = 0
-        offset = start
-        while True:
-            for record in walk_segments(self.dir / "commitlog", from_offset=offset, check_crc=False, result=result):
-                if record.body and record.body_crc != body_crc(record.body):
-                    self._report(f"record at {record.physical_offset}: body CRC mismatch (stored {record.body_crc}, computed {body_crc(record.body)}); excluded from queues")
-                    continue
-                if not self.read_only:
-                    self._redispatch(record)
-                count += 1
-            if result.corruption is None:
-                break
-            # An unreadable frame: is there anything valid after it? Then it is mid-log corruption.
+        bad_tail: int | None = None  # first of the CRC-failed records at the very end, if any
+        for record in walk_segments(self.dir / "commitlog", from_offset=start, check_crc=False, result=result):
+            if record.body and record.body_crc != body_crc(record.body):
+                self._report(f"record at {record.physical_offset}: body CRC mismatch (stored {record.body_crc}, computed {body_crc(record.body)}); excluded from queues")
+                bad_tail = record.physical_offset if bad_tail is None else bad_tail
+                continue
+            bad_tail = None  # valid records follow: the bad ones were mid-log, kept and reported
+            if not self.read_only:
+                self._redispatch(record)
+            count += 1
+        if result.corruption is not None:
             self._report(f"{result.corruption} ({'log truncated here' if not self.read_only else 'read-only: reads stop here'})")
-            break
         end = result.end_offset
+        if bad_tail is not None and not self.read_only:
+            self._report(f"corrupt tail from {bad_tail}: truncated")
+            end = bad_tail
         if not self.read_only:
-            deleted = self.segments.truncate(end) if self._has_bytes_after(end) or result.corruption else 0
+            deleted = self.segments.truncate(end) if self._has_bytes_after(end) or result.corruption or bad_tail is not None else 0
             for cq in self.cqs.queues.values():
                 cq.truncate_from_phy(end)
-            if result.corruption is not None or deleted:
+            if result.corruption is not None or bad_tail is not None or deleted:
                 log_event(log, "log truncated", logging.WARNING, at=end, segments_deleted=deleted)
         log_event(log, "scan finished", dir=str(self.dir), start=start, end=end, records=count)
         return end

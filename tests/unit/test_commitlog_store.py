@@ -1,0 +1,250 @@
+"""The commitlog store on real files: roll-over, queue offsets, recovery, read-only, validation."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from formats.record import BLANK_MAGIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, read_size_and_magic
+from formats.segment_walk import WalkResult, list_segments, walk_segments
+from services.commitlog.errors import Expired, InvalidArgument, NotFound, ReadOnly
+from services.commitlog.message_input import NewMessage
+from services.commitlog.store import CommitLogStore, StoreConfig
+from tests.conftest import golden_root
+
+
+def _open(d: Path, **kw: object) -> CommitLogStore:
+    return CommitLogStore(StoreConfig(store_dir=d, segment_size=kw.pop("segment_size", 1024), **kw))  # type: ignore[arg-type]
+
+
+def _msg(i: int, topic: str = "T", **kw: object) -> NewMessage:
+    return NewMessage(topic=topic, body=f"body-{i}".encode() * 5, keys=[f"k{i}"], unique_key=f"U{i:04d}", **kw)  # type: ignore[arg-type]
+
+
+def _crash(store: CommitLogStore) -> None:
+    """What SIGKILL leaves: bytes in the files, no clean checkpoint, the abort marker."""
+    store._stop.set()
+    store._flush_wanted.set()
+    if store._flusher:
+        store._flusher.join()
+    for seg in store.segments.segments:
+        os.close(seg.fd)
+    for cq in store.cqs.queues.values():
+        for fd in cq.fds.values():
+            os.close(fd)
+
+
+def test_records_never_span_segments_and_blank_records_close_them(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    results = [store.append(_msg(i)) for i in range(40)]
+    store.flush()
+    segs = list_segments(tmp_path / "commitlog")
+    assert len(segs) > 3
+    for r in results:
+        seg_start = max(s for s, _ in segs if s <= r.physical_offset)
+        assert r.physical_offset + r.size + 8 <= seg_start + 1024
+        assert store.read(r.physical_offset).unique_key == r.unique_key
+    for start, path in segs[:-1]:
+        data = path.read_bytes()
+        walked = WalkResult()
+        ends = [x for x in walk_segments(tmp_path / "commitlog", from_offset=start, result=walked)]
+        assert ends
+        blank_at = max(r.physical_offset + r.size for r in results if start <= r.physical_offset < start + 1024) - start
+        assert read_size_and_magic(data, blank_at) == (1024 - blank_at, BLANK_MAGIC)
+    assert [r.physical_offset for r in walk_segments(tmp_path / "commitlog")] == [r.physical_offset for r in results]
+    store.close()
+
+
+def test_queue_offsets_count_per_queue_and_transactions_do_not_advance(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    a = [store.append(_msg(i, queue_id=1)) for i in range(3)]
+    b = store.append(_msg(9, queue_id=2))
+    prepared = store.append(_msg(10, queue_id=1, sys_flag=SYSFLAG_TRANSACTION_PREPARED))
+    rollback = store.append(_msg(11, queue_id=1, sys_flag=SYSFLAG_TRANSACTION_ROLLBACK))
+    after = store.append(_msg(12, queue_id=1))
+    assert [r.queue_offset for r in a] == [0, 1, 2]
+    assert b.queue_offset == 0
+    assert prepared.queue_offset == 0 and rollback.queue_offset == 0
+    assert after.queue_offset == 3
+    recs, lo, hi = store.pull("T", 1, 0, 10)
+    assert [r.unique_key for r in recs] == ["U0000", "U0001", "U0002", "U0012"] and (lo, hi) == (0, 4)
+    store.close()
+
+
+def test_round_robin_spreads_over_the_default_four_queues(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    qids = [store.append(_msg(i)).queue_id for i in range(8)]
+    assert sorted(set(qids)) == [0, 1, 2, 3]
+    assert store.topics == {"T": 4}
+    store.close()
+    assert _open(tmp_path, segment_size=1 << 20).topics == {"T": 4}
+
+
+def test_clean_restart_does_not_rescan_and_keeps_going(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    first = [store.append(_msg(i)) for i in range(10)]
+    store.close()
+    again = _open(tmp_path)
+    assert not again.recovered and again.write_offset == first[-1].physical_offset + first[-1].size
+    nxt = again.append(_msg(10))
+    assert nxt.physical_offset >= again.write_offset - nxt.size
+    assert again.read(first[3].physical_offset).unique_key == "U0003"
+    again.close()
+
+
+def test_recovery_truncates_a_torn_write(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    acked = [store.append(_msg(i)) for i in range(12)]
+    end = store.write_offset
+    seg = store.segments.find(end - 1)
+    assert seg is not None
+    # A record half written when the process died: a valid header, then nothing.
+    torn = bytearray(store.read(acked[-1].physical_offset).store_size.to_bytes(4, "big")) + (0xDAA320A7).to_bytes(4, "big") + b"\x01" * 20
+    seg.write(end, torn)
+    _crash(store)
+    again = _open(tmp_path)
+    assert again.recovered and again.write_offset == end
+    assert [again.read(r.physical_offset).unique_key for r in acked] == [r.unique_key for r in acked]
+    assert any("corrupt" in c or "TOTALSIZE" in c or "BODYLEN" in c for c in again.status().corruption)
+    assert again.append(_msg(99)).physical_offset == end
+    again.close()
+
+
+def test_recovery_cuts_a_tail_record_whose_crc_fails_and_rebuilds_queues(tmp_path: Path) -> None:
+    # No flush after open: the checkpoint stays at 0, as when the crash comes before the next flush.
+    store = _open(tmp_path, segment_size=1 << 20, flush_interval_ms=600_000)
+    acked = [store.append(_msg(i, queue_id=0)) for i in range(5)]
+    last = acked[-1]
+    seg = store.segments.find(last.physical_offset)
+    assert seg is not None
+    seg.write(last.physical_offset + 90, b"\xff")  # a flipped byte in the body (it starts at 88)
+    _crash(store)
+    again = _open(tmp_path, segment_size=1 << 20, flush_interval_ms=600_000)
+    assert again.write_offset == last.physical_offset
+    assert any("CRC" in c for c in again.status().corruption)
+    with pytest.raises(NotFound):
+        again.read(last.physical_offset)
+    recs, _, hi = again.pull("T", 0, 0, 10)
+    assert hi == 4 and [r.unique_key for r in recs] == [r.unique_key for r in acked[:4]]
+    again.close()
+
+
+def test_mid_log_crc_corruption_is_reported_not_silently_skipped(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    acked = [store.append(_msg(i, queue_id=0)) for i in range(5)]
+    bad = acked[2]
+    seg = store.segments.find(bad.physical_offset)
+    assert seg is not None
+    store.flush()
+    seg.write(bad.physical_offset + 90, b"\xff")
+    _crash(store)
+    os.unlink(tmp_path / "quarry-checkpoint.json")  # force a full rescan
+    again = _open(tmp_path, segment_size=1 << 20)
+    assert again.write_offset == acked[-1].physical_offset + acked[-1].size
+    problems = again.status().corruption
+    assert any(str(bad.physical_offset) in p and "CRC" in p for p in problems)
+    with pytest.raises(NotFound, match="corrupt"):
+        again.read(bad.physical_offset)
+    assert again.read(acked[3].physical_offset).unique_key == "U0003"
+    again.close()
+
+
+def test_read_only_open_of_a_rocketmq_store_changes_no_byte(tmp_path: Path) -> None:
+    for scenario in sorted((golden_root() / "messages").glob("*/commitlog")):
+        store_dir = tmp_path / scenario.parent.name
+        shutil.copytree(scenario, store_dir / "commitlog")
+        before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (store_dir / "commitlog").iterdir()}
+        listing = sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*"))
+        seg_size = (store_dir / "commitlog" / sorted(before)[0]).stat().st_size
+        store = CommitLogStore(StoreConfig(store_dir=store_dir, segment_size=seg_size, read_only=True))
+        offsets = [r.physical_offset for r in walk_segments(store_dir / "commitlog")]
+        assert [store.read(o).physical_offset for o in offsets] == offsets
+        with pytest.raises(ReadOnly):
+            store.append(_msg(1))
+        store.close()
+        assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (store_dir / "commitlog").iterdir()} == before
+        assert sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*")) == listing
+
+
+def test_reads_at_bad_offsets_never_decode_garbage(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    r = store.append(_msg(1))
+    with pytest.raises(NotFound, match=str(r.physical_offset + 3)):
+        store.read(r.physical_offset + 3)
+    with pytest.raises(NotFound, match="past the end"):
+        store.read(10_000)
+    with pytest.raises(InvalidArgument, match="physical_offset"):
+        store.read(-1)
+    store.close()
+
+
+def test_expired_segments_are_deleted_and_reads_below_say_so(tmp_path: Path) -> None:
+    store = _open(tmp_path, file_reserved_hours=1.0)
+    rs = [store.append(_msg(i)) for i in range(30)]
+    old = list_segments(tmp_path / "commitlog")[0][1]
+    os.utime(old, (0, 0))
+    assert store.delete_expired() == 1
+    with pytest.raises(Expired, match="expired"):
+        store.read(rs[0].physical_offset)
+    assert store.read(rs[-1].physical_offset).unique_key == rs[-1].unique_key
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("msg", "field"),
+    [
+        (NewMessage(topic="bad topic", body=b"x"), "topic"),
+        (NewMessage(topic="T" * 128, body=b"x"), "topic"),
+        (NewMessage(topic="", body=b"x"), "topic"),
+        (NewMessage(topic="T", body=b""), "body"),
+        (NewMessage(topic="T", body=b"x" * 2049), "body"),
+        (NewMessage(topic="T", body=b"x", properties=[("a\x01", "v")]), "properties[0].name"),
+        (NewMessage(topic="T", body=b"x", properties=[("a", "v\x02")]), "properties[0].value"),
+        (NewMessage(topic="T", body=b"x", properties=[("a", "v" * 40000)]), "properties"),
+        (NewMessage(topic="T", body=b"x", keys=["has space"]), "keys[0]"),
+        (NewMessage(topic="T", body=b"x", queue_id=7), "queue_id"),
+        (NewMessage(topic="T", body=b"x", queue_id=-2), "queue_id"),
+        (NewMessage(topic="T", body=b"x", born_timestamp=-1), "born_timestamp"),
+    ],
+)
+def test_bad_input_is_rejected_naming_the_field_and_nothing_is_stored(tmp_path: Path, msg: NewMessage, field: str) -> None:
+    store = _open(tmp_path, max_message_size=2048)
+    store.append(_msg(0))
+    end = store.write_offset
+    with pytest.raises(InvalidArgument) as err:
+        store.append(msg)
+    assert err.value.field.startswith(field), err.value
+    assert store.write_offset == end
+    store.close()
+
+
+def test_a_127_byte_topic_is_accepted(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    r = store.append(NewMessage(topic="T" * 127, body=b"x"))
+    assert store.read(r.physical_offset).topic == "T" * 127
+    store.close()
+
+
+def test_batch_mixing_topics_is_rejected(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    with pytest.raises(InvalidArgument, match=r"messages\[1\].topic"):
+        store.append_many([_msg(1, topic="A"), _msg(2, topic="B")])
+    assert store.write_offset == 0
+    store.close()
+
+
+def test_topic_creation_can_be_switched_off(tmp_path: Path) -> None:
+    store = _open(tmp_path, auto_create_topics=False)
+    with pytest.raises(NotFound, match="auto-creation is off"):
+        store.append(_msg(1))
+    store.close()
+
+
+def test_sync_flush_acknowledges_after_fsync(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20, flush_mode="SYNC", flush_interval_ms=10_000)
+    r = store.append(_msg(1))
+    assert r.flushed and store.flushed_offset >= r.physical_offset + r.size
+    store.close()
