@@ -344,6 +344,8 @@ class CommitLogStore:
         while not self._stop.is_set():
             self._flush_wanted.wait(interval)
             self._flush_wanted.clear()
+            if self._stop.is_set():
+                break  # close() does the last flush itself
             try:
                 self.flush()
             except OSError as exc:
