@@ -6,6 +6,7 @@ is written as IPv4, and a 56-character id holding one decodes to IPv4.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ class DecodedId:
         return ":" in self.ip
 
 
+@functools.lru_cache(maxsize=4096)
 def ip_bytes(ip: str) -> bytes:
-    """4 bytes for IPv4 (and IPv4-mapped IPv6), 16 for other IPv6."""
+    """4 bytes for IPv4 (and IPv4-mapped IPv6), 16 for other IPv6 (cached: hosts repeat)."""
     addr = ipaddress.ip_address(ip.strip("[]"))
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped

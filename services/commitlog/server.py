@@ -57,8 +57,9 @@ def _peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
         return "127.0.0.1", 0
 
 
-def to_new_message(m: common_pb2.MessageInput, context: grpc.ServicerContext, field: str) -> NewMessage:
-    born = (m.born_host.ip, m.born_host.port) if m.born_host.ip else _peer_host(context)
+def to_new_message(m: common_pb2.MessageInput, peer: tuple[str, int]) -> NewMessage:
+    """The store's message; an empty born host means the caller's address (`peer`)."""
+    born = (m.born_host.ip, m.born_host.port) if m.born_host.ip else peer
     return NewMessage(
         topic=m.topic, body=m.body, keys=list(m.keys), tags=m.tags, unique_key=m.unique_key,
         properties=[(p.name, p.value) for p in m.properties], flag=m.flag, queue_id=m.queue_id,
@@ -113,19 +114,21 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         return results
 
     def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.ServicerContext) -> commitlog_pb2.SendMessageResponse:
-        (r,) = self._append([to_new_message(request.message, context, "message")], context)
+        (r,) = self._append([to_new_message(request.message, _peer_host(context))], context)
         return commitlog_pb2.SendMessageResponse(result=_result(r, self.broker_name))
 
     def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.ServicerContext) -> commitlog_pb2.SendBatchResponse:
-        msgs = [to_new_message(m, context, f"messages[{i}]") for i, m in enumerate(request.messages)]
+        peer = _peer_host(context)
+        msgs = [to_new_message(m, peer) for m in request.messages]
         results = self._append(msgs, context)
         return commitlog_pb2.SendBatchResponse(results=[_result(r, self.broker_name) for r in results])
 
     def SendStream(self, request_iterator: Iterator[commitlog_pb2.SendStreamRequest], context: grpc.ServicerContext) -> commitlog_pb2.SendStreamResponse:
         results: list[common_pb2.SendResult] = []
+        peer = _peer_host(context)
         for i, req in enumerate(request_iterator):
             try:
-                (r,) = self.store.append_many([to_new_message(req.message, context, "message")])
+                (r,) = self.store.append_many([to_new_message(req.message, peer)])
             except StoreError as exc:
                 _abort(context, exc, f"stream message {i} rejected ({len(results)} stored before it): ")
                 raise
