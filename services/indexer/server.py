@@ -126,6 +126,8 @@ def serve(args: argparse.Namespace) -> int:
     for problem in index.problems:
         log_event(log, "index problem", logging.WARNING, problem=problem)
     checkpoint = IndexCheckpoint(index_dir / "checkpoint")
+    if checkpoint.problem:
+        index.problems.append(checkpoint.problem)
     lock = threading.Lock()
     tailer = None
     if not args.read_only:

@@ -1,0 +1,93 @@
+"""The indexer as a real process: collisions shown (not filtered), bad input, an absent
+commitlog, catching up after the commitlog restarts, and SIGKILL recovery."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
+from services.launcher import free_port
+from tests.e2e.conftest import Launch, wait_until
+
+HOST = "127.0.0.6"
+
+
+def _send(addr: str, keys: list[str], uid: str = "", topic: str = "T") -> common_pb2.SendResult:
+    with grpc.insecure_channel(addr) as ch:
+        msg = common_pb2.MessageInput(topic=topic, body=b"b", keys=keys, unique_key=uid, queue_id=-1)
+        return commitlog_pb2_grpc.CommitLogServiceStub(ch).SendMessage(commitlog_pb2.SendMessageRequest(message=msg), timeout=5).result
+
+
+def _query(addr: str, key: str, **kw: object) -> indexer_pb2.QueryMessageResponse:
+    with grpc.insecure_channel(addr) as ch:
+        return indexer_pb2_grpc.IndexerServiceStub(ch).QueryMessage(indexer_pb2.QueryMessageRequest(topic=kw.pop("topic", "T"), key=key, **kw), timeout=5)  # type: ignore[arg-type]
+
+
+def _status(addr: str) -> indexer_pb2.GetIndexStatusResponse:
+    with grpc.insecure_channel(addr) as ch:
+        return indexer_pb2_grpc.IndexerServiceStub(ch).GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=5)
+
+
+@pytest.fixture
+def broker(launch: Launch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    cl_port = free_port(HOST)
+    cl_args = ["--store-dir", str(tmp_path / "store"), "--segment-size", "65536", "--flush-interval-ms", "50"]
+    cl = launch("commitlog", *cl_args, host=HOST, port=cl_port)
+    ix_args = ["--index-dir", str(tmp_path / "index"), "--commitlog", cl.address, "--hash-slots", "11", "--index-num", "50", "--flush-interval-ms", "50"]
+    ix = launch("indexer", *ix_args, host=HOST)
+    return {"cl": cl, "ix": ix, "cl_args": cl_args, "ix_args": ix_args, "cl_port": cl_port}
+
+
+def test_hash_collisions_are_returned_for_the_router_to_filter(broker) -> None:  # type: ignore[no-untyped-def]
+    cl, ix = broker["cl"].address, broker["ix"].address
+    sent = {k: _send(cl, [k]).physical_offset for k in ("Aa", "BB", "AaAa", "BBBB", "AaBB")}
+    wait_until(lambda: len(_query(ix, "AaBB").messages) == 3, what="AaAa/BBBB/AaBB indexed")
+    assert {m.commit_log_offset for m in _query(ix, "Aa").messages} == {sent["Aa"], sent["BB"]}
+    assert {m.commit_log_offset for m in _query(ix, "BBBB").messages} == {sent["AaAa"], sent["BBBB"], sent["AaBB"]}
+    resp = _query(ix, "Aa")
+    assert resp.index_last_update_phy_offset == sent["AaBB"] and resp.index_last_update_timestamp > 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [({"topic": ""}, "topic"), ({"key": ""}, "key"), ({"max_num": -1}, "max_num"), ({"begin_timestamp": 10, "end_timestamp": 5}, "begin_timestamp"), ({"key": "k" * 5000}, "key"), ({"before_phy_offset": -1}, "before_phy_offset")],
+)
+def test_bad_input_names_the_field(broker, kw: dict, field: str) -> None:  # type: ignore[no-untyped-def]
+    key = kw.pop("key", "k")
+    with pytest.raises(grpc.RpcError) as err:
+        _query(broker["ix"].address, key, **kw)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.value.details()
+
+
+def test_tailer_catches_up_after_commitlog_restart_and_unavailable_is_not_empty_success(broker, launch: Launch) -> None:  # type: ignore[no-untyped-def]
+    cl, ix = broker["cl"], broker["ix"].address
+    first = _send(cl.address, ["before"])
+    wait_until(lambda: _query(ix, "before").messages, what="first key indexed")
+    cl.stop()
+    with pytest.raises(grpc.RpcError) as err:
+        _query(ix, "before")
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    wait_until(lambda: not _status(ix).tail_connected, what="tail disconnected")
+    cl2 = launch("commitlog", *broker["cl_args"], host=HOST, port=broker["cl_port"])
+    after = [_send(cl2.address, ["after", f"a{i}"]).physical_offset for i in range(20)]
+    got = wait_until(lambda: (r := _query(ix, "after")) and len(r.messages) == 20 and r, what="catch-up")
+    assert sorted(m.commit_log_offset for m in got.messages) == after
+    assert [m.commit_log_offset for m in _query(ix, "before").messages] == [first.physical_offset]
+    st = _status(ix)
+    assert st.tail_connected and st.lag_bytes == 0 and st.total_entries == 1 + 40
+
+
+def test_index_survives_sigkill_and_is_exact_afterwards(broker, launch: Launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cl, ix = broker["cl"].address, broker["ix"]
+    offsets = [_send(cl, ["same", f"u{i}"], uid=f"UID{i}").physical_offset for i in range(40)]
+    wait_until(lambda: len(_query(ix.address, "u39").messages) == 1, what="indexed")
+    ix.kill()
+    more = [_send(cl, ["same"]).physical_offset for _ in range(10)]
+    again = launch("indexer", *broker["ix_args"], host=HOST)
+    got = wait_until(lambda: (r := _query(again.address, "same", max_num=64)) and len(r.messages) == 50 and r, what="all 50 after restart")
+    assert sorted(m.commit_log_offset for m in got.messages) == sorted(offsets + more)
+    assert len({m.commit_log_offset for m in got.messages}) == 50
+    for i in (0, 17, 39):
+        assert [m.commit_log_offset for m in _query(again.address, f"UID{i}", unique_key_flag=True).messages] == [offsets[i]]

@@ -1,0 +1,116 @@
+"""The IndexFile list: roll-over, newest-first across files, time pruning, what is not indexed,
+read-only open, corrupt files set aside, the checkpoint."""
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from formats.record import SYSFLAG_TRANSACTION_ROLLBACK
+from services.indexer.checkpoint import IndexCheckpoint
+from services.indexer.index_store import IndexStore, IndexStoreConfig
+
+
+@dataclass
+class D:
+    physical_offset: int
+    topic: str = "T"
+    keys: str = ""
+    unique_key: str = ""
+    store_timestamp: int = 1_700_000_000_000
+    sys_flag: int = 0
+
+
+def _store(tmp_path: Path, **kw: object) -> IndexStore:
+    return IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=10, **kw))  # type: ignore[arg-type]
+
+
+def test_full_file_rolls_over_and_the_next_continues_where_it_ended(tmp_path: Path) -> None:
+    s = _store(tmp_path)
+    for i in range(30):
+        s.index_record(D(i * 100, keys=f"k{i % 3}", store_timestamp=1_700_000_000_000 + i * 1000))
+    infos = s.file_infos()
+    assert len(infos) >= 4 and all(f.entries <= 9 for f in infos)
+    for prev, nxt in zip(infos, infos[1:]):
+        assert nxt.begin_phy_offset >= prev.end_phy_offset and nxt.begin_timestamp >= prev.end_timestamp
+    assert s.query("T", "k1", 64, 0, 2**62) == [i * 100 for i in range(29, -1, -1) if i % 3 == 1]
+    s.close()
+
+
+def test_time_range_prunes_files_and_entries(tmp_path: Path) -> None:
+    s = _store(tmp_path)
+    base = 1_700_000_000_000
+    for i in range(20):
+        s.index_record(D(i, keys="k", store_timestamp=base + i * 10_000))
+    got = s.query("T", "k", 64, base + 50_000, base + 120_000)
+    assert got == [12, 11, 10, 9, 8, 7, 6, 5]
+    s.close()
+
+
+def test_every_keys_token_and_the_unique_key_are_indexed_rollback_is_not(tmp_path: Path) -> None:
+    s = _store(tmp_path, max_msgs_num_batch=64)
+    s.index_record(D(10, keys="a  b c", unique_key="U1"))
+    s.index_record(D(20, keys="a", sys_flag=SYSFLAG_TRANSACTION_ROLLBACK))
+    for key in ("a", "b", "c", "U1"):
+        assert s.query("T", key, 64, 0, 2**62) == [10], key
+    assert s.query("T", "", 64, 0, 2**62) == []
+    s.close()
+
+
+def test_redelivered_records_are_not_indexed_twice(tmp_path: Path) -> None:
+    s = _store(tmp_path)
+    for off in (10, 20, 30):
+        s.index_record(D(off, keys="k"))
+    for off in (10, 20, 30):
+        s.index_record(D(off, keys="k"))
+    assert s.query("T", "k", 64, 0, 2**62) == [30, 20, 10]
+    s.close()
+
+
+def test_max_num_is_capped(tmp_path: Path) -> None:
+    s = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=400, max_msgs_num_batch=5))
+    for off in range(50):
+        s.index_record(D(off, keys="k"))
+    assert len(s.query("T", "k", 64, 0, 2**62)) == 5
+    s.close()
+
+
+def test_read_only_open_changes_no_byte(tmp_path: Path) -> None:
+    s = _store(tmp_path)
+    for off in range(25):
+        s.index_record(D(off, keys="k"))
+    s.close()
+    files = sorted((tmp_path / "index").iterdir())
+    before = [hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
+    ro = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=10, read_only=True))
+    assert ro.query("T", "k", 64, 0, 2**62)[:2] == [24, 23]
+    ro.close()
+    assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((tmp_path / "index").iterdir())] == before
+
+
+def test_corrupt_header_is_detected_reported_and_set_aside(tmp_path: Path) -> None:
+    s = _store(tmp_path)
+    for off in range(5):
+        s.index_record(D(off, keys="k"))
+    s.close()
+    (path,) = list((tmp_path / "index").iterdir())
+    data = bytearray(path.read_bytes())
+    struct.pack_into(">i", data, 36, 99_999)  # indexCount far beyond capacity
+    path.write_bytes(data)
+    again = _store(tmp_path)
+    assert again.problems and "indexCount" in again.problems[0]
+    assert again.query("T", "k", 64, 0, 2**62) == []  # nothing wrong is returned
+    assert again.last_update_phy_offset == -1  # so the tailer re-indexes that range
+    again.close()
+
+
+def test_checkpoint_round_trip_and_unreadable_checkpoint(tmp_path: Path) -> None:
+    cp = IndexCheckpoint(tmp_path / "checkpoint")
+    assert cp.offset == 0
+    cp.save(1234, 99)
+    again = IndexCheckpoint(tmp_path / "checkpoint")
+    assert (again.offset, again.timestamp) == (1234, 99)
+    (tmp_path / "checkpoint").write_text("{garbage")
+    broken = IndexCheckpoint(tmp_path / "checkpoint")
+    assert broken.offset == 0 and "unreadable" in broken.problem
