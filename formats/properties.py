@@ -63,3 +63,29 @@ def validate_pairs(pairs: Pairs, field: str = "properties") -> bytes:
     if len(encoded) > MAX_PROPERTIES_BYTES:
         raise PropertyError(f"{field}: encoded properties are {len(encoded)} bytes, at most {MAX_PROPERTIES_BYTES}")
     return encoded
+
+
+RESERVED = (KEYS, TAGS, UNIQ_KEY)
+
+
+def message_pairs(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str = "") -> Pairs:
+    """A message's stored properties: KEYS (space-joined), TAGS, UNIQ_KEY first, as a RocketMQ
+    producer orders them, then the user's. PropertyError names the field and the rule."""
+    pairs: Pairs = []
+    for i, key in enumerate(keys):
+        if not key:
+            raise PropertyError(f"{field_prefix}keys[{i}]: must not be empty")
+        if " " in key:
+            raise PropertyError(f"{field_prefix}keys[{i}]: must not contain a space (KEYS are space-separated)")
+    if keys:
+        pairs.append((KEYS, " ".join(keys)))
+    if tags:
+        pairs.append((TAGS, tags))
+    if unique_key:
+        pairs.append((UNIQ_KEY, unique_key))
+    for i, (name, _value) in enumerate(properties):
+        if name in RESERVED:
+            raise PropertyError(f"{field_prefix}properties[{i}].name: {name} is set by its own field (keys, tags, unique_key)")
+    pairs.extend(properties)
+    validate_pairs(pairs, f"{field_prefix}properties")
+    return pairs

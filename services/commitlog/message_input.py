@@ -8,12 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from formats.java_hash import tags_code
-from formats.properties import KEYS, TAGS, UNIQ_KEY, PropertyError, encode_properties, validate_pairs
+from formats.properties import PropertyError, encode_properties, message_pairs
 from formats.record import SYSFLAG_TRANSACTION_MASK, encode_record
 from formats.topic import TopicError, validate_topic
 from services.commitlog.errors import InvalidArgument
-
-RESERVED = (KEYS, TAGS, UNIQ_KEY)
 
 
 @dataclass
@@ -48,27 +46,6 @@ class Prepared:
     unique_key: str
 
 
-def build_properties(msg: NewMessage, field_prefix: str = "") -> list[tuple[str, str]]:
-    """KEYS, TAGS, UNIQ_KEY first (as a RocketMQ producer orders them), then user properties."""
-    pairs: list[tuple[str, str]] = []
-    for i, key in enumerate(msg.keys):
-        if not key:
-            raise InvalidArgument(f"{field_prefix}keys[{i}]", "must not be empty")
-        if " " in key:
-            raise InvalidArgument(f"{field_prefix}keys[{i}]", "must not contain a space (KEYS are space-separated)")
-    if msg.keys:
-        pairs.append((KEYS, " ".join(msg.keys)))
-    if msg.tags:
-        pairs.append((TAGS, msg.tags))
-    if msg.unique_key:
-        pairs.append((UNIQ_KEY, msg.unique_key))
-    for i, (name, _value) in enumerate(msg.properties):
-        if name in RESERVED:
-            raise InvalidArgument(f"{field_prefix}properties[{i}].name", f"{name} is set by its own field (keys, tags, unique_key)")
-    pairs.extend(msg.properties)
-    return pairs
-
-
 def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int], field_prefix: str = "", now_ms: int = 0) -> Prepared:
     """Validate and encode; InvalidArgument names the field and the rule."""
     try:
@@ -89,9 +66,8 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
         raise InvalidArgument(f"{field_prefix}prepared_transaction_offset", "must be >= 0")
     if not 0 <= msg.born_host[1] <= 65535:
         raise InvalidArgument(f"{field_prefix}born_host.port", "must be 0..65535")
-    pairs = build_properties(msg, field_prefix)
     try:
-        validate_pairs(pairs, f"{field_prefix}properties")
+        pairs = message_pairs(msg.keys, msg.tags, msg.unique_key, msg.properties, field_prefix)
     except PropertyError as exc:
         field, _, rule = str(exc).partition(": ")
         raise InvalidArgument(field, rule) from None

@@ -1,0 +1,76 @@
+"""The admin client: the router's four queries and its registry, with typed results.
+
+Example:
+    with AdminClient("127.0.0.1:9876") as admin:
+        for m in admin.query_by_key("OrderTopic", "order-1001").messages:
+            print(m.offset_msg_id, m.body)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+import grpc
+
+from clients.errors import from_rpc_error
+from clients.model import QueryResult
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2, router_pb2_grpc
+
+T = TypeVar("T")
+
+
+class AdminClient:
+    """Queries through the router; raises NotFoundError / InvalidArgumentError / UnavailableError."""
+
+    def __init__(self, router_addr: str, timeout_s: float = 10.0) -> None:
+        self.router_addr = router_addr
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(router_addr, options=[("grpc.max_receive_message_length", 128 << 20)])
+        self._router = router_pb2_grpc.QueryRouterServiceStub(self._channel)
+
+    def _call(self, fn: Callable[..., T], request: Any) -> T:
+        try:
+            return fn(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int = 0, continuation_token: str = "") -> QueryResult:
+        r = self._call(self._router.QueryMsgByKey, router_pb2.QueryMsgByKeyRequest(topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=end, continuation_token=continuation_token))
+        return QueryResult.from_proto(r.result)
+
+    def query_by_unique_key(self, topic: str, unique_key: str, return_all: bool = False) -> QueryResult:
+        r = self._call(self._router.QueryMsgByUniqueKey, router_pb2.QueryMsgByUniqueKeyRequest(topic=topic, unique_key=unique_key, return_all=return_all))
+        return QueryResult.from_proto(r.result)
+
+    def query_by_id(self, offset_msg_id: str) -> QueryResult:
+        r = self._call(self._router.QueryMsgById, router_pb2.QueryMsgByIdRequest(offset_msg_id=offset_msg_id))
+        return QueryResult.from_proto(r.result)
+
+    def query_by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> QueryResult:
+        r = self._call(self._router.QueryMsgByOffset, router_pb2.QueryMsgByOffsetRequest(topic=topic, broker_name=broker_name, queue_id=queue_id, queue_offset=queue_offset))
+        return QueryResult.from_proto(r.result)
+
+    def topic_route(self, topic: str) -> router_pb2.GetTopicRouteResponse:
+        return self._call(self._router.GetTopicRoute, router_pb2.GetTopicRouteRequest(topic=topic))
+
+    def brokers(self) -> list[router_pb2.BrokerInfo]:
+        return list(self._call(self._router.ListBrokers, router_pb2.ListBrokersRequest()).brokers)
+
+    def topics(self) -> list[str]:
+        return list(self._call(self._router.ListTopics, router_pb2.ListTopicsRequest()).topics)
+
+    def broker_status(self, commitlog_addr: str) -> commitlog_pb2.GetStoreStatusResponse:
+        with grpc.insecure_channel(commitlog_addr) as ch:
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+            try:
+                return stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "AdminClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

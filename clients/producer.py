@@ -1,0 +1,180 @@
+"""A producer over the router's routes and the brokers' commitlogs (like DefaultMQProducer).
+
+Example:
+    with Producer("127.0.0.1:9876") as p:
+        r = p.send("OrderTopic", b"paid", keys=["order-1001"], tags="paid")
+        print(r)   # SendResult [sendStatus=SEND_OK, msgId=…, offsetMsgId=…, …]
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import socket
+import threading
+from datetime import datetime
+from typing import Any, Callable, Sequence
+
+import grpc
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from clients.errors import InvalidArgumentError, QuarryError, UnavailableError, from_rpc_error
+from clients.model import MessageQueue, SendResult
+from formats.properties import PropertyError, message_pairs
+from formats.topic import TopicError, validate_topic
+from formats.unique_key import UniqueKeyGenerator
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
+
+Selector = Callable[[list[MessageQueue], Any], MessageQueue]
+_GENERATOR: UniqueKeyGenerator | None = None
+_GEN_LOCK = threading.Lock()
+
+
+def unique_key_generator() -> UniqueKeyGenerator:
+    """One UNIQ_KEY generator per process, as RocketMQ's static MessageClientIDSetter."""
+    global _GENERATOR
+    with _GEN_LOCK:
+        if _GENERATOR is None:
+            try:
+                ip = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                ip = "127.0.0.1"
+            # The class-loader hash of the Java client: any per-process int serves.
+            _GENERATOR = UniqueKeyGenerator(ip, os.getpid(), random.getrandbits(31), datetime.now().astimezone().tzinfo)  # type: ignore[arg-type]
+        return _GENERATOR
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, UnavailableError)
+
+
+class Producer:
+    """Sends messages to the brokers that hold a topic, retrying elsewhere when one is down."""
+
+    def __init__(self, router_addr: str, retries: int = 2, timeout_s: float = 5.0, max_message_size: int = 4 * 1024 * 1024) -> None:
+        self.router_addr = router_addr
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self.max_message_size = max_message_size
+        self._channels: dict[str, grpc.Channel] = {}
+        self._routes: dict[str, list[tuple[MessageQueue, str]]] = {}
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+
+    # -- channels and routes --------------------------------------------------------------
+    def _channel(self, addr: str) -> grpc.Channel:
+        with self._lock:
+            ch = self._channels.get(addr)
+            if ch is None:
+                ch = self._channels[addr] = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 128 << 20)])
+            return ch
+
+    def route(self, topic: str, refresh: bool = False) -> list[tuple[MessageQueue, str]]:
+        """(queue, commitlog address) pairs of a topic; a topic no broker holds yet goes to
+        every live broker (they create it on first send, with 4 queues)."""
+        if not refresh and topic in self._routes:
+            return self._routes[topic]
+        router = router_pb2_grpc.QueryRouterServiceStub(self._channel(self.router_addr))
+        try:
+            resp = router.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=topic), timeout=self.timeout_s)
+            queues = [(MessageQueue(topic, b.broker_name, q), b.commitlog_addr) for b in resp.brokers for q in range(b.queue_count)]
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                raise from_rpc_error(exc) from None
+            brokers = router.ListBrokers(router_pb2.ListBrokersRequest(), timeout=self.timeout_s).brokers
+            queues = [(MessageQueue(topic, b.broker_name, q), b.commitlog_addr) for b in brokers for q in range(4)]
+        if not queues:
+            raise UnavailableError("UNAVAILABLE", f"no live broker to send topic {topic} to")
+        self._routes[topic] = queues
+        return queues
+
+    # -- sending --------------------------------------------------------------------------
+    def _input(self, topic: str, body: bytes, keys: str | Sequence[str] | None, tags: str, properties: dict[str, str] | None, unique_key: str | None, flag: int) -> common_pb2.MessageInput:
+        try:
+            validate_topic(topic)
+        except TopicError as exc:
+            raise InvalidArgumentError("INVALID_ARGUMENT", str(exc)) from None
+        if not body:
+            raise InvalidArgumentError("INVALID_ARGUMENT", "body: must not be empty")
+        if len(body) > self.max_message_size:
+            raise InvalidArgumentError("INVALID_ARGUMENT", f"body: {len(body)} bytes exceeds the max message size {self.max_message_size}")
+        key_list = [keys] if isinstance(keys, str) else list(keys or [])
+        uid = unique_key or unique_key_generator().next_id()  # a caller-set key is kept
+        pairs = list((properties or {}).items())
+        try:
+            message_pairs(key_list, tags, uid, pairs)
+        except PropertyError as exc:
+            raise InvalidArgumentError("INVALID_ARGUMENT", str(exc)) from None
+        return common_pb2.MessageInput(
+            topic=topic, body=body, keys=key_list, tags=tags, unique_key=uid, flag=flag,
+            properties=[common_pb2.Property(name=n, value=v) for n, v in pairs],
+        )
+
+    def _pick(self, queues: list[tuple[MessageQueue, str]], avoid: set[str], selector: Selector | None, arg: Any) -> tuple[MessageQueue, str]:
+        candidates = [q for q in queues if q[0].broker_name not in avoid] or queues
+        if selector is not None:
+            chosen = selector([q for q, _ in candidates], arg)
+            return next(q for q in candidates if q[0] == chosen)
+        return candidates[next(self._counter) % len(candidates)]
+
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        keys: str | Sequence[str] | None = None,
+        tags: str = "",
+        properties: dict[str, str] | None = None,
+        unique_key: str | None = None,
+        flag: int = 0,
+        selector: Selector | None = None,
+        arg: Any = None,
+    ) -> SendResult:
+        """Send one message; retried on another broker (same UNIQ_KEY) when one is unavailable."""
+        msg = self._input(topic, body, keys, tags, properties, unique_key, flag)
+        return self._send_with_retry(topic, [msg], selector, arg)[0]
+
+    def send_batch(self, topic: str, bodies: Sequence[bytes], keys: Sequence[str | Sequence[str] | None] | None = None, tags: str = "") -> list[SendResult]:
+        """Send messages of one topic as one batch to one queue (one write on the broker)."""
+        msgs = [self._input(topic, b, (keys[i] if keys else None), tags, None, None, 0) for i, b in enumerate(bodies)]
+        return self._send_with_retry(topic, msgs, None, None)
+
+    def _send_with_retry(self, topic: str, msgs: list[common_pb2.MessageInput], selector: Selector | None, arg: Any) -> list[SendResult]:
+        avoid: set[str] = set()
+
+        def attempt() -> list[SendResult]:
+            queues = self.route(topic, refresh=bool(avoid))
+            queue, addr = self._pick(queues, avoid, selector, arg)
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(self._channel(addr))
+            for m in msgs:
+                m.queue_id = queue.queue_id
+            try:
+                if len(msgs) == 1:
+                    results = [stub.SendMessage(commitlog_pb2.SendMessageRequest(message=msgs[0]), timeout=self.timeout_s).result]
+                else:
+                    results = list(stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs), timeout=self.timeout_s).results)
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc)
+                if isinstance(err, UnavailableError):
+                    avoid.add(queue.broker_name)
+                raise err from None
+            return [
+                SendResult(common_pb2.SendStatus.Name(r.status).removeprefix("SEND_STATUS_"), r.unique_key, r.offset_msg_id, MessageQueue(topic, r.broker_name or queue.broker_name, r.queue_id), r.queue_offset)
+                for r in results
+            ]
+
+        retrying = Retrying(retry=retry_if_exception(_retryable), stop=stop_after_attempt(self.retries + 1), wait=wait_exponential_jitter(initial=0.05, max=1.0), reraise=True)
+        try:
+            return retrying(attempt)
+        except RetryError as exc:  # pragma: no cover - reraise=True re-raises the last error
+            raise QuarryError("UNAVAILABLE", str(exc)) from None
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._channels.clear()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

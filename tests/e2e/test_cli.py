@@ -1,0 +1,87 @@
+"""Every `quarry` CLI command against real processes: found, not found, bad input, broker down."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from clients.producer import Producer
+from services.launcher import REPO_ROOT, LocalCluster
+from tests.e2e.conftest import wait_until
+
+
+@pytest.fixture
+def cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyped-def]
+    c = cluster_factory(commitlog_args=["--segment-size", str(1 << 20)], indexer_args=["--hash-slots", "101", "--index-num", "1000", "--flush-interval-ms", "100"])
+    c.start_router()
+    c.add_broker("broker-a", "127.0.0.7")
+    c.add_broker("broker-b", "127.0.0.8")
+    yield c
+
+
+def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    assert cluster.router is not None
+    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-m", "clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO_ROOT)
+
+
+def test_send_then_find_by_every_query(cluster: LocalCluster) -> None:
+    sent = quarry(cluster, "--json", "sendMessage", "-t", "CliTopic", "-p", "hello cli", "-k", "order-7 cust-3", "-c", "TagC")
+    assert sent.returncode == 0, sent.stderr
+    r = json.loads(sent.stdout)
+    assert r["send_status"] == "SEND_OK" and len(r["offset_msg_id"]) == 32 and len(r["msg_id"]) == 32
+    plain = quarry(cluster, "sendMessage", "-t", "CliTopic", "-p", "second")
+    assert plain.stdout.startswith("SendResult [sendStatus=SEND_OK, msgId=") and "messageQueue=MessageQueue [topic=CliTopic" in plain.stdout
+
+    by_id = quarry(cluster, "queryMsgById", "-i", r["offset_msg_id"])
+    assert by_id.returncode == 0 and f"OffsetID:            {r['offset_msg_id']}" in by_id.stdout and "hello cli" in by_id.stdout
+    assert "Keys:                [order-7 cust-3]" in by_id.stdout and "Tags:                [TagC]" in by_id.stdout
+    by_uniq_via_id = quarry(cluster, "queryMsgById", "-i", r["msg_id"], "-t", "CliTopic")
+    assert by_uniq_via_id.returncode == 0 and r["offset_msg_id"] in by_uniq_via_id.stdout
+
+    found = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgByKey", "-t", "CliTopic", "-k", "cust-3")) and json.loads(p.stdout)["messages"] and p, what="key indexed")
+    data = json.loads(found.stdout)
+    assert [m["offset_msg_id"] for m in data["messages"]] == [r["offset_msg_id"]] and data["complete"]
+    table = quarry(cluster, "queryMsgByKey", "-t", "CliTopic", "-k", "order-7", "-b", "2000-01-01T00:00:00")
+    assert table.stdout.splitlines()[0].startswith("#Message ID") and r["msg_id"] in table.stdout
+
+    uniq = quarry(cluster, "queryMsgByUniqueKey", "-t", "CliTopic", "-i", r["msg_id"])
+    assert uniq.returncode == 0 and r["offset_msg_id"] in uniq.stdout
+    at = quarry(cluster, "queryMsgByOffset", "-t", "CliTopic", "-b", r["broker_name"], "-i", str(r["queue_id"]), "-o", str(r["queue_offset"]))
+    assert at.returncode == 0 and r["offset_msg_id"] in at.stdout
+
+    assert "CliTopic" in quarry(cluster, "topicList").stdout.split()
+    route = json.loads(quarry(cluster, "topicRoute", "-t", "CliTopic").stdout)
+    assert route["topic"] == "CliTopic" and route["brokers"]
+    clusters = quarry(cluster, "clusterList")
+    assert "broker-a" in clusters.stdout and "broker-b" in clusters.stdout
+    status = json.loads(quarry(cluster, "--json", "brokerStatus").stdout)
+    assert {s["broker"] for s in status} == {"broker-a", "broker-b"} and all(s["max_offset"] >= 0 for s in status)
+
+
+def test_not_found_bad_input_and_broker_down_exit_codes(cluster: LocalCluster) -> None:
+    missing = quarry(cluster, "queryMsgById", "-i", "7F00000700002A9F0000000000FFFFFF")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    bad = quarry(cluster, "queryMsgByKey", "-t", "bad topic!", "-k", "x")
+    assert bad.returncode == 2 and "topic" in bad.stderr and "Traceback" not in bad.stderr
+    bad_time = quarry(cluster, "queryMsgByKey", "-t", "T", "-k", "x", "-b", "yesterday")
+    assert bad_time.returncode == 2 and "ISO-8601" in bad_time.stderr
+    not_offset_id = quarry(cluster, "queryMsgById", "-i", "not-an-id")
+    assert not_offset_id.returncode == 2 and "-t" in not_offset_id.stderr
+    assert quarry(cluster, "sendMessage", "-t", "T", "-p", "x", "-k", "a\x01b").returncode == 2
+
+    with Producer(cluster.router.address) as p:  # type: ignore[union-attr]
+        for broker in ("broker-a", "broker-b"):
+            p.send("DownTopic", b"x", keys=["both"], selector=lambda qs, b: next(q for q in qs if q.broker_name == b), arg=broker)
+    wait_until(lambda: len(json.loads(quarry(cluster, "--json", "queryMsgByKey", "-t", "DownTopic", "-k", "both").stdout)["messages"]) == 2, what="both indexed")
+    cluster.brokers["broker-b"].indexer.kill()
+    partial = quarry(cluster, "--json", "queryMsgByKey", "-t", "DownTopic", "-k", "both")
+    assert partial.returncode == 0
+    data = json.loads(partial.stdout)
+    assert not data["complete"] and [m["broker_name"] for m in data["messages"]] == ["broker-a"]
+    assert "broker broker-b did not answer" in partial.stderr

@@ -1,0 +1,107 @@
+"""Producer: retry elsewhere keeping UNIQ_KEY, no retry on bad input, validation, SendResult text.
+
+Brokers and the router are real in-process gRPC servers with small servicers of their own."""
+from __future__ import annotations
+
+import time
+from concurrent import futures
+from datetime import timezone
+from typing import Iterator
+
+import grpc
+import pytest
+
+from clients.errors import InvalidArgumentError
+from clients.model import MessageQueue, SendResult
+from clients.producer import Producer, unique_key_generator
+from formats import unique_key
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
+
+
+class Broker(commitlog_pb2_grpc.CommitLogServiceServicer):
+    def __init__(self, name: str, fail: grpc.StatusCode | None = None) -> None:
+        self.name, self.fail, self.seen = name, fail, []
+
+    def SendMessage(self, request, context):  # type: ignore[no-untyped-def]
+        self.seen.append(request.message)
+        if self.fail is not None:
+            context.abort(self.fail, f"{self.name} says no")
+        return commitlog_pb2.SendMessageResponse(result=common_pb2.SendResult(
+            status=common_pb2.SEND_STATUS_SEND_OK, unique_key=request.message.unique_key, offset_msg_id="7F00000100002A9F0000000000000000",
+            queue_id=request.message.queue_id, queue_offset=5, topic=request.message.topic, broker_name=self.name))
+
+
+class Router(router_pb2_grpc.QueryRouterServiceServicer):
+    def __init__(self, brokers: dict[str, str]) -> None:
+        self.brokers = brokers
+
+    def GetTopicRoute(self, request, context):  # type: ignore[no-untyped-def]
+        return router_pb2.GetTopicRouteResponse(topic=request.topic, brokers=[router_pb2.BrokerQueues(broker_name=n, commitlog_addr=a, queue_count=2) for n, a in self.brokers.items()])
+
+
+def _serve(add) -> tuple[grpc.Server, str]:  # type: ignore[no-untyped-def]
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    add(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[str, Broker, Broker]]:
+    down, up = Broker("broker-a", fail=grpc.StatusCode.UNAVAILABLE), Broker("broker-b")
+    s1, a1 = _serve(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(down, s))
+    s2, a2 = _serve(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(up, s))
+    s3, a3 = _serve(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(Router({"broker-a": a1, "broker-b": a2}), s))
+    yield a3, down, up
+    for s in (s1, s2, s3):
+        s.stop(0)
+
+
+def test_unavailable_broker_is_retried_on_another_with_the_same_unique_key(world) -> None:  # type: ignore[no-untyped-def]
+    router, down, up = world
+    with Producer(router, retries=2) as p:
+        r = p.send("T", b"x", keys="k")  # round robin starts at broker-a's first queue
+    assert r.message_queue.broker_name == "broker-b"
+    assert len(down.seen) == 1 and len(up.seen) == 1
+    assert down.seen[0].unique_key == up.seen[0].unique_key == r.msg_id
+
+
+def test_invalid_argument_is_never_retried(world) -> None:  # type: ignore[no-untyped-def]
+    router, down, up = world
+    up.fail = grpc.StatusCode.INVALID_ARGUMENT
+    down.fail = grpc.StatusCode.INVALID_ARGUMENT
+    with Producer(router, retries=3) as p, pytest.raises(InvalidArgumentError):
+        p.send("T", b"x")
+    assert len(down.seen) + len(up.seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [({"topic": "a b"}, "topic"), ({"body": b""}, "body"), ({"keys": ["has space"]}, "keys[0]"), ({"properties": {"a": "b\x02"}}, "\\x02"), ({"properties": {"KEYS": "x"}}, "own field")],
+)
+def test_bad_input_is_rejected_before_sending(world, kw: dict, needle: str) -> None:  # type: ignore[no-untyped-def]
+    router, down, up = world
+    args = {"topic": "T", "body": b"x", **kw}
+    with Producer(router) as p, pytest.raises(InvalidArgumentError, match=needle.replace("\\", "\\\\").replace("[", r"\[").replace("]", r"\]")):
+        p.send(args.pop("topic"), args.pop("body"), **args)
+    assert not down.seen and not up.seen
+
+
+def test_caller_set_unique_key_is_kept(world) -> None:  # type: ignore[no-untyped-def]
+    router, _, up = world
+    with Producer(router) as p:
+        r = p.send("T", b"x", unique_key="MY-OWN-ID", selector=lambda qs, _: next(q for q in qs if q.broker_name == "broker-b"))
+    assert r.msg_id == "MY-OWN-ID" == up.seen[0].unique_key
+
+
+def test_generated_unique_keys_have_the_4x_layout_and_decode_to_now() -> None:
+    uid = unique_key_generator().next_id()
+    assert unique_key.id_kind(uid) == "v4" and uid == uid.upper()
+    now = int(time.time() * 1000)
+    assert abs(unique_key.nearly_time_from_id(uid, now + 1000, timezone.utc) - now) < 15 * 3600 * 1000
+
+
+def test_send_result_prints_like_rocketmq() -> None:
+    r = SendResult("SEND_OK", "AB", "CD", MessageQueue("T", "broker-a", 3), 7)
+    assert str(r) == "SendResult [sendStatus=SEND_OK, msgId=AB, offsetMsgId=CD, messageQueue=MessageQueue [topic=T, brokerName=broker-a, queueId=3], queueOffset=7]"
