@@ -85,6 +85,8 @@ class Producer:
             queues = [(MessageQueue(topic, b.broker_name, q), b.commitlog_addr) for b in brokers for q in range(4)]
         if not queues:
             raise UnavailableError("UNAVAILABLE", f"no live broker to send topic {topic} to")
+        # Interleave brokers (a0, b0, a1, b1, …) so round robin spreads load from the first send.
+        queues.sort(key=lambda q: (q[0].queue_id, q[0].broker_name))
         self._routes[topic] = queues
         return queues
 

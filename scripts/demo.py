@@ -1,67 +1,70 @@
-"""Quarry's main job on its embedded default: a router and one broker (commitlog + indexer)
-on loopback, one message sent, then found again by offsetMsgId, by key and by unique key."""
+"""Quarry's main job on its embedded default: a router and two brokers (commitlog + indexer
+each, on 127.0.0.1 and 127.0.0.2) on loopback; messages sent with the producer, then found
+again with the `quarry` CLI by offsetMsgId, by key and by unique key."""
 from __future__ import annotations
 
-import os
-import socket
+import io
 import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
-import grpc
-
-from formats.unique_key import UniqueKeyGenerator
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
+from clients.cli import main as quarry
+from clients.producer import Producer
 from services.launcher import LocalCluster
 
 TOPIC = "DemoTopic"
 
 
-def _wait(predicate, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+def _cli(router: str, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = quarry(["-n", router, *args], out=out, err=sys.stderr)
+    return code, out.getvalue()
+
+
+def _wait_for_key(router: str, key: str, count: int, timeout_s: float = 20.0) -> str:
+    """Poll the key query until `count` messages are indexed (the indexer tails the log)."""
     end = time.monotonic() + timeout_s
     pause = threading.Event()
     while time.monotonic() < end:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except grpc.RpcError:
-            pass
+        code, text = _cli(router, "queryMsgByKey", "-t", TOPIC, "-k", key)
+        if code == 0 and len(text.strip().splitlines()) - 1 >= count:
+            return text
         pause.wait(0.05)
-    raise TimeoutError(f"timed out waiting for {what}")
+    raise TimeoutError(f"key {key} not indexed within {timeout_s}s")
 
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="quarry-demo-") as tmp:
         cluster = LocalCluster(root=Path(tmp), commitlog_args=["--segment-size", str(64 << 20)], indexer_args=["--hash-slots", "100003", "--index-num", "400000"])
         try:
-            router = cluster.start_router()
-            broker = cluster.add_broker("broker-a", "127.0.0.1")
-            print(f"router     {router.address}  SERVING")
-            print(f"commitlog  {broker.commitlog.address}  SERVING  (store {broker.store_dir})")
-            print(f"indexer    {broker.indexer.address}  SERVING  (index {broker.index_dir})")
-            ip = socket.gethostbyname("localhost")
-            uid = UniqueKeyGenerator(ip, os.getpid(), id(UniqueKeyGenerator) & 0x7FFFFFFF, datetime.now().astimezone().tzinfo).next_id()
-            with grpc.insecure_channel(broker.commitlog.address) as cl, grpc.insecure_channel(router.address) as rc:
-                commitlog = commitlog_pb2_grpc.CommitLogServiceStub(cl)
-                query = router_pb2_grpc.QueryRouterServiceStub(rc)
-                msg = common_pb2.MessageInput(topic=TOPIC, body=b"order 1001 paid", keys=["order-1001"], tags="paid", unique_key=uid, queue_id=-1)
-                sent = commitlog.SendMessage(commitlog_pb2.SendMessageRequest(message=msg), timeout=5).result
-                print(f"\nsent       msgId={sent.unique_key} offsetMsgId={sent.offset_msg_id} queue={sent.queue_id} queueOffset={sent.queue_offset}")
-                by_id = query.QueryMsgById(router_pb2.QueryMsgByIdRequest(offset_msg_id=sent.offset_msg_id), timeout=5).result
-                print(f"by id      {by_id.messages[0].offset_msg_id} body={by_id.messages[0].body.decode()!r}")
-                by_key = _wait(lambda: query.QueryMsgByKey(router_pb2.QueryMsgByKeyRequest(topic=TOPIC, key="order-1001"), timeout=5).result.messages, 20, "the key to be indexed")
-                print(f"by key     order-1001 -> {[m.offset_msg_id for m in by_key]}")
-                by_uniq = query.QueryMsgByUniqueKey(router_pb2.QueryMsgByUniqueKeyRequest(topic=TOPIC, unique_key=uid), timeout=5).result
-                print(f"by uniqkey {uid} -> {[m.offset_msg_id for m in by_uniq.messages]} (copies={by_uniq.copies})")
-                found = {by_id.messages[0].offset_msg_id, by_key[0].offset_msg_id, by_uniq.messages[0].offset_msg_id}
-                if found != {sent.offset_msg_id}:
-                    print(f"MISMATCH: sent {sent.offset_msg_id}, found {found}", file=sys.stderr)
-                    return 1
-            print("\nOK: the message was found by id, key and unique key")
+            router = cluster.start_router().address
+            for name, host in (("broker-a", "127.0.0.1"), ("broker-b", "127.0.0.2")):
+                b = cluster.add_broker(name, host)
+                print(f"{name}: commitlog {b.commitlog.address}, indexer {b.indexer.address}")
+            print(f"router: {router}   (NAMESRV_ADDR={router} quarry <command> … works while this runs)\n")
+            with Producer(router) as producer:
+                first = producer.send(TOPIC, b"order 1001 paid", keys=["order-1001", "customer-42"], tags="paid")
+                second = producer.send(TOPIC, b"order 1002 paid", keys=["order-1002", "customer-42"], tags="paid")
+            print(first)
+            print(second)
+            print("\n$ quarry queryMsgById -i", first.offset_msg_id)
+            code, text = _cli(router, "queryMsgById", "-i", first.offset_msg_id)
+            print(text)
+            ok = code == 0 and first.offset_msg_id in text
+            print("$ quarry queryMsgByKey -t", TOPIC, "-k customer-42")
+            text = _wait_for_key(router, "customer-42", 2)
+            print(text)
+            ok = ok and first.msg_id in text and second.msg_id in text
+            print(f"$ quarry queryMsgByUniqueKey -t {TOPIC} -i {second.msg_id}")
+            code, text = _cli(router, "queryMsgByUniqueKey", "-t", TOPIC, "-i", second.msg_id)
+            print(text)
+            ok = ok and code == 0 and second.offset_msg_id in text
+            if not ok:
+                print("FAILED: a message was not found as sent", file=sys.stderr)
+                return 1
+            print("OK: every message was found by id, key and unique key")
         finally:
             cluster.stop()
     return 0
