@@ -157,6 +157,50 @@ class IndexFile:
         _HEADER.pack_into(mm, 0, h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count)
         return True
 
+    def put_keys(self, items: list[tuple[str | int, int, int]]) -> int:
+        """put_key for each (key, phy_offset, store_timestamp) in order; returns how many fit.
+
+        A key may be given as its index key hash (an int) when the caller computed it.
+
+        The file's bytes after the call equal those after the same put_key calls; the header
+        is written once at the end instead of after every entry (the indexer's batch path).
+        """
+        if self.read_only:
+            raise IndexFileError(f"{self.path}: opened read-only")
+        h = self.header
+        mm, slots, entries_pos, capacity = self._mm, self.slots, self.entries_pos, self.index_num
+        pack_entry, unpack_i32, pack_i32 = _ENTRY.pack_into, _I32.unpack_from, _I32.pack_into
+        count = h.index_count
+        done = 0
+        for key, phy_offset, store_timestamp in items:
+            if count >= capacity:
+                break
+            key_hash = key if isinstance(key, int) else index_key_hash(key)
+            slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+            slot_value = unpack_i32(mm, slot_pos)[0]
+            if slot_value <= 0 or slot_value > count:
+                slot_value = 0
+            if h.begin_timestamp <= 0:
+                time_diff = 0
+            else:
+                diff = store_timestamp - h.begin_timestamp
+                time_diff = 0 if diff < 0 else min(diff // 1000, INT_MAX)
+            pack_entry(mm, entries_pos + count * ENTRY_SIZE, key_hash, phy_offset, time_diff, slot_value)
+            pack_i32(mm, slot_pos, count)
+            if count <= 1:
+                h.begin_phy_offset = phy_offset
+                h.begin_timestamp = store_timestamp
+            if slot_value == 0:
+                h.hash_slot_count += 1
+            count += 1
+            h.end_phy_offset = phy_offset
+            h.end_timestamp = store_timestamp
+            done += 1
+        h.index_count = count
+        if done:
+            _HEADER.pack_into(mm, 0, h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count)
+        return done
+
     # -- select ---------------------------------------------------------------------------
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, into: list[int] | None = None, below: int | None = None) -> list[int]:
         """Offsets indexed under `key` with time in [begin, end], newest first, up to max_num

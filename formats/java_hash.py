@@ -6,6 +6,7 @@ lone surrogates (which Python strings can hold) hash as themselves.
 from __future__ import annotations
 
 import array
+import operator
 import sys
 
 _MASK = 0xFFFFFFFF
@@ -18,15 +19,27 @@ def _code_units(s: str) -> array.array:
     return units
 
 
+_POWERS: dict[int, tuple[int, ...]] = {}
+
+
+def _powers(n: int) -> tuple[int, ...]:
+    """31**k mod 2**32 for k = n-1 … 0, cached per length."""
+    got = _POWERS.get(n)
+    if got is None:
+        got = tuple(pow(31, k, 1 << 32) for k in range(n - 1, -1, -1))
+        if len(_POWERS) < 4096:
+            _POWERS[n] = got
+    return got
+
+
 def java_string_hash(s: str) -> int:
-    """`s.hashCode()` as Java computes it: h = 31*h + unit over UTF-16 units, wrapped to int32."""
-    h = 0
-    if s.isascii():
-        for ch in s.encode("ascii"):
-            h = (31 * h + ch) & _MASK
-    else:
-        for unit in _code_units(s):
-            h = (31 * h + unit) & _MASK
+    """`s.hashCode()` as Java computes it: h = 31*h + unit over UTF-16 units, wrapped to int32.
+
+    Evaluated as Σ unit·31^(n-1-i) with C-level map/sum: the same value, several times
+    faster than a Python loop on the indexer's hot path.
+    """
+    units = s.encode("ascii") if s.isascii() else _code_units(s)
+    h = sum(map(operator.mul, units, _powers(len(units)))) & _MASK
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -39,3 +52,4 @@ def index_key_hash(key: str) -> int:
 def tags_code(tags: str | None) -> int:
     """ConsumeQueue tagsCode of a message: the Java hashCode of its TAGS, 0 when it has none."""
     return java_string_hash(tags) if tags else 0
+

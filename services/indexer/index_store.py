@@ -13,8 +13,9 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Sequence
 
+from formats.java_hash_batch import index_key_hashes
 from formats.index_file import IndexFile, IndexFileError, file_size
 from formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 from services.log import log_event
@@ -139,17 +140,12 @@ class IndexStore:
         """Index one record's UNIQ_KEY and KEYS tokens (see module doc for what is skipped)."""
         if d.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
             return
-        # Strictly below: the last record may have been cut short by a crash, so it is
-        # indexed again in full (query results are de-duplicated).
         if d.physical_offset < self.last_update_phy_offset:
             return
-        uniq = getattr(d, "unique_key", None) or getattr(d, "uniq_key", None)
-        keys = d.keys or ""  # type: ignore[attr-defined]
-        topic = d.topic
-        names = []
-        if uniq:
-            names.append(f"{topic}#{uniq}")
-        names.extend(f"{topic}#{k}" for k in keys.split(" ") if k)
+        names = self._names(d)
+        if d.physical_offset == self.last_update_phy_offset:
+            # A crash may have cut this record's keys short: add only the missing ones.
+            names = [n for n in names if d.physical_offset not in self.query_name(n)]
         for name in names:
             f = self._writable()
             if not f.put_key(name, d.physical_offset, d.store_timestamp):
@@ -157,6 +153,41 @@ class IndexStore:
                 f.put_key(name, d.physical_offset, d.store_timestamp)
         self.last_update_phy_offset = d.physical_offset
         self.last_update_timestamp = d.store_timestamp
+
+    @staticmethod
+    def _names(d: Dispatch) -> list[str]:
+        """`topic#UNIQ_KEY`, then `topic#k` for each non-empty KEYS token."""
+        uniq = getattr(d, "unique_key", None) or getattr(d, "uniq_key", None)
+        keys = getattr(d, "keys", None) or ""
+        names = [f"{d.topic}#{uniq}"] if uniq else []
+        names.extend(f"{d.topic}#{k}" for k in keys.split(" ") if k)
+        return names
+
+    def query_name(self, name: str) -> list[int]:
+        """Every offset under an exact index name in the newest file (for crash repair)."""
+        return self.files[-1].select_phy_offsets(name, 2**31 - 1, 0, 2**63 - 1) if self.files else []
+
+    def index_records(self, records: Sequence[Dispatch]) -> None:
+        """index_record for a batch, with one IndexFile header write per file touched."""
+        items: list[tuple[str, int, int]] = []  # (topic#key, offset, store time)
+        last = self.last_update_phy_offset
+        for d in records:
+            if d.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK or d.physical_offset < last:
+                continue
+            off, ts = d.physical_offset, d.store_timestamp
+            if off == self.last_update_phy_offset:
+                names = [n for n in self._names(d) if off not in self.query_name(n)]
+                items.extend((n, off, ts) for n in names)
+            else:
+                items.extend((n, off, ts) for n in self._names(d))
+            last = off
+            self.last_update_timestamp = ts
+        # Hash the whole batch at once (numpy): hashing is most of an index put's cost.
+        hashed = [(h, off, ts) for h, (_, off, ts) in zip(index_key_hashes([n for n, _, _ in items]), items)]
+        while hashed:
+            done = self._writable().put_keys(hashed)
+            hashed = hashed[done:]
+        self.last_update_phy_offset = last
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
         """Offsets under topic#key with time in [begin, end] (and below `below`), newest files first, capped."""

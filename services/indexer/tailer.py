@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import grpc
 from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
@@ -24,7 +24,7 @@ log = logging.getLogger("quarry.tailer")
 class IndexSink(Protocol):
     """What the tailer writes to (services.indexer.index_store.IndexStore)."""
 
-    def index_record(self, record: common_pb2.DispatchRecord) -> None: ...
+    def index_records(self, records: Sequence[common_pb2.DispatchRecord]) -> None: ...
     def flush(self) -> None: ...
 
 
@@ -136,9 +136,9 @@ class Tailer:
 
     def _apply(self, response: commitlog_pb2.TailResponse) -> None:
         with self.lock:
-            for record in response.records:
-                self.index.index_record(record)
-                self.state.last_store_timestamp = record.store_timestamp
+            if response.records:
+                self.index.index_records(response.records)
+                self.state.last_store_timestamp = response.records[-1].store_timestamp
             self.state.next_offset = response.next_offset
             self.state.commitlog_max_offset = response.max_offset
             self._dirty = self._dirty or bool(response.records)

@@ -99,3 +99,15 @@ def test_read_only_open_of_golden_image_changes_no_byte(scenario_path: Path, tmp
     f.flush()
     f.close()
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.parametrize("scenario_path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_batch_put_gives_the_same_bytes_as_single_puts(scenario_path: Path, tmp_path: Path) -> None:
+    scenario = _load(scenario_path)
+    ctor = scenario["constructor"]
+    f = IndexFile(tmp_path / "index", scenario["hash_slot_num"], scenario["index_num"], ctor["end_phy_offset"], ctor["end_timestamp"])
+    items = [(p["key"], p["phy_offset"], p["store_timestamp"]) for p in scenario["puts"]]
+    assert f.put_keys(items) == sum(p["returned"] for p in scenario["puts"])
+    f.flush()
+    f.close()
+    assert (tmp_path / "index").read_bytes() == (golden_root() / "indexfile" / scenario["file"]).read_bytes()

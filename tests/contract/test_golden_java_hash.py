@@ -22,3 +22,14 @@ def test_hashes_and_slots(case: dict) -> None:
     assert units == case["utf16_length"]
     if case.get("utf8_hex") is not None:
         assert key.encode("utf-8").hex() == case["utf8_hex"]
+
+
+
+def test_batch_hashes_equal_every_golden_case() -> None:
+    from formats.java_hash_batch import index_key_hashes, java_string_hashes
+
+    keys = [c["key"] for c in DATA["cases"]]
+    assert java_string_hashes(keys) == [c["string_hash"] for c in DATA["cases"]]
+    assert index_key_hashes(keys) == [c["index_key_hash"] for c in DATA["cases"]]
+    ascii_keys = [k for k in keys if k.isascii()]
+    assert java_string_hashes(ascii_keys) == [c["string_hash"] for c in DATA["cases"] if c["key"].isascii()]

@@ -114,3 +114,19 @@ def test_checkpoint_round_trip_and_unreadable_checkpoint(tmp_path: Path) -> None
     (tmp_path / "checkpoint").write_text("{garbage")
     broken = IndexCheckpoint(tmp_path / "checkpoint")
     assert broken.offset == 0 and "unreadable" in broken.problem
+
+
+def test_batch_indexing_equals_one_by_one(tmp_path: Path) -> None:
+    records = [D(i * 10, keys=f"k{i % 4} all", unique_key=f"U{i}", store_timestamp=1_700_000_000_000 + i * 700) for i in range(40)]
+    records.insert(5, D(55, keys="k1", sys_flag=SYSFLAG_TRANSACTION_ROLLBACK))
+    one = IndexStore.open(tmp_path / "one", IndexStoreConfig(hash_slot_num=7, index_num=30))
+    for r in records:
+        one.index_record(r)
+    batch = IndexStore.open(tmp_path / "batch", IndexStoreConfig(hash_slot_num=7, index_num=30))
+    batch.index_records(records[:17])
+    batch.index_records(records[10:])  # overlapping re-delivery
+    for key in ("k0", "k1", "all", "U3", "U39"):
+        assert batch.query("T", key, 64, 0, 2**62) == one.query("T", key, 64, 0, 2**62), key
+    assert [f.entries for f in batch.file_infos()] == [f.entries for f in one.file_infos()]
+    one.close()
+    batch.close()
