@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
+import socket
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -11,6 +14,7 @@ import grpc
 
 from formats.record import Record
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
+from services import metrics
 from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
 from services.commitlog.message_input import NewMessage
 from services.commitlog.registration import Heartbeat
@@ -45,6 +49,19 @@ def parse_host(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"expected ip:port, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def resolve_store_host(advertise: str) -> tuple[str, int]:
+    """The IP and port offsetMsgIds carry: a host name is resolved, a wildcard replaced by
+    this host's address (an id must hold an IP the router can match)."""
+    host, port = parse_host(advertise)
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostbyname(socket.gethostname())
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        host = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+    return host, port
 
 
 def _peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
@@ -102,13 +119,19 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.stopping = stopping
         self.on_topic_created = lambda: None
 
-    def _append(self, msgs: list[NewMessage], context: grpc.ServicerContext, same_topic: bool = True) -> list[AppendResult]:
+    def _append(self, msgs: list[NewMessage], context: grpc.ServicerContext, same_topic: bool = True, rpc: str = "SendMessage") -> list[AppendResult]:
         topics_before = len(self.store.topics)
+        t0 = time.perf_counter()
         try:
             results = self.store.append_many(msgs, same_topic=same_topic)
         except StoreError as exc:
+            metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
             _abort(context, exc)
             raise
+        metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)
+        metrics.SENT_MESSAGES.labels(results[0].topic).inc(len(results))
+        metrics.SENT_BYTES.inc(sum(r.size for r in results))
+        metrics.STORE_MAX_OFFSET.set(self.store.write_offset)
         if len(self.store.topics) != topics_before:
             self.on_topic_created()
         return results
@@ -120,7 +143,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.ServicerContext) -> commitlog_pb2.SendBatchResponse:
         peer = _peer_host(context)
         msgs = [to_new_message(m, peer) for m in request.messages]
-        results = self._append(msgs, context)
+        results = self._append(msgs, context, rpc="SendBatch")
         return commitlog_pb2.SendBatchResponse(results=[_result(r, self.broker_name) for r in results])
 
     def SendStream(self, request_iterator: Iterator[commitlog_pb2.SendStreamRequest], context: grpc.ServicerContext) -> commitlog_pb2.SendStreamResponse:
@@ -229,7 +252,7 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging()
     store = CommitLogStore(
         StoreConfig(
-            store_dir=Path(args.store_dir), store_host=parse_host(args.advertise), segment_size=args.segment_size,
+            store_dir=Path(args.store_dir), store_host=resolve_store_host(args.advertise), segment_size=args.segment_size,
             cq_units_per_file=args.cq_units_per_file, flush_mode=args.flush_mode, flush_interval_ms=args.flush_interval_ms,
             sync_flush_timeout_ms=args.sync_flush_timeout_ms, auto_create_topics=args.auto_create_topics,
             default_queues=args.default_queues, max_message_size=args.max_message_size,
@@ -237,6 +260,7 @@ def serve(args: argparse.Namespace) -> int:
         )
     )
     stopping = threading.Event()
+    metrics.start_metrics_server(args.metrics_port)
     servicer = CommitLogServicer(store, args.broker_name, stopping)
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
     # Bodies above the limit are refused by gRPC before the payload is buffered.
@@ -246,11 +270,13 @@ def serve(args: argparse.Namespace) -> int:
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
     )
     heartbeat = None
+    ip, port = store.config.store_host
+    store_host_text = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
     if args.router:
         def _registration() -> router_pb2.RegisterBrokerRequest:
             return router_pb2.RegisterBrokerRequest(
                 broker_name=args.broker_name, commitlog_addr=args.advertise, indexer_addr=args.indexer_addr,
-                store_host=args.advertise, cluster_name=args.cluster_name, heartbeat_interval_ms=args.heartbeat_interval_ms,
+                store_host=store_host_text, cluster_name=args.cluster_name, heartbeat_interval_ms=args.heartbeat_interval_ms,
                 topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(store.topics.items())],
             )
 

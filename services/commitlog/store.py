@@ -30,6 +30,7 @@ from services.commitlog.message_input import NewMessage, Prepared, prepare
 from services.commitlog.segments import SegmentQueue
 from services.commitlog.topic_table import load_topics, save_topics
 from services.log import log_event
+from services.metrics import FLUSH_SECONDS
 
 log = logging.getLogger("quarry.store")
 
@@ -361,8 +362,10 @@ class CommitLogStore:
             dirty = [s for s in self.segments.segments if s.dirty]
         if target == self.flushed_offset and not clean and not dirty:
             return target
+        t0 = time.perf_counter()
         for seg in dirty:
             seg.fsync()
+        FLUSH_SECONDS.observe(time.perf_counter() - t0)
         with self.lock:
             self.cqs.flush()
         save_checkpoint(self.dir, StoreCheckpoint(target, int(time.time() * 1000), clean))

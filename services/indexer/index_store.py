@@ -19,6 +19,7 @@ from formats.java_hash_batch import index_key_hashes
 from formats.index_file import IndexFile, IndexFileError, file_size
 from formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 from services.log import log_event
+from services.metrics import INDEX_ENTRIES
 
 log = logging.getLogger("quarry.index")
 NAME = re.compile(r"^\d{17}$")
@@ -184,6 +185,7 @@ class IndexStore:
             self.last_update_timestamp = ts
         # Hash the whole batch at once (numpy): hashing is most of an index put's cost.
         hashed = [(h, off, ts) for h, (_, off, ts) in zip(index_key_hashes([n for n, _, _ in items]), items)]
+        INDEX_ENTRIES.inc(len(hashed))
         while hashed:
             done = self._writable().put_keys(hashed)
             hashed = hashed[done:]

@@ -18,7 +18,8 @@ from formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 from services.indexer.checkpoint import IndexCheckpoint
 from services.indexer.index_store import IndexStore, IndexStoreConfig
-from services.indexer.tailer import Tailer
+from services import metrics
+from services.indexer.tailer import Tailer, TailState
 from services.log import configure_logging, log_event
 from services.serving import Registration, start_server, wait_for_termination
 
@@ -125,6 +126,7 @@ def serve(args: argparse.Namespace) -> int:
     index = IndexStore.open(index_dir / "index", config)
     for problem in index.problems:
         log_event(log, "index problem", logging.WARNING, problem=problem)
+    metrics.start_metrics_server(args.metrics_port)
     checkpoint = IndexCheckpoint(index_dir / "checkpoint")
     if checkpoint.problem:
         index.problems.append(checkpoint.problem)
@@ -133,7 +135,12 @@ def serve(args: argparse.Namespace) -> int:
     if not args.read_only:
         start = checkpoint.offset
         log_event(log, "index opened", dir=str(index_dir), files=len(index.file_infos()), checkpoint=start, last_indexed=index.last_update_phy_offset)
-        tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock).start()
+        def _observe(records: int, state: "TailState") -> None:
+            metrics.INDEX_LAG_BYTES.set(max(0, state.commitlog_max_offset - state.next_offset))
+            behind = state.commitlog_max_offset > state.next_offset
+            metrics.INDEX_LAG_MS.set(max(0, time.time() * 1000 - state.last_store_timestamp) if behind and state.last_store_timestamp else 0)
+
+        tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe).start()
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = start_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)])

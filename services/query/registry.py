@@ -5,6 +5,7 @@ Plain Python (no gRPC). Brokers register and heartbeat; one that misses heartbea
 """
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,15 +77,26 @@ class BrokerRegistry:
         return [b for b in self.live() if topic in b.topics or (b.static and not b.topics)]
 
     def by_store_host(self, ip: str, port: int) -> Broker | None:
-        """The live broker whose advertised store host is ip:port."""
+        """The live broker whose advertised store host is ip:port (addresses compared as IPs)."""
+        want = _ip(ip)
         for broker in self.live():
             host, _, bport = broker.store_host.rpartition(":")
-            if host.strip("[]") == ip and bport == str(port):
+            if bport == str(port) and (_ip(host.strip("[]")) or host.strip("[]")) == (want or ip):
                 return broker
         return None
 
     def topics(self) -> list[str]:
         return sorted({t for b in self.live() for t in b.topics})
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
 
 
 def parse_static_brokers(text: str) -> list[Broker]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Callable, TypeVar
+import time
+from typing import Callable
 
 import grpc
 
 from formats.topic import TopicError, validate_topic
 from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
+from services import metrics
 from services.log import configure_logging, log_event
 from services.query.broker_clients import BrokerClients
 from services.query.queries import Answer, Queries, QueryError, QuerySettings
@@ -17,7 +19,6 @@ from services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, 
 from services.serving import Registration, start_server, wait_for_termination
 
 log = logging.getLogger("quarry.router")
-R = TypeVar("R")
 
 
 def _result(answer: Answer) -> router_pb2.QueryResult:
@@ -45,13 +46,22 @@ def _result(answer: Answer) -> router_pb2.QueryResult:
     )
 
 
-def _run(context: grpc.ServicerContext, kind: str, fn: Callable[[], R]) -> R:
+def _run(context: grpc.ServicerContext, kind: str, fn: Callable[[], Answer]) -> Answer:
+    t0 = time.perf_counter()
     try:
-        return fn()
+        answer = fn()
     except QueryError as exc:
+        metrics.QUERIES.labels(kind, exc.code.lower()).inc()
         log_event(log, "query failed", kind=kind, code=exc.code, detail=exc.message)
         context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
         raise  # unreachable: abort raises
+    metrics.QUERY_LATENCY.labels(kind).observe(time.perf_counter() - t0)
+    metrics.QUERIES.labels(kind, "ok" if answer.complete else "incomplete").inc()
+    for o in answer.outcomes:
+        metrics.FANOUT_LATENCY.labels(o.key).observe(o.latency_ms / 1000.0)
+        if not o.ok:
+            metrics.FANOUT_FAILURES.labels(o.key, o.error_code).inc()
+    return answer
 
 
 class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
@@ -154,6 +164,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging()
+    metrics.start_metrics_server(args.metrics_port)
     registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats)
     for broker in parse_static_brokers(args.static_brokers):
         registry.register(broker)

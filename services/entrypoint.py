@@ -1,0 +1,27 @@
+"""Container entry point: `python -m services.entrypoint router|commitlog|indexer|probe|cli [args]`."""
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {
+    "router": "services.query.__main__",
+    "commitlog": "services.commitlog.__main__",
+    "indexer": "services.indexer.__main__",
+    "probe": "services.probe",
+    "cli": "clients.cli",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in COMMANDS:
+        print(f"usage: entrypoint {{{'|'.join(COMMANDS)}}} [args…]", file=sys.stderr)
+        return 2
+    import importlib
+
+    module = importlib.import_module(COMMANDS[args[0]])
+    return int(module.main(args[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
