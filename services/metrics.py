@@ -29,6 +29,6 @@ FANOUT_FAILURES = Counter("quarry_router_fanout_failures_total", "Per-broker fai
 
 
 def start_metrics_server(port: int, host: str = "0.0.0.0") -> None:
-    """Serve /metrics on port (0: metrics off)."""
+    """Serve /metrics on host:port — the service's own bind address (port 0: metrics off)."""
     if port:
         start_http_server(port, addr=host)

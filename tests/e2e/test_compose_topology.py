@@ -1,0 +1,131 @@
+"""compose.yaml run as local processes: each service's command and environment as the real
+Compose parser resolves them, host names mapped to distinct loopback addresses, ports as
+declared, start order from depends_on, readiness from the file's own health probe.
+
+A renamed variable or a wrong port in compose.yaml breaks this test."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from clients.admin import AdminClient
+from clients.producer import Producer
+from services.launcher import REPO_ROOT
+from tests.contract.test_compose import compose_config
+from tests.e2e.conftest import wait_until
+
+
+def _topology() -> dict:
+    result = compose_config(REPO_ROOT / "compose.yaml")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _start_order(services: dict) -> list[str]:
+    order: list[str] = []
+    while len(order) < len(services):
+        ready = [n for n, s in services.items() if n not in order and all(d in order for d in (s.get("depends_on") or {}))]
+        assert ready, f"depends_on cycle among {set(services) - set(order)}"
+        order += sorted(ready)
+    return order
+
+
+class Topology:
+    """The compose services as processes; `ips` maps service names to 127.0.0.x."""
+
+    def __init__(self, root: Path) -> None:
+        self.cfg = _topology()
+        self.services = self.cfg["services"]
+        self.ips = {name: f"127.0.1.{i + 10}" for i, name in enumerate(sorted(self.services))}
+        self.root = root
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def rewrite(self, service: str, value: str) -> str:
+        """Service host names → their loopback IPs; wildcard binds → the service's own IP;
+        127.0.0.1 (a container's own loopback) → the service's IP; /data → its volume dir."""
+        for name, ip in self.ips.items():
+            value = re.sub(rf"(?<![\w.-]){re.escape(name)}(?=:\d)", ip, value)
+        value = value.replace("0.0.0.0:", f"{self.ips[service]}:").replace("127.0.0.1:", f"{self.ips[service]}:")
+        for vol in self.services[service].get("volumes", []):
+            if value.startswith(vol["target"]):
+                value = str(self.root / vol["source"]) + value[len(vol["target"]):]
+        return value
+
+    def start(self, name: str) -> None:
+        svc = self.services[name]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")}
+        env.update({k: self.rewrite(name, str(v)) for k, v in (svc.get("environment") or {}).items()})
+        env["PYTHONPATH"] = str(REPO_ROOT)
+        log = open(self.root / f"{name}.log", "ab")
+        cmd = [sys.executable, "-m", "services.entrypoint", *svc["command"]]
+        self.procs[name] = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        probe = [self.rewrite(name, a) for a in svc["healthcheck"]["test"][1:]]
+        assert probe[:4] == ["python", "-m", "services.entrypoint", "probe"]
+        probe[0] = sys.executable
+
+        def healthy() -> bool:
+            if self.procs[name].poll() is not None:
+                pytest.fail(f"{name} exited: {(self.root / f'{name}.log').read_text()[-2000:]}")
+            return subprocess.run(probe, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, timeout=30).returncode == 0
+
+        wait_until(healthy, timeout_s=60, what=f"{name} healthy by its compose probe")
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def address(self, name: str, port: int) -> str:
+        return f"{self.ips[name]}:{port}"
+
+
+@pytest.fixture
+def topology(tmp_path: Path) -> Iterator[Topology]:
+    topo = Topology(tmp_path)
+    try:
+        for name in _start_order(topo.services):
+            topo.start(name)
+        yield topo
+    finally:
+        for name in list(topo.procs):
+            topo.stop(name)
+
+
+def test_compose_topology_sends_finds_and_reports_a_lost_broker(topology: Topology) -> None:
+    published = topology.services["router"]["ports"][0]
+    router = topology.address("router", int(published["target"]))
+    with Producer(router) as producer, AdminClient(router) as admin:
+        wait_until(lambda: len(admin.brokers()) == 2, what="both brokers registered")
+        sent = [producer.send("ComposeTopic", f"m{i}".encode(), keys=["compose-key", f"k{i}"]) for i in range(6)]
+        assert {s.message_queue.broker_name for s in sent} == {"broker-a", "broker-b"}
+        for s in sent:
+            assert admin.query_by_id(s.offset_msg_id).messages[0].unique_key == s.msg_id
+        found = wait_until(lambda: (r := admin.query_by_key("ComposeTopic", "compose-key")) and len(r.messages) == 6 and r, what="all six by key")
+        assert {m.offset_msg_id for m in found.messages} == {s.offset_msg_id for s in sent}
+        for s in sent:
+            assert admin.query_by_unique_key("ComposeTopic", s.msg_id).messages[0].offset_msg_id == s.offset_msg_id
+
+        port = int(topology.services["router"]["environment"]["QUARRY_METRICS_PORT"])
+        for name in topology.services:
+            body = urllib.request.urlopen(f"http://{topology.ips[name]}:{port}/metrics", timeout=5).read().decode()
+            assert "quarry_" in body, name
+        assert "quarry_commitlog_sent_messages_total" in urllib.request.urlopen(f"http://{topology.ips['commitlog-a']}:{port}/metrics", timeout=5).read().decode()
+
+        topology.stop("commitlog-b")  # SIGTERM, as `docker compose stop commitlog-b`
+        partial = admin.query_by_key("ComposeTopic", "compose-key")
+        assert not partial.complete
+        assert [b.broker_name for b in partial.failed_brokers] == ["broker-b"]
+        assert partial.messages and {m.broker_name for m in partial.messages} == {"broker-a"}
