@@ -133,6 +133,8 @@ class IndexStore:
             oldest = self.files.pop(0)
             oldest.close()
             os.unlink(oldest.path)
+            problem = f"index disk cap of {self.config.max_files} files reached: dropped {oldest.path.name} (offsets {oldest.header.begin_phy_offset}..{oldest.header.end_phy_offset} no longer indexed)"
+            self.problems.append(problem)
             log_event(log, "index disk cap reached: oldest file dropped", logging.WARNING, file=oldest.path.name, max_files=self.config.max_files)
         log_event(log, "index file created", file=name)
         return f
@@ -215,13 +217,14 @@ class IndexStore:
         ]
 
     def delete_below(self, min_phy_offset: int) -> int:
-        """Drop files whose newest entry lies below the commitlog's minimum offset."""
+        """Drop files whose newest entry lies below the commitlog's minimum offset (expired)."""
         dropped = 0
         while len(self.files) > 1 and self.files[0].header.end_phy_offset < min_phy_offset:
             f = self.files.pop(0)
             f.close()
             os.unlink(f.path)
             dropped += 1
+            log_event(log, "index file expired with its segments", file=f.path.name, end_phy_offset=f.header.end_phy_offset, log_min_offset=min_phy_offset)
         return dropped
 
     def flush(self) -> None:

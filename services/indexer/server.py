@@ -113,6 +113,8 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             tail_connected=bool(state and state.connected),
             problems=problems,
             read_only=self.index.read_only,
+            lag_ms=int(max(0, time.time() * 1000 - last_ts)) if state and max_offset > checkpoint_offset and last_ts else 0,
+            max_files=self.index.config.max_files,
         )
 
     def close(self) -> None:
@@ -122,7 +124,10 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
 def serve(args: argparse.Namespace) -> int:
     configure_logging()
     index_dir = Path(args.index_dir)
-    config = IndexStoreConfig(hash_slot_num=args.hash_slots, index_num=args.index_num, max_msgs_num_batch=args.max_msgs_num_batch, read_only=args.read_only)
+    config = IndexStoreConfig(
+        hash_slot_num=args.hash_slots, index_num=args.index_num, max_msgs_num_batch=args.max_msgs_num_batch,
+        read_only=args.read_only, max_files=args.max_files,
+    )
     index = IndexStore.open(index_dir / "index", config)
     for problem in index.problems:
         log_event(log, "index problem", logging.WARNING, problem=problem)

@@ -72,6 +72,7 @@ class Tailer:
         self._channel: grpc.Channel | None = None
         self._call: grpc.Future | None = None
         self._last_flush = time.monotonic()
+        self._last_expiry = 0.0
         self._dirty = False
         self.caught_up = threading.Condition()
 
@@ -106,6 +107,7 @@ class Tailer:
                     self.state.last_error = ""
                     log_event(log, "tail connected", commitlog=self.commitlog_addr, from_offset=self.state.next_offset)
                 self._apply(response)
+                self._expire(stub)
             raise _Disconnected("stream ended")
         except grpc.RpcError as exc:
             if self._stop.is_set():
@@ -147,6 +149,18 @@ class Tailer:
         self._flush()
         with self.caught_up:
             self.caught_up.notify_all()
+
+    def _expire(self, stub: commitlog_pb2_grpc.CommitLogServiceStub) -> None:
+        """Drop IndexFiles that only cover expired segments (checked once a minute)."""
+        if time.monotonic() - self._last_expiry < 60 or not hasattr(self.index, "delete_below"):
+            return
+        self._last_expiry = time.monotonic()
+        try:
+            status = stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=2)
+        except grpc.RpcError:
+            return
+        with self.lock:
+            self.index.delete_below(status.min_offset)  # type: ignore[attr-defined]
 
     def _flush(self, force: bool = False) -> None:
         if not self._dirty or (not force and time.monotonic() - self._last_flush < self.flush_interval_s):

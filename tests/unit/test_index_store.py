@@ -130,3 +130,22 @@ def test_batch_indexing_equals_one_by_one(tmp_path: Path) -> None:
     assert [f.entries for f in batch.file_infos()] == [f.entries for f in one.file_infos()]
     one.close()
     batch.close()
+
+
+def test_disk_cap_drops_the_oldest_file_and_says_so(tmp_path: Path) -> None:
+    s = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=5, max_files=2))
+    for off in range(20):
+        s.index_record(D(off * 10, keys="k"))
+    assert len(s.file_infos()) == 2 and len(list((tmp_path / "index").iterdir())) == 2
+    assert any("cap of 2 files reached" in p for p in s.problems)
+    s.close()
+
+
+def test_files_below_the_log_minimum_are_deleted(tmp_path: Path) -> None:
+    s = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=5))
+    for off in range(20):
+        s.index_record(D(off * 10, keys="k"))
+    before = s.file_infos()
+    dropped = s.delete_below(before[2].begin_phy_offset)
+    assert dropped == 2 and s.file_infos() == before[2:]
+    s.close()
