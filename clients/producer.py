@@ -104,7 +104,7 @@ class Producer:
         uid = unique_key or unique_key_generator().next_id()  # a caller-set key is kept
         pairs = list((properties or {}).items())
         try:
-            message_pairs(key_list, tags, uid, pairs)
+            message_pairs(key_list, tags, uid, pairs)  # the broker's rules, checked before sending
         except PropertyError as exc:
             raise InvalidArgumentError("INVALID_ARGUMENT", str(exc)) from None
         return common_pb2.MessageInput(

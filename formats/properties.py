@@ -68,9 +68,10 @@ def validate_pairs(pairs: Pairs, field: str = "properties") -> bytes:
 RESERVED = (KEYS, TAGS, UNIQ_KEY)
 
 
-def message_pairs(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str = "") -> Pairs:
+def message_pairs(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str = "") -> tuple[Pairs, str]:
     """A message's stored properties: KEYS (space-joined), TAGS, UNIQ_KEY first, as a RocketMQ
-    producer orders them, then the user's. PropertyError names the field and the rule."""
+    producer orders them, then the user's; returns (pairs, encoded string). PropertyError
+    names the field and the rule."""
     pairs: Pairs = []
     for i, key in enumerate(keys):
         if not key:
@@ -87,5 +88,5 @@ def message_pairs(keys: list[str], tags: str, unique_key: str, properties: Pairs
         if name in RESERVED:
             raise PropertyError(f"{field_prefix}properties[{i}].name: {name} is set by its own field (keys, tags, unique_key)")
     pairs.extend(properties)
-    validate_pairs(pairs, f"{field_prefix}properties")
-    return pairs
+    encoded = validate_pairs(pairs, f"{field_prefix}properties")
+    return pairs, encoded.decode("utf-8")

@@ -11,11 +11,18 @@ class TopicError(ValueError):
     """A topic that breaks the naming rule; the message names the field and the rule."""
 
 
+_VALID: set[str] = set()  # topics already checked: a batch repeats one topic thousands of times
+
+
 def validate_topic(topic: str, field: str = "topic") -> None:
     """Raise TopicError unless topic matches ^[%|a-zA-Z0-9_-]+$ and is at most 127 bytes."""
+    if topic in _VALID:
+        return
     if not topic:
         raise TopicError(f"{field}: must not be empty")
     if len(topic.encode("utf-8")) > TOPIC_MAX_BYTES:
         raise TopicError(f"{field}: at most {TOPIC_MAX_BYTES} bytes (TOPICLEN is a signed byte), got {len(topic.encode('utf-8'))}")
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):  # fullmatch: "$" would accept a trailing newline
         raise TopicError(f"{field}: {topic!r} must match ^[%|a-zA-Z0-9_-]+$")
+    if len(_VALID) < 100_000:
+        _VALID.add(topic)

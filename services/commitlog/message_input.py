@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from formats.java_hash import tags_code
-from formats.properties import PropertyError, encode_properties, message_pairs
+from formats.properties import PropertyError, message_pairs
 from formats.record import SYSFLAG_TRANSACTION_MASK, encode_record
 from formats.topic import TopicError, validate_topic
 from services.commitlog.errors import InvalidArgument
@@ -40,7 +40,7 @@ class Prepared:
     topic: str
     queue_id: int  # -1: the store picks
     sys_flag: int
-    record: bytearray
+    record: bytes
     tags_code: int
     keys: str
     unique_key: str
@@ -67,14 +67,14 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
     if not 0 <= msg.born_host[1] <= 65535:
         raise InvalidArgument(f"{field_prefix}born_host.port", "must be 0..65535")
     try:
-        pairs = message_pairs(msg.keys, msg.tags, msg.unique_key, msg.properties, field_prefix)
+        _pairs, properties = message_pairs(msg.keys, msg.tags, msg.unique_key, msg.properties, field_prefix)
     except PropertyError as exc:
         field, _, rule = str(exc).partition(": ")
         raise InvalidArgument(field, rule) from None
     sys_flag = msg.sys_flag & SYSFLAG_TRANSACTION_MASK
     try:
         record = encode_record(
-            topic=msg.topic, body=msg.body, properties=encode_properties(pairs), queue_id=max(0, msg.queue_id), flag=msg.flag,
+            topic=msg.topic, body=msg.body, properties=properties, queue_id=max(0, msg.queue_id), flag=msg.flag,
             queue_offset=0, physical_offset=0, sys_flag=sys_flag, born_timestamp=msg.born_timestamp or now_ms,
             born_host=msg.born_host, store_timestamp=0, store_host=store_host,
             reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from services.metrics import FLUSH_SECONDS
 log = logging.getLogger("quarry.store")
 
 ABORT_FILE = "abort"
+_QUEUE_ID = struct.Struct(">i")
 MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BYTES = 64 * 1024 * 1024
 
@@ -117,6 +119,8 @@ class CommitLogStore:
         self.write_offset = 0
         self.flushed_offset = 0
         self._round_robin: dict[str, int] = {}
+        # offsetMsgId = hex(store host ip + port) + hex(offset): the host part never changes.
+        self._id_prefix = offset_msg_id.create(config.store_host[0], config.store_host[1], 0)[:-16]
         self._closed = False
         self._stop = threading.Event()
         self._flush_wanted = threading.Event()
@@ -268,7 +272,7 @@ class CommitLogStore:
         queue_next: dict[tuple[str, int], int] = {}
         results: list[AppendResult] = []
         rr = dict(self._round_robin)
-        host = self.config.store_host
+        id_prefix = self._id_prefix
         for p in prepared:
             queue_id = p.queue_id
             if queue_id < 0:
@@ -296,14 +300,14 @@ class CommitLogStore:
             rec_at = len(buf)
             buf += p.record
             # queue id is part of the record: patch it too (it may have been chosen here)
-            buf[rec_at + 12:rec_at + 16] = queue_id.to_bytes(4, "big", signed=True)
+            _QUEUE_ID.pack_into(buf, rec_at + 12, queue_id)
             patch_record(buf, rec_at, queue_offset, at, now, p.sys_flag)
             if advances:
                 queue_next[key] = queue_offset + 1
                 first, units = cq_writes.get(key, (queue_offset, bytearray()))
                 units += encode_unit(at, size, p.tags_code)
                 cq_writes[key] = (first, units)
-            results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, offset_msg_id.create(host[0], host[1], at), p.unique_key))
+            results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, f"{id_prefix}{at & 0xFFFFFFFFFFFFFFFF:016X}", p.unique_key))
             offset = at + size
         try:
             for seg, at, buf in writes:
