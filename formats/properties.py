@@ -53,6 +53,13 @@ def validate_pairs(pairs: Pairs, field: str = "properties") -> bytes:
 
     Raises PropertyError naming the offending property and the rule.
     """
+    text = encode_properties(pairs)
+    # Fast path: with clean names and values the separators appear exactly once per pair.
+    if text.count(NAME_VALUE_SEP) == len(pairs) and text.count(PROPERTY_SEP) == max(0, len(pairs) - 1) and all(name for name, _ in pairs):
+        encoded = text.encode("utf-8")
+        if len(encoded) > MAX_PROPERTIES_BYTES:
+            raise PropertyError(f"{field}: encoded properties are {len(encoded)} bytes, at most {MAX_PROPERTIES_BYTES}")
+        return encoded
     for i, (name, value) in enumerate(pairs):
         if not name:
             raise PropertyError(f"{field}[{i}].name: must not be empty")

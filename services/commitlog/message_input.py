@@ -14,7 +14,7 @@ from formats.topic import TopicError, validate_topic
 from services.commitlog.errors import InvalidArgument
 
 
-@dataclass
+@dataclass(slots=True)
 class NewMessage:
     """What a producer sends (RocketMQ `Message` plus the born fields)."""
 
@@ -33,7 +33,7 @@ class NewMessage:
     prepared_transaction_offset: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Prepared:
     """A validated message: record bytes with placeholders, and what the index needs."""
 

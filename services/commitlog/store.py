@@ -59,7 +59,7 @@ class StoreConfig:
     read_only: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class AppendResult:
     """Where one message was stored."""
 
