@@ -215,17 +215,22 @@ class IndexFile:
         mm = self._mm
         key_hash = index_key_hash(key)
         slot_value = _I32.unpack_from(mm, HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE)[0]
-        if slot_value <= 0 or slot_value > count or count <= 1:
+        last_entry = self.index_num - 1  # beyond the file: only a corrupt header points there
+        if slot_value <= 0 or slot_value > count or count <= 1 or slot_value > last_entry:
             return out
         current = slot_value
-        while len(out) < max_num:
+        # A sound chain visits each entry at most once; a corrupt one may loop (RocketMQ only
+        # guards prev == current), so the walk is bounded by the entry count.
+        steps = min(count, last_entry)
+        while len(out) < max_num and steps > 0:
+            steps -= 1
             hash_read, phy_read, diff, prev = _ENTRY.unpack_from(mm, self.entries_pos + current * ENTRY_SIZE)
             if diff < 0:
                 break
             time_read = h.begin_timestamp + diff * 1000
             if hash_read == key_hash and begin <= time_read <= end and (below is None or phy_read < below):
                 out.append(phy_read)
-            if prev <= 0 or prev > count or prev == current or time_read < begin:
+            if prev <= 0 or prev > count or prev == current or time_read < begin or prev > last_entry:
                 break
             current = prev
         return out

@@ -20,7 +20,7 @@ from pathlib import Path
 from formats import offset_msg_id
 from formats.consume_queue import encode_unit
 from formats.record import (
-    BLANK_HEADER_SIZE, BLANK_MAGIC, MESSAGE_MAGIC, CorruptRecordError, DispatchInfo, Record,
+    BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, DispatchInfo, Record,
     body_crc, decode_record, dispatch_info, patch_record, read_size_and_magic, takes_queue_offset,
 )
 from formats.segment_walk import WalkResult, walk_segments
@@ -413,7 +413,9 @@ class CommitLogStore:
         if len(head) < 8:
             raise NotFound(f"no record starts at physical offset {physical_offset}")
         size, magic = read_size_and_magic(head, 0)
-        if magic != MESSAGE_MAGIC or size <= 0 or size > seg.end - physical_offset:
+        # A corrupt TOTALSIZE must not make us read (and allocate) up to a whole segment.
+        largest = max(self.config.max_message_size, 4 * 1024 * 1024) + 32767 + 127 + FIXED_SIZE + 24
+        if magic != MESSAGE_MAGIC or size <= 0 or size > seg.end - physical_offset or size > largest:
             raise NotFound(f"no record starts at physical offset {physical_offset}")
         data = seg.read(physical_offset, size)
         try:
