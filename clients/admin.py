@@ -11,6 +11,8 @@ from typing import Any, Callable, TypeVar
 
 import grpc
 
+from clients.channels import open_channel
+
 from clients.errors import from_rpc_error
 from clients.model import QueryResult
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2, router_pb2_grpc
@@ -24,7 +26,7 @@ class AdminClient:
     def __init__(self, router_addr: str, timeout_s: float = 10.0) -> None:
         self.router_addr = router_addr
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(router_addr, options=[("grpc.max_receive_message_length", 128 << 20)])
+        self._channel = open_channel(router_addr, options=[("grpc.max_receive_message_length", 128 << 20)])
         self._router = router_pb2_grpc.QueryRouterServiceStub(self._channel)
 
     def _call(self, fn: Callable[..., T], request: Any) -> T:
@@ -59,7 +61,7 @@ class AdminClient:
         return list(self._call(self._router.ListTopics, router_pb2.ListTopicsRequest()).topics)
 
     def broker_status(self, commitlog_addr: str) -> commitlog_pb2.GetStoreStatusResponse:
-        with grpc.insecure_channel(commitlog_addr) as ch:
+        with open_channel(commitlog_addr) as ch:
             stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
             try:
                 return stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=self.timeout_s)

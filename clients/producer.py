@@ -16,6 +16,8 @@ from datetime import datetime
 from typing import Any, Callable, Sequence
 
 import grpc
+
+from clients.channels import open_channel
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from clients.errors import InvalidArgumentError, QuarryError, UnavailableError, from_rpc_error
@@ -66,7 +68,7 @@ class Producer:
         with self._lock:
             ch = self._channels.get(addr)
             if ch is None:
-                ch = self._channels[addr] = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 128 << 20)])
+                ch = self._channels[addr] = open_channel(addr, options=[("grpc.max_send_message_length", 128 << 20)])
             return ch
 
     def route(self, topic: str, refresh: bool = False) -> list[tuple[MessageQueue, str]]:

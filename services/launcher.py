@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import IO
 
 import grpc
+
+from clients.channels import open_channel
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +41,7 @@ def wait_healthy(address: str, deadline_s: float = 20.0, service: str = "") -> N
     end = time.monotonic() + deadline_s
     last: Exception | str = "no answer"
     pause = threading.Event()
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while (remaining := end - time.monotonic()) > 0:
             try:
@@ -150,11 +152,12 @@ class LocalCluster:
     commitlog_args: list[str] = field(default_factory=list)
     indexer_args: list[str] = field(default_factory=list)
     heartbeat_ms: int = 500
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of every process (TLS, ACL)
 
     def start_router(self, *args: str, host: str = "127.0.0.1") -> ServiceProcess:
         self.router = ServiceProcess(
             "router", f"{host}:{free_port(host)}",
-            ["--heartbeat-interval-ms", str(self.heartbeat_ms), *args], self.root / "logs" / "router.log",
+            ["--heartbeat-interval-ms", str(self.heartbeat_ms), *args], self.root / "logs" / "router.log", env=dict(self.env),
         ).start()
         return self.router
 
@@ -166,12 +169,12 @@ class LocalCluster:
             "commitlog", cl_addr,
             ["--store-dir", str(store_dir), "--broker-name", name, "--router", self.router.address, "--indexer-addr", ix_addr,
              "--heartbeat-interval-ms", str(self.heartbeat_ms), *self.commitlog_args, *(commitlog_args or [])],
-            self.root / "logs" / f"{name}-commitlog.log",
+            self.root / "logs" / f"{name}-commitlog.log", env=dict(self.env),
         ).start()
         indexer = ServiceProcess(
             "indexer", ix_addr,
             ["--index-dir", str(index_dir), "--commitlog", cl_addr, "--broker-name", name, *self.indexer_args, *(indexer_args or [])],
-            self.root / "logs" / f"{name}-indexer.log",
+            self.root / "logs" / f"{name}-indexer.log", env=dict(self.env),
         ).start()
         broker = BrokerProcesses(name, host, commitlog, indexer, store_dir, index_dir)
         self.brokers[name] = broker

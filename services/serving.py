@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.log import log_event
+from services.security import acl_interceptors, server_credentials
 
 log = logging.getLogger("quarry.serving")
 
@@ -59,7 +60,7 @@ def start_server(
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name), options=options)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name), options=options, interceptors=acl_interceptors())
     regs = list(registrations)
     for reg in regs:
         reg.add(server)
@@ -67,14 +68,15 @@ def start_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [r.service_name for r in regs]
     reflection.enable_server_reflection(names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(bind)
+    creds = server_credentials()
+    port = server.add_secure_port(bind, creds) if creds is not None else server.add_insecure_port(bind)
     if port == 0:
         raise OSError(f"{name}: cannot bind {bind}")
     server.start()
     host = bind.rsplit(":", 1)[0]
     running = RunningServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}", service_names=names)
     running.set_serving(True)
-    log_event(log, "server started", service=name, address=running.address)
+    log_event(log, "server started", service=name, address=running.address, tls=creds is not None)
     return running
 
 

@@ -11,6 +11,8 @@ from typing import Callable
 
 import grpc
 
+from clients.channels import open_channel
+
 from quarry.v1 import router_pb2, router_pb2_grpc
 from services.log import log_event
 
@@ -26,7 +28,7 @@ class Heartbeat:
         self.interval_s = interval_ms / 1000.0
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._channel = grpc.insecure_channel(router_addr)
+        self._channel = open_channel(router_addr)
         self._stub = router_pb2_grpc.QueryRouterServiceStub(self._channel)
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
         self.registered = threading.Event()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import grpc
 
+from clients.channels import open_channel
+
 from formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 from services.indexer.checkpoint import IndexCheckpoint
@@ -39,7 +41,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         self.lock = lock
         self.tailer = tailer
         self.checkpoint = checkpoint
-        self._channel = grpc.insecure_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)])
+        self._channel = open_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)])
         self._commitlog = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
 
     def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.ServicerContext) -> indexer_pb2.QueryMessageResponse:

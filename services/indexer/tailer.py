@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import grpc
+
+from clients.channels import open_channel
 from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
@@ -97,7 +99,7 @@ class Tailer:
     def _tail_once(self) -> None:
         if self._stop.is_set():
             return
-        self._channel = grpc.insecure_channel(self.commitlog_addr)
+        self._channel = open_channel(self.commitlog_addr)
         stub = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
         try:
             self._call = stub.Tail(commitlog_pb2.TailRequest(from_offset=self.state.next_offset, max_batch=1024))

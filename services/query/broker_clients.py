@@ -5,6 +5,8 @@ import threading
 
 import grpc
 
+from clients.channels import open_channel
+
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
 
 _OPTIONS = [
@@ -26,7 +28,7 @@ class BrokerClients:
         with self._lock:
             ch = self._channels.get(address)
             if ch is None:
-                ch = grpc.insecure_channel(address, options=_OPTIONS)
+                ch = open_channel(address, options=_OPTIONS)
                 self._channels[address] = ch
             return ch
 

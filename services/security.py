@@ -1,0 +1,167 @@
+"""Server-side TLS and access control, both off unless configured (environment):
+
+  QUARRY_TLS_CERT, QUARRY_TLS_KEY   serve TLS with this certificate and key
+  QUARRY_TLS_CLIENT_CA              also require client certificates signed by this CA (mTLS)
+  QUARRY_ACL_FILE                   JSON accounts; every RPC but health/reflection is checked
+
+ACL file: {"accounts": [{"access_key": "...", "secret_key": "...", "admin": false,
+           "topics": {"OrderTopic": ["publish", "query"], "*": ["query"]}}]}
+A call carries x-quarry-access-key, x-quarry-timestamp (epoch ms, within 5 minutes) and
+x-quarry-signature = hex HMAC-SHA256(secret, "<method>\\n<timestamp>\\n<access key>").
+Unknown key, bad signature or stale timestamp → UNAUTHENTICATED; a missing permission →
+PERMISSION_DENIED. Secrets are never logged.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import grpc
+
+from clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from services.log import log_event
+
+log = logging.getLogger("quarry.security")
+MAX_SKEW_MS = 5 * 60 * 1000
+
+# Which permission each RPC needs. Topic-less reads need the permission on "*".
+PERMISSIONS = {
+    "SendMessage": "publish", "SendBatch": "publish", "SendStream": "publish", "GetTopicRoute": "publish",
+    "ViewMessage": "query", "GetMessages": "query", "PullMessages": "query", "QueryMessage": "query",
+    "QueryMsgByKey": "query", "QueryMsgByUniqueKey": "query", "QueryMsgById": "query", "QueryMsgByOffset": "query",
+    "ListTopics": "query", "ListBrokers": "query",
+    "RegisterBroker": "admin", "UnregisterBroker": "admin", "Tail": "admin", "GetStoreStatus": "admin", "GetIndexStatus": "admin",
+}
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def server_credentials() -> grpc.ServerCredentials | None:
+    cert, key = os.environ.get("QUARRY_TLS_CERT"), os.environ.get("QUARRY_TLS_KEY")
+    if not cert or not key:
+        return None
+    client_ca = os.environ.get("QUARRY_TLS_CLIENT_CA")
+    return grpc.ssl_server_credentials(
+        [(Path(key).read_bytes(), Path(cert).read_bytes())],
+        root_certificates=Path(client_ca).read_bytes() if client_ca else None,
+        require_client_auth=bool(client_ca),
+    )
+
+
+@dataclass
+class Account:
+    access_key: str
+    secret_key: str
+    admin: bool = False
+    topics: dict[str, set[str]] = field(default_factory=dict)
+
+    def allows(self, permission: str, topics: Iterable[str]) -> bool:
+        if self.admin:
+            return True
+        if permission == "admin":
+            return False
+        wanted = list(topics) or ["*"]
+        return all(permission in self.topics.get(t, set()) or permission in self.topics.get("*", set()) for t in wanted)
+
+
+def load_accounts(path: str) -> dict[str, Account]:
+    data = json.loads(Path(path).read_text())
+    accounts = {}
+    for a in data["accounts"]:
+        accounts[a["access_key"]] = Account(a["access_key"], a["secret_key"], bool(a.get("admin", False)), {t: set(p) for t, p in a.get("topics", {}).items()})
+    return accounts
+
+
+def _topics(request: Any) -> list[str]:
+    if hasattr(request, "topic") and request.topic:
+        return [request.topic]
+    if hasattr(request, "message") and request.HasField("message"):
+        return [request.message.topic]
+    if hasattr(request, "messages"):
+        return sorted({m.topic for m in request.messages})
+    return []
+
+
+class AclInterceptor(grpc.ServerInterceptor):
+    """Authenticates every call and checks its permission on the request's topics."""
+
+    def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
+        self.accounts = accounts
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    def _deny(self, code: grpc.StatusCode, why: str, method: str, access_key: str) -> grpc.RpcMethodHandler:
+        log_event(log, "access denied", logging.WARNING, method=method, access_key=access_key or "-", reason=why)
+
+        def abort(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(code, why)
+
+        return grpc.unary_unary_rpc_method_handler(abort)
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method = details.method
+        if method.startswith(OPEN_SERVICES):
+            return continuation(details)
+        md = dict(details.invocation_metadata or ())
+        access_key = md.get(ACCESS_KEY_HEADER, "")
+        account = self.accounts.get(access_key)
+        if account is None:
+            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "unknown or missing access key", method, access_key)
+        try:
+            ts = int(md.get(TIMESTAMP_HEADER, ""))
+        except ValueError:
+            return self._deny(grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: missing or not epoch milliseconds", method, access_key)
+        if abs(self.clock_ms() - ts) > MAX_SKEW_MS:
+            return self._deny(grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: stale (more than 5 minutes from the server clock)", method, access_key)
+        if not hmac.compare_digest(md.get(SIGNATURE_HEADER, ""), sign(account.secret_key, method, ts, access_key)):
+            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "bad signature", method, access_key)
+        permission = PERMISSIONS.get(method.rsplit("/", 1)[-1], "admin")
+        handler = continuation(details)
+        if handler is None:
+            return handler
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            def checked(request: Any, context: grpc.ServicerContext) -> Any:
+                topics = _topics(request)
+                if not account.allows(permission, topics):
+                    log_event(log, "access denied", logging.WARNING, method=method, access_key=access_key, reason=f"no {permission} permission on {topics or ['*']}")
+                    context.abort(grpc.StatusCode.PERMISSION_DENIED, f"access key {access_key} lacks {permission} permission on {', '.join(topics) or '*'}")
+                return inner(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(checked, handler.request_deserializer, handler.response_serializer)
+        if handler.unary_stream is not None:
+            inner_us = handler.unary_stream
+
+            def checked_stream(request: Any, context: grpc.ServicerContext) -> Any:
+                if not account.allows(permission, _topics(request)):
+                    context.abort(grpc.StatusCode.PERMISSION_DENIED, f"access key {access_key} lacks {permission} permission")
+                yield from inner_us(request, context)
+
+            return grpc.unary_stream_rpc_method_handler(checked_stream, handler.request_deserializer, handler.response_serializer)
+        if handler.stream_unary is not None:
+            inner_su = handler.stream_unary
+
+            def checked_client_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+                def guarded() -> Any:
+                    for req in request_iterator:
+                        if not account.allows(permission, _topics(req)):
+                            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"access key {access_key} lacks {permission} permission on {', '.join(_topics(req))}")
+                        yield req
+                return inner_su(guarded(), context)
+
+            return grpc.stream_unary_rpc_method_handler(checked_client_stream, handler.request_deserializer, handler.response_serializer)
+        return handler
+
+
+def acl_interceptors() -> list[grpc.ServerInterceptor]:
+    path = os.environ.get("QUARRY_ACL_FILE")
+    if not path:
+        return []
+    accounts = load_accounts(path)
+    log_event(log, "access control on", accounts=len(accounts))
+    return [AclInterceptor(accounts)]
