@@ -441,11 +441,20 @@ class CommitLogStore:
         if cq is None:
             return [], 0, 0
         records = []
-        for phy, _size, _tags in cq.read_units(queue_offset, max_count):
+        for i, (phy, _size, _tags) in enumerate(cq.read_units(queue_offset, max_count)):
+            expected = queue_offset + i
             try:
-                records.append(self.read(phy))
+                record = self.read(phy)
             except Expired:
                 continue
+            except NotFound as exc:
+                self._report(f"consume queue {topic}/{queue_id} unit {expected} points at {phy}: {exc}; skipped")
+                continue
+            # A damaged unit may point at another message: never hand that out as this one.
+            if (record.topic, record.queue_id, record.queue_offset) != (topic, queue_id, expected):
+                self._report(f"consume queue {topic}/{queue_id} unit {expected} points at {phy}, a record of {record.topic}/{record.queue_id}/{record.queue_offset}; skipped")
+                continue
+            records.append(record)
         return records, cq.min_offset, cq.max_offset
 
     def read_dispatch(self, from_offset: int, max_records: int, until: int) -> tuple[list[DispatchInfo], int]:

@@ -248,3 +248,17 @@ def test_sync_flush_acknowledges_after_fsync(tmp_path: Path) -> None:
     r = store.append(_msg(1))
     assert r.flushed and store.flushed_offset >= r.physical_offset + r.size
     store.close()
+
+
+def test_a_damaged_consume_queue_unit_never_returns_another_message(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    rs = [store.append(_msg(i, queue_id=0)) for i in range(4)]
+    cq = store.cqs.existing("T", 0)
+    assert cq is not None
+    from formats.consume_queue import encode_unit
+
+    cq.write_units(1, encode_unit(rs[3].physical_offset, rs[3].size, 0))  # unit 1 now points at message 3
+    recs, _, _ = store.pull("T", 0, 0, 10)
+    assert [r.queue_offset for r in recs] == [0, 2, 3]
+    assert any("unit 1 points at" in c for c in store.status().corruption)
+    store.close()
