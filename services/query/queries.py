@@ -89,6 +89,7 @@ class Queries:
     # -- by key ---------------------------------------------------------------------------
     def by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, timeout_ms: int = 0, token: str = "") -> Answer:
         _check_topic(topic)
+        _timeout_s(timeout_ms, self.settings)  # validated before any broker is asked
         if not key:
             raise QueryError("INVALID_ARGUMENT", "key: must not be empty")
         if " " in key:
@@ -139,6 +140,7 @@ class Queries:
         _check_topic(topic)
         if not unique_key:
             raise QueryError("INVALID_ARGUMENT", "unique_key: must not be empty")
+        _timeout_s(timeout_ms, self.settings)
         if len(unique_key) > 128:
             raise QueryError("INVALID_ARGUMENT", "unique_key: at most 128 characters")
         timeout_s = _timeout_s(timeout_ms, self.settings)
