@@ -69,6 +69,7 @@ class IndexStore:
     problems: list[str] = field(default_factory=list)
     last_update_timestamp: int = 0
     last_update_phy_offset: int = -1
+    rebuild_from: int | None = None  # set when corrupt files were set aside: tail from here
 
     @property
     def read_only(self) -> bool:
@@ -82,30 +83,40 @@ class IndexStore:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         if directory.is_dir():
             expected = file_size(config.hash_slot_num, config.index_num)
+            corrupt_seen = False
             for path in sorted(p for p in directory.iterdir() if NAME.match(p.name)):
+                if corrupt_seen:
+                    # Newer than a corrupt file: set aside too, so the tail rebuilds the range in order.
+                    store._set_aside(path, "newer than a corrupt file", suffix=".superseded")
+                    continue
                 try:
                     if path.stat().st_size != expected:
                         raise IndexFileError(f"size {path.stat().st_size} != {expected} for the configured slots/entries")
                     f = IndexFile(path, config.hash_slot_num, config.index_num, read_only=config.read_only, create=False)
                 except (IndexFileError, OSError) as exc:
                     store._set_aside(path, str(exc))
+                    corrupt_seen = not config.read_only
                     continue
                 problems = f.header_problems()
                 if problems:
                     f.close()
                     store._set_aside(path, "; ".join(problems))
+                    corrupt_seen = not config.read_only
                     continue
                 store.files.append(f)
+            if corrupt_seen:
+                # Re-index from the last record the remaining files cover (a record start).
+                store.rebuild_from = store.files[-1].header.end_phy_offset if store.files and store.files[-1].entries else 0
         for f in store.files:
             if f.entries:
                 store.last_update_phy_offset = max(store.last_update_phy_offset, f.header.end_phy_offset)
                 store.last_update_timestamp = max(store.last_update_timestamp, f.header.end_timestamp)
         return store
 
-    def _set_aside(self, path: Path, why: str) -> None:
-        problem = f"index file {path.name} is corrupt ({why})"
+    def _set_aside(self, path: Path, why: str, suffix: str = ".corrupt") -> None:
+        problem = f"index file {path.name} {'is corrupt' if suffix == '.corrupt' else 'set aside'} ({why})"
         if not self.config.read_only:
-            os.replace(path, path.with_name(path.name + ".corrupt"))
+            os.replace(path, path.with_name(path.name + suffix))
             problem += "; moved aside, its range is re-indexed from the commitlog"
         self.problems.append(problem)
         log_event(log, "index file corrupt", logging.ERROR, file=path.name, problem=why)

@@ -141,6 +141,9 @@ def serve(args: argparse.Namespace) -> int:
     tailer = None
     if not args.read_only:
         start = checkpoint.offset
+        if index.rebuild_from is not None and index.rebuild_from < start:
+            log_event(log, "re-indexing after corrupt index files", logging.WARNING, from_offset=index.rebuild_from, checkpoint=start)
+            start = index.rebuild_from
         log_event(log, "index opened", dir=str(index_dir), files=len(index.file_infos()), checkpoint=start, last_indexed=index.last_update_phy_offset)
         def _observe(records: int, state: "TailState") -> None:
             metrics.INDEX_LAG_BYTES.set(max(0, state.commitlog_max_offset - state.next_offset))

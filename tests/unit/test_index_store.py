@@ -149,3 +149,25 @@ def test_files_below_the_log_minimum_are_deleted(tmp_path: Path) -> None:
     dropped = s.delete_below(before[2].begin_phy_offset)
     assert dropped == 2 and s.file_infos() == before[2:]
     s.close()
+
+
+def test_a_corrupt_middle_file_is_rebuilt_from_the_last_good_one(tmp_path: Path) -> None:
+    s = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=5))
+    for off in range(16):
+        s.index_record(D(off * 10, keys="k"))
+    infos = s.file_infos()
+    s.close()
+    assert len(infos) >= 3
+    victim = tmp_path / "index" / infos[1].name
+    raw = bytearray(victim.read_bytes())
+    struct.pack_into(">i", raw, 32, -5)  # hashSlotCount negative
+    victim.write_bytes(raw)
+    again = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=5))
+    assert [f.name for f in again.file_infos()] == [infos[0].name]
+    assert again.rebuild_from == infos[0].end_phy_offset
+    # Re-delivery from there restores every entry exactly once.
+    for off in range(16):
+        if off * 10 >= again.rebuild_from:
+            again.index_record(D(off * 10, keys="k"))
+    assert again.query("T", "k", 64, 0, 2**62) == [off * 10 for off in range(15, -1, -1)]
+    again.close()
