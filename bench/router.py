@@ -18,7 +18,7 @@ import grpc
 
 from bench.runner import Result
 from formats.unique_key import UniqueKeyGenerator
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 from services.launcher import LocalCluster
 
 TOPIC = "BenchTopic"
@@ -57,19 +57,6 @@ def _load(cluster: LocalCluster, messages: int, batch: int) -> list[tuple[str, s
     return samples
 
 
-def _wait_indexed(cluster: LocalCluster) -> None:
-    pause = threading.Event()
-    for b in cluster.brokers.values():
-        with grpc.insecure_channel(b.indexer.address) as ich, grpc.insecure_channel(b.commitlog.address) as cch:
-            end = commitlog_pb2_grpc.CommitLogServiceStub(cch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10).max_offset
-            stub = indexer_pb2_grpc.IndexerServiceStub(ich)
-            deadline = time.monotonic() + 1800
-            while stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=10).checkpoint_offset < end:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("indexing did not finish")
-                pause.wait(0.2)
-
-
 def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m bench router")
     p.add_argument("--messages", type=int, default=1_000_000)
@@ -86,7 +73,7 @@ def run(argv: list[str]) -> list[Result]:
                 cluster.add_broker(name, host)
             t0 = time.perf_counter()
             samples = _load(cluster, args.messages, 500)
-            _wait_indexed(cluster)
+            cluster.wait_indexed(timeout_s=1800)
             load_s = time.perf_counter() - t0
             params = {"messages": args.messages, "brokers": 3}
             out.append(Result("load: sent and indexed", args.messages / load_s, "msg/s", params))

@@ -127,35 +127,7 @@ class IndexFile:
     # -- put ------------------------------------------------------------------------------
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Index `key` at `phy_offset`; False (nothing written) when the file is full."""
-        if self.read_only:
-            raise IndexFileError(f"{self.path}: opened read-only")
-        h = self.header
-        count = h.index_count
-        if count >= self.index_num:
-            return False
-        mm = self._mm
-        key_hash = index_key_hash(key)
-        slot_pos = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
-        slot_value = _I32.unpack_from(mm, slot_pos)[0]
-        if slot_value <= 0 or slot_value > count:
-            slot_value = 0
-        if h.begin_timestamp <= 0:
-            time_diff = 0
-        else:
-            diff = store_timestamp - h.begin_timestamp
-            time_diff = 0 if diff < 0 else min(diff // 1000, INT_MAX)
-        _ENTRY.pack_into(mm, self.entries_pos + count * ENTRY_SIZE, key_hash, phy_offset, time_diff, slot_value)
-        _I32.pack_into(mm, slot_pos, count)
-        if count <= 1:
-            h.begin_phy_offset = phy_offset
-            h.begin_timestamp = store_timestamp
-        if slot_value == 0:
-            h.hash_slot_count += 1
-        h.index_count = count + 1
-        h.end_phy_offset = phy_offset
-        h.end_timestamp = store_timestamp
-        _HEADER.pack_into(mm, 0, h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count)
-        return True
+        return self.put_keys([(key, phy_offset, store_timestamp)]) == 1
 
     def put_keys(self, items: list[tuple[str | int, int, int]]) -> int:
         """put_key for each (key, phy_offset, store_timestamp) in order; returns how many fit.

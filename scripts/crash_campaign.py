@@ -22,7 +22,7 @@ import grpc
 from clients.admin import AdminClient
 from clients.errors import QuarryError
 from clients.producer import Producer
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.launcher import LocalCluster, ServiceProcess
 
 TOPIC = "CrashTopic"
@@ -107,21 +107,8 @@ def run(root: Path, kills: int, flush_mode: str, seed: int = 1, rate: float = 0.
     return report
 
 
-def _wait_caught_up(cluster: LocalCluster) -> None:
-    pause = threading.Event()
-    for b in cluster.brokers.values():
-        with grpc.insecure_channel(b.commitlog.address) as cch, grpc.insecure_channel(b.indexer.address) as ich:
-            end = commitlog_pb2_grpc.CommitLogServiceStub(cch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10).max_offset
-            stub = indexer_pb2_grpc.IndexerServiceStub(ich)
-            deadline = time.monotonic() + 120
-            while stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=10).checkpoint_offset < end:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{b.name} index did not catch up")
-                pause.wait(0.1)
-
-
 def _verify(cluster: LocalCluster, acked: list, report: Report) -> None:
-    _wait_caught_up(cluster)
+    cluster.wait_indexed()
     assert cluster.router is not None
     with AdminClient(cluster.router.address) as admin:
         for r, keys in acked:

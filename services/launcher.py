@@ -180,6 +180,21 @@ class LocalCluster:
         self.brokers[name] = broker
         return broker
 
+    def wait_indexed(self, timeout_s: float = 120.0) -> None:
+        """Wait until every broker's indexer has tailed its commitlog to the current end."""
+        from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
+
+        pause = threading.Event()
+        for b in self.brokers.values():
+            with open_channel(b.commitlog.address) as cch, open_channel(b.indexer.address) as ich:
+                end = commitlog_pb2_grpc.CommitLogServiceStub(cch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10).max_offset
+                stub = indexer_pb2_grpc.IndexerServiceStub(ich)
+                deadline = time.monotonic() + timeout_s
+                while stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=10).checkpoint_offset < end:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{b.name}: index did not reach {end} within {timeout_s}s")
+                    pause.wait(0.1)
+
     def stop(self) -> None:
         for broker in reversed(list(self.brokers.values())):
             broker.indexer.stop()

@@ -63,6 +63,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _raise_unless_ok(outcome: Outcome, broker: Broker) -> None:
+    """A single-broker read that failed: the broker's own verdict, or UNAVAILABLE."""
+    if outcome.ok:
+        return
+    if outcome.error_code in ("NOT_FOUND", "OUT_OF_RANGE", "INVALID_ARGUMENT"):
+        raise QueryError(outcome.error_code, f"broker {broker.name}: {outcome.error_message}")
+    raise QueryError("UNAVAILABLE", f"broker {broker.name} did not answer: {outcome.error_code}: {outcome.error_message}")
+
+
 def _check_topic(topic: str) -> None:
     try:
         validate_topic(topic)
@@ -212,10 +221,7 @@ class Queries:
             timeout_s,
             self.settings.broker_call_timeout_ms / 1000.0,
         )[0]
-        if not outcome.ok:
-            if outcome.error_code in ("NOT_FOUND", "OUT_OF_RANGE", "INVALID_ARGUMENT"):
-                raise QueryError(outcome.error_code, f"broker {broker.name}: {outcome.error_message}")
-            raise QueryError("UNAVAILABLE", f"broker {broker.name} did not answer: {outcome.error_code}: {outcome.error_message}")
+        _raise_unless_ok(outcome, broker)
         msg = outcome.value
         msg.broker_name = broker.name
         return Answer(messages=[msg], outcomes=[outcome])
@@ -240,10 +246,7 @@ class Queries:
             _timeout_s(timeout_ms, self.settings),
             self.settings.broker_call_timeout_ms / 1000.0,
         )[0]
-        if not outcome.ok:
-            if outcome.error_code in ("NOT_FOUND", "OUT_OF_RANGE", "INVALID_ARGUMENT"):
-                raise QueryError(outcome.error_code, f"broker {broker.name}: {outcome.error_message}")
-            raise QueryError("UNAVAILABLE", f"broker {broker.name} did not answer: {outcome.error_code}: {outcome.error_message}")
+        _raise_unless_ok(outcome, broker)
         pulled: commitlog_pb2.PullMessagesResponse = outcome.value
         if not pulled.messages:
             raise QueryError(
