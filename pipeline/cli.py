@@ -1,0 +1,141 @@
+"""`quarry-pipeline <job>` (also `python -m pipeline <job>`): reindex, export, lookup.
+
+Every option is a flag, else an environment variable, else a default (`--help` shows all
+three). Exit codes: 0 done, 2 bad usage, 3 a corrupt record under the fail policy, 1 any
+other failure.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from services.settings import EnvArgumentParser, parse_bool
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 3
+
+
+def _add_spark_settings(p: EnvArgumentParser) -> None:
+    p.add_setting("--master", "QUARRY_SPARK_MASTER", "local[*]", "Spark master: local[N], spark://host:7077, yarn, k8s://…")
+    p.add_setting("--driver-memory", "QUARRY_SPARK_DRIVER_MEMORY", "2g", "spark.driver.memory")
+    p.add_setting("--executor-memory", "QUARRY_SPARK_EXECUTOR_MEMORY", "", "spark.executor.memory (cluster masters; empty: Spark's default)")
+    p.add_setting("--shuffle-partitions", "QUARRY_SPARK_SHUFFLE_PARTITIONS", 8, "spark.sql.shuffle.partitions", int)
+    p.add_setting("--ui", "QUARRY_SPARK_UI", False, "serve the Spark web UI", parse_bool)
+    p.add_setting("--local-ip", "QUARRY_SPARK_LOCAL_IP", "127.0.0.1", "SPARK_LOCAL_IP and driver address for local masters (empty: Spark's choice)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="any other Spark setting (repeatable); wins over the flags above")
+
+
+def _add_job_settings(p: EnvArgumentParser, reads_segments: bool = True) -> None:
+    p.add_setting("--progress-interval", "QUARRY_PIPELINE_PROGRESS_INTERVAL", 5.0, "seconds between progress lines on stderr (0: only stage start/end)", float)
+    p.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
+    p.add_argument("--summary-json", default="", metavar="PATH", help="also write the summary as JSON to PATH")
+    if reads_segments:
+        p.add_setting("--skip-corrupt", "QUARRY_PIPELINE_SKIP_CORRUPT", False, "skip corrupt records and report them (default: fail naming file and offset)", parse_bool)
+        p.add_setting("--split-bytes", "QUARRY_PIPELINE_SPLIT_BYTES", 0, "cut segments into tasks of about this many bytes at record boundaries (0: automatic)", int)
+        p.add_argument("--per-segment", action="store_true", help="exactly one task per segment file (no boundary scan)")
+
+
+def _store_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        required=required,
+        metavar="[NAME=]PATH",
+        help="a broker's store directory (or its commitlog/ directory), Quarry or Apache RocketMQ 4.x; "
+        "NAME is the broker name (default: the directory's name). Repeat for several brokers.",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="quarry-pipeline",
+        description="PySpark jobs over CommitLog stores: rebuild IndexFiles, export a Parquet catalog, bulk look-ups.",
+    )
+    sub = parser.add_subparsers(dest="job", metavar="<job>", parser_class=EnvArgumentParser)
+    sub.required = True
+
+    r = sub.add_parser("reindex", help="rebuild IndexFiles + checkpoint from CommitLog segments, in parallel",
+                       description="Read brokers' CommitLog segments in parallel and build RocketMQ IndexFiles in parallel. "
+                       "Writes OUT/<broker>/index/ and OUT/<broker>/checkpoint: start the indexer with "
+                       "--index-dir OUT/<broker> and it continues tailing from where the rebuild ended.")
+    _store_arg(r)
+    r.add_argument("--out", required=True, help="output directory (OUT/<broker>/index/, OUT/<broker>/checkpoint)")
+    r.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile (must match the indexer's)", int)
+    r.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile, holds index-num - 1 (must match the indexer's)", int)
+    r.add_argument("--overwrite", action="store_true", help="replace an existing OUT/<broker>/ index and checkpoint")
+    _add_job_settings(r)
+    _add_spark_settings(r)
+
+    e = sub.add_parser("export", help="write a Parquet message catalog partitioned by broker, topic and store date",
+                       description="Decode every record of the stores into a Parquet catalog partitioned by "
+                       "broker / topic / store_date (UTC).")
+    _store_arg(e)
+    e.add_argument("--out", required=True, help="catalog directory (Parquet)")
+    e.add_argument("--with-body", action="store_true", help="include the stored body bytes (column body)")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing catalog")
+    e.add_argument("--one-file-per-partition", action="store_true",
+                   help="shuffle rows by broker/topic/date so each partition directory gets one file (default: one file per task and partition)")
+    _add_job_settings(e)
+    _add_spark_settings(e)
+
+    q = sub.add_parser("lookup", help="bulk look-ups of keys, unique keys or offsetMsgIds against a catalog (a join)",
+                       description="Join a file of queries against a catalog (from `export`, or built on the fly from "
+                       "--store) with the router's rules: exact topic and exact KEYS token for keys; the earliest "
+                       "copy by store time (and the number of copies) for unique keys.")
+    q.add_argument("--catalog", default="", help="catalog directory written by `export`")
+    _store_arg(q, required=False)
+    q.add_argument("--queries", required=True, help="text file, one query a line: 'TOPIC KEY' (or just KEY with --topic); offsetMsgIds alone")
+    q.add_argument("--type", required=True, choices=["key", "unique-key", "msg-id"], help="what the lines hold")
+    q.add_argument("--topic", default="", help="topic of every key / unique key in the file")
+    q.add_argument("--out", required=True, help="output path")
+    q.add_argument("--format", default="parquet", choices=["parquet", "csv", "json"], help="output format (json: JSON lines)")
+    q.add_argument("--max-num", type=int, default=0, help="keys: at most this many matches per key, newest first (0: all)")
+    q.add_argument("--all-copies", action="store_true", help="unique keys: every copy, not only the earliest")
+    q.add_argument("--begin", type=int, default=0, help="keys: earliest store timestamp, epoch ms")
+    q.add_argument("--end", type=int, default=0, help="keys: latest store timestamp, epoch ms (0: no limit)")
+    q.add_argument("--single-file", action="store_true", help="write one output file (coalesce(1))")
+    q.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    _add_job_settings(q)
+    _add_spark_settings(q)
+    return parser
+
+
+def spark_settings(args: argparse.Namespace) -> Any:
+    from pipeline.session import SparkSettings, parse_conf
+
+    return SparkSettings(
+        master=args.master,
+        app_name=f"quarry-pipeline {args.job}",
+        driver_memory=args.driver_memory,
+        executor_memory=args.executor_memory,
+        shuffle_partitions=args.shuffle_partitions,
+        ui=args.ui,
+        local_ip=args.local_ip,
+        conf=parse_conf(args.conf),
+    )
+
+
+def run(args: argparse.Namespace) -> Any:
+    """Run the job `args` describes; returns its Summary (raises on failure)."""
+    from pipeline import jobs
+
+    return jobs.run_job(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from pipeline.corrupt import CorruptRecordError
+    from pipeline.jobs import JobError
+
+    try:
+        summary = run(args)
+    except CorruptRecordError as exc:
+        print(f"quarry-pipeline {args.job}: failed: {exc.message()}", file=sys.stderr)
+        return EXIT_CORRUPT
+    except JobError as exc:
+        print(f"quarry-pipeline {args.job}: failed: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.usage else EXIT_FAILED
+    print(summary.render())
+    return EXIT_OK if summary.ok else EXIT_FAILED

@@ -1,0 +1,169 @@
+"""What every job shares: the Spark session, the stores, the plan, progress and the summary."""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pipeline.corrupt import CorruptPolicy, CorruptRecordError, from_spark_error
+from pipeline.planning import Split, auto_split_bytes, describe_plan, per_segment_plan, plan_from_cuts, scan_cuts
+from pipeline.progress import Progress, StageCounters, human_bytes
+from pipeline.reader import WalkResult
+from pipeline.stores import Store, StoreError, open_stores
+from pipeline.summary import Summary
+
+
+class JobError(Exception):
+    """A job that cannot run or did not finish; `usage` marks bad arguments (exit 2)."""
+
+    def __init__(self, message: str, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass
+class JobContext:
+    args: argparse.Namespace
+    spark: Any
+    progress: Progress
+    summary: Summary
+    policy: CorruptPolicy
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def sc(self) -> Any:
+        return self.spark.sparkContext
+
+    @property
+    def parallelism(self) -> int:
+        return max(1, int(self.sc.defaultParallelism))
+
+    def counters(self) -> StageCounters:
+        return StageCounters.create(self.sc)
+
+    def run_stage(self, name: str, counters: StageCounters | None, total_bytes: int, action: Callable[[], Any]) -> Any:
+        """Run a Spark action as a named stage; a task's CorruptRecordError comes back as itself."""
+        with self.progress.stage(name, counters, total_bytes):
+            try:
+                return action()
+            except CorruptRecordError:
+                raise
+            except Exception as exc:  # Spark wraps task errors (Py4JJavaError, PythonException, …)
+                corrupt = from_spark_error(exc)
+                if corrupt is not None:
+                    raise corrupt from None
+                raise
+
+
+def open_inputs(args: argparse.Namespace) -> list[Store]:
+    try:
+        stores = open_stores(args.store)
+    except StoreError as exc:
+        raise JobError(str(exc), usage=True) from exc
+    for store in stores:
+        if not store.segments:
+            raise JobError(f"--store {store.broker}: {store.commitlog_dir} holds no segment files", usage=True)
+    return stores
+
+
+def describe_inputs(stores: list[Store]) -> list[str]:
+    lines = [
+        f"{len(stores)} broker(s), {sum(len(s.segments) for s in stores)} segments, {human_bytes(sum(s.total_bytes for s in stores))}"
+    ]
+    for s in stores:
+        lines.append(f"{s.broker}: {len(s.segments)} segments, {human_bytes(s.total_bytes)} in {s.commitlog_dir}")
+    return lines
+
+
+def plan_splits(ctx: JobContext, stores: list[Store]) -> list[Split]:
+    """A task per segment, or finer: cut at record boundaries by a parallel header pass."""
+    args = ctx.args
+    split_bytes = 0 if args.per_segment else (args.split_bytes or auto_split_bytes(stores, ctx.parallelism))
+    if split_bytes <= 0:
+        splits = per_segment_plan(stores)
+    else:
+        big = [seg for store in stores for seg in store.segments if seg.file_size > split_bytes]
+        cuts = {}
+        if big:
+            counters = ctx.counters()
+
+            def scan(seg: Any) -> Any:
+                result = scan_cuts(seg, split_bytes)
+                counters.records.add(result.records_seen)
+                counters.bytes.add(seg.file_size)
+                return result
+
+            found = ctx.run_stage(
+                "plan",
+                counters,
+                sum(s.file_size for s in big),
+                lambda: ctx.sc.parallelize(big, len(big)).map(scan).collect(),
+            )
+            cuts = {c.path: c for c in found}
+        splits = plan_from_cuts(stores, cuts)
+    ctx.summary.details.append(("plan", describe_plan(splits) + (f", cut every ~{human_bytes(split_bytes)}" if split_bytes else "")))
+    return splits
+
+
+def distribute(ctx: JobContext, splits: list[Split]) -> Any:
+    """An RDD with one split per partition, the largest first (they are scheduled in order)."""
+    ordered = sorted(splits, key=lambda s: (-s.nominal_bytes, s.index))
+    return ctx.sc.parallelize(ordered, max(1, len(ordered)))
+
+
+def merge_walks(ctx: JobContext, walks: list[WalkResult]) -> None:
+    """Fold the splits' walk results into the summary (records, corrupt reports)."""
+    ctx.summary.records += sum(w.records for w in walks)
+    ctx.summary.bytes += sum(w.bytes for w in walks)
+    reports = [r for w in sorted(walks, key=lambda w: w.split_index) for r in w.corrupt]
+    ctx.summary.corrupt.extend(reports)
+    ctx.summary.corrupt_count += len(reports)
+
+
+def run_job(args: argparse.Namespace) -> Summary:
+    from pipeline.cli import spark_settings
+    from pipeline.session import start_session
+
+    summary = Summary(job=args.job)
+    try:
+        settings = spark_settings(args)
+    except ValueError as exc:
+        raise JobError(str(exc), usage=True) from exc
+    summary.master = settings.master
+    if args.job == "lookup":
+        from pipeline.lookup import validate_args
+
+        validate_args(args)
+    elif args.job in ("reindex", "export"):
+        open_inputs(args)  # fail on bad stores before starting a JVM
+    spark = start_session(settings)
+    progress = Progress(spark.sparkContext, args.job, interval_s=args.progress_interval, quiet=args.quiet)
+    ctx = JobContext(args, spark, progress, summary, CorruptPolicy(skip=bool(getattr(args, "skip_corrupt", False))))
+    try:
+        if args.job == "reindex":
+            from pipeline.reindex import run_reindex
+
+            run_reindex(ctx)
+        elif args.job == "export":
+            from pipeline.export import run_export
+
+            run_export(ctx)
+        elif args.job == "lookup":
+            from pipeline.lookup import run_lookup
+
+            run_lookup(ctx)
+        else:  # pragma: no cover - argparse restricts the choices
+            raise JobError(f"unknown job {args.job!r}", usage=True)
+    except CorruptRecordError as exc:
+        summary.ok, summary.error = False, exc.message()
+        raise
+    except JobError as exc:
+        summary.ok, summary.error = False, str(exc)
+        raise
+    finally:
+        summary.seconds = time.monotonic() - ctx.started
+        summary.stages = list(progress.stages)
+        if getattr(args, "summary_json", ""):
+            summary.write_json(args.summary_json)
+    return summary

@@ -1,0 +1,138 @@
+"""`reindex`: rebuild a broker's IndexFiles from its CommitLog segments, in parallel.
+
+Each task walks one contiguous offset range (a split) and writes its own IndexFiles, named
+so that file order is log order; the driver then writes the checkpoint at the end of the
+last split. `python -m services.indexer --index-dir OUT/<broker>` opens the result and
+continues tailing from the checkpoint: no gap, nothing indexed twice. Indexing follows the
+indexer exactly (the same IndexFile code and key rules): UNIQ_KEY and every KEYS token as
+`topic#key`, rollback records skipped.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from formats.index_file import IndexFile
+from formats.java_hash_batch import index_key_hashes
+from formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info
+from pipeline.corrupt import CorruptPolicy
+from pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
+from pipeline.planning import Split
+from pipeline.progress import StageCounters, human_bytes
+from pipeline.reader import SplitWalker
+from services.indexer.checkpoint import IndexCheckpoint
+from services.indexer.index_store import IndexStore
+
+FILES_PER_SPLIT = 1000  # name slots per split: file names are base + split index * 1000 + n (ms)
+BATCH = 4096
+
+
+@dataclass
+class SplitIndex:
+    """What one task wrote."""
+
+    split_index: int
+    broker: str
+    files: list[str] = field(default_factory=list)
+    entries: int = 0
+    end_offset: int = 0
+    last_store_timestamp: int = 0
+
+
+def _name(base_ms: int, split_index: int, n: int) -> str:
+    if n >= FILES_PER_SPLIT:
+        raise ValueError(f"split {split_index} needs more than {FILES_PER_SPLIT} IndexFiles: use smaller splits")
+    ms = base_ms + split_index * FILES_PER_SPLIT + n
+    t = time.gmtime(ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+def index_splits(splits: Iterable[Split], out: str, slots: int, index_num: int, base_ms: int, policy: CorruptPolicy, counters: StageCounters | None = None) -> Iterator[SplitIndex]:
+    """Task side: index each split into IndexFiles of its own under OUT/<broker>/index/."""
+    for split in splits:
+        result = SplitIndex(split.index, split.broker)
+        directory = Path(out) / split.broker / "index"
+        current: IndexFile | None = None
+        pending: list[tuple[str, int, int]] = []
+
+        def flush_pending() -> None:
+            nonlocal current, pending
+            hashed = [(h, off, ts) for h, (_, off, ts) in zip(index_key_hashes([n for n, _, _ in pending]), pending)]
+            while hashed:
+                if current is None or current.is_write_full():
+                    if current is not None:
+                        current.flush()
+                        current.close()
+                    name = _name(base_ms, split.index, len(result.files))
+                    current = IndexFile(directory / name, slots, index_num)
+                    result.files.append(name)
+                done = current.put_keys(hashed)
+                result.entries += done
+                hashed = hashed[done:]
+            pending = []
+
+        walker = SplitWalker(split, policy)
+        for rec in walker:
+            info = dispatch_info(rec)
+            if info.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+                continue
+            pending.extend((name, info.physical_offset, info.store_timestamp) for name in IndexStore._names(info))
+            if len(pending) >= BATCH:
+                flush_pending()
+        if pending:
+            flush_pending()
+        if current is not None:
+            current.flush()
+            current.close()
+        res = walker.result
+        result.end_offset = res.end_offset
+        result.last_store_timestamp = res.last_store_timestamp
+        if counters is not None:
+            counters.records.add(res.records)
+            counters.bytes.add(res.bytes)
+            if res.corrupt:
+                counters.corrupt.add((len(res.corrupt), list(res.corrupt)))
+        yield result
+
+
+def run_reindex(ctx: JobContext) -> None:
+    args = ctx.args
+    stores = open_inputs(args)
+    out = Path(args.out)
+    for store in stores:
+        target = out / store.broker
+        if target.exists() and any(target.iterdir()):
+            if not args.overwrite:
+                raise JobError(f"--out {target}: exists and is not empty (use --overwrite to replace it)", usage=True)
+            shutil.rmtree(target)
+        (target / "index").mkdir(parents=True, exist_ok=True, mode=0o700)
+    ctx.summary.inputs = describe_inputs(stores)
+    splits = plan_splits(ctx, stores)
+    counters = ctx.counters()
+    base_ms = int(time.time() * 1000) // 1000 * 1000
+    task = partial(index_splits, out=str(out), slots=args.hash_slots, index_num=args.index_num, base_ms=base_ms, policy=ctx.policy, counters=counters)
+    total = sum(s.total_bytes for s in stores)
+    results: list[SplitIndex] = ctx.run_stage("decode+index", counters, total, lambda: distribute(ctx, splits).mapPartitions(task).collect())
+    count, reports = counters.corrupt.value
+    ctx.summary.records = counters.records.value
+    ctx.summary.bytes = counters.bytes.value
+    ctx.summary.corrupt = sorted(reports, key=lambda r: (r.broker, r.offset))
+    ctx.summary.corrupt_count = count
+    if count:
+        ctx.summary.skipped["corrupt records (not indexed)"] = count
+    entries = 0
+    for store in stores:
+        mine = sorted((r for r in results if r.broker == store.broker), key=lambda r: r.split_index)
+        last = mine[-1] if mine else SplitIndex(-1, store.broker)
+        stamp = max((r.last_store_timestamp for r in mine), default=0)
+        IndexCheckpoint(out / store.broker / "checkpoint").save(last.end_offset, stamp)
+        files = sum(len(r.files) for r in mine)
+        entries += sum(r.entries for r in mine)
+        ctx.summary.details.append((store.broker, f"{files} IndexFiles, {sum(r.entries for r in mine):,} entries, checkpoint {last.end_offset} → start the indexer with --index-dir {out / store.broker}"))
+    ctx.summary.files = sum(len(r.files) for r in results)
+    ctx.summary.output = str(out)
+    ctx.summary.details.append(("index", f"{entries:,} entries, {args.hash_slots:,} slots × {args.index_num:,} entries per file, {human_bytes(total)} of segments read"))

@@ -1,0 +1,129 @@
+"""SparkSession set-up for the pipeline jobs: small-machine defaults, every one overridable.
+
+Defaults are chosen for one machine (`local[*]`, 2 GiB driver, UI off, loopback address);
+on a cluster pass `--master` and whatever `--conf key=value` the cluster needs. PySpark is
+imported lazily so `python -m pipeline --help` works without starting a JVM.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Packages a cluster's executors need (shipped with --py-files when the master is not local).
+SHIPPED_PACKAGES = ("formats", "pipeline", "services", "quarry")
+
+
+@dataclass
+class SparkSettings:
+    """What a job needs to start Spark; `from_args` reads the CLI's common flags."""
+
+    master: str = "local[*]"
+    app_name: str = "quarry-pipeline"
+    driver_memory: str = "2g"
+    executor_memory: str = ""
+    shuffle_partitions: int = 8
+    ui: bool = False
+    local_ip: str = "127.0.0.1"
+    log_level: str = "WARN"
+    ship_code: bool | None = None  # None: ship when the master is not local
+    conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_local(self) -> bool:
+        return self.master == "local" or self.master.startswith("local[") or self.master.startswith("local-cluster")
+
+    def spark_conf(self) -> dict[str, str]:
+        """The Spark configuration this job starts with (explicit --conf wins)."""
+        conf = {
+            "spark.master": self.master,
+            "spark.app.name": self.app_name,
+            "spark.driver.memory": self.driver_memory,
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.ui.enabled": "true" if self.ui else "false",
+            "spark.ui.showConsoleProgress": "false",  # the jobs print their own progress
+            "spark.python.worker.reuse": "true",
+            "spark.sql.session.timeZone": "UTC",  # store_date partitions are UTC dates
+            "spark.sql.sources.partitionOverwriteMode": "static",
+            # catalog partition values (topic, store_date) stay strings when read back
+            "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        }
+        if self.executor_memory:
+            conf["spark.executor.memory"] = self.executor_memory
+        if self.is_local and self.local_ip:
+            conf["spark.driver.host"] = self.local_ip
+            conf["spark.driver.bindAddress"] = self.local_ip
+        conf.update(self.conf)
+        return conf
+
+
+def parse_conf(items: list[str] | None) -> dict[str, str]:
+    """['k=v', …] → {k: v}; raises ValueError naming the bad item."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--conf: expected key=value, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _prepare_environment(settings: SparkSettings) -> None:
+    # Python workers must run the same interpreter (the venv) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if settings.is_local and settings.local_ip:
+        os.environ.setdefault("SPARK_LOCAL_IP", settings.local_ip)
+    # Executors import formats/, pipeline/, services/ from the repository.
+    root = str(REPO_ROOT)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.environ.get("PYTHONPATH") else []
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+def build_code_zip(dest_dir: Path) -> Path:
+    """Zip the project's packages for `--py-files` on a cluster."""
+    path = dest_dir / "quarry-pipeline-code.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for pkg in SHIPPED_PACKAGES:
+            base = REPO_ROOT / pkg
+            if not base.is_dir():
+                continue
+            for file in sorted(base.rglob("*.py")):
+                if "__pycache__" not in file.parts:
+                    zf.write(file, file.relative_to(REPO_ROOT).as_posix())
+    return path
+
+
+def start_session(settings: SparkSettings) -> "SparkSession":
+    """Start (or reuse) the SparkSession described by `settings`."""
+    _prepare_environment(settings)
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:  # pragma: no cover - make setup installs it
+        raise SystemExit("pyspark is not installed: run `make setup` (it installs the pinned pyspark)") from exc
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise SystemExit("no Java runtime found: run `make setup` (scripts/ensure_java.sh installs openjdk-17-jre-headless)")
+    builder: Any = SparkSession.builder
+    for key, value in settings.spark_conf().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.log_level)
+    ship = settings.ship_code if settings.ship_code is not None else not settings.is_local
+    if ship:
+        tmp = Path(tempfile.mkdtemp(prefix="quarry-pipeline-"))
+        spark.sparkContext.addPyFile(str(build_code_zip(tmp)))
+    return spark
+
+
+def default_parallelism(spark: "SparkSession") -> int:
+    return max(1, int(spark.sparkContext.defaultParallelism))

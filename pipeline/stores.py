@@ -1,0 +1,106 @@
+"""Input stores: `[NAME=]PATH` specs and the CommitLog segment files they hold.
+
+A Quarry store directory and an Apache RocketMQ 4.x store directory have the same layout
+(`<store>/commitlog/<20-digit start offset>`), so both are read the same way. PATH may be
+the store directory or its `commitlog/` directory itself.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SEGMENT_NAME = re.compile(r"^\d{20}$")
+BROKER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class StoreError(ValueError):
+    """A store spec or directory that cannot be read; the message names the path and the rule."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One CommitLog segment file of one broker."""
+
+    broker: str
+    path: str
+    start_offset: int
+    file_size: int
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+@dataclass(frozen=True)
+class Store:
+    broker: str
+    commitlog_dir: str
+    segments: tuple[Segment, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.file_size for s in self.segments)
+
+
+def parse_store_spec(spec: str) -> tuple[str, Path]:
+    """`broker-a=/data/a` → ('broker-a', /data/a); a bare path takes its directory's name."""
+    name, sep, path = spec.partition("=")
+    if sep and name and not os.path.exists(spec):
+        broker, p = name.strip(), Path(path)
+    else:
+        p = Path(spec)
+        base = p.resolve()
+        if base.name == "commitlog":
+            base = base.parent
+        broker = base.name
+    if not broker or not BROKER_NAME.match(broker):
+        raise StoreError(f"--store {spec!r}: broker name {broker!r} must match {BROKER_NAME.pattern} (use NAME=PATH)")
+    return broker, p
+
+
+def commitlog_dir_of(path: Path) -> Path:
+    """The commitlog/ directory of a store path (the path itself when it holds segments)."""
+    if not path.is_dir():
+        raise StoreError(f"store {path}: not a directory")
+    sub = path / "commitlog"
+    if sub.is_dir():
+        return sub
+    if any(SEGMENT_NAME.match(n) for n in os.listdir(path)):
+        return path
+    raise StoreError(f"store {path}: no commitlog/ directory and no 20-digit segment files in it")
+
+
+def list_segments(broker: str, commitlog_dir: Path) -> tuple[Segment, ...]:
+    """Segment files in offset order; a name that disagrees with its neighbours is an error."""
+    segments = []
+    for name in sorted(os.listdir(commitlog_dir)):
+        if not SEGMENT_NAME.match(name):
+            continue
+        full = commitlog_dir / name
+        if not full.is_file():
+            continue
+        segments.append(Segment(broker, str(full.resolve()), int(name), full.stat().st_size))
+    for prev, cur in zip(segments, segments[1:]):
+        if prev.start_offset + prev.file_size > cur.start_offset:
+            raise StoreError(
+                f"{commitlog_dir}: segment {prev.name} ({prev.file_size} bytes) overlaps segment {cur.name}"
+            )
+    return tuple(segments)
+
+
+def open_stores(specs: list[str]) -> list[Store]:
+    """Resolve `--store` specs; broker names must be distinct."""
+    if not specs:
+        raise StoreError("--store: at least one store is required")
+    stores: list[Store] = []
+    seen: set[str] = set()
+    for spec in specs:
+        broker, path = parse_store_spec(spec)
+        if broker in seen:
+            raise StoreError(f"--store {spec!r}: broker name {broker!r} given twice")
+        seen.add(broker)
+        cdir = commitlog_dir_of(path)
+        stores.append(Store(broker, str(cdir.resolve()), list_segments(broker, cdir)))
+    return stores

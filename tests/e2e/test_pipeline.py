@@ -1,0 +1,142 @@
+"""The PySpark pipeline on local[2]: reindex (equal to the indexer's own result, and handed
+over to a running indexer), export (rows equal the decoded records), lookup (the router's
+rules), and the corrupt-record policy. Golden RocketMQ stores are read from copies."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from formats.record import dispatch_info
+from formats.segment_walk import WalkResult, walk_segments
+from pipeline.cli import build_parser, run
+from pipeline.corrupt import CorruptRecordError
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
+from services.indexer.index_store import IndexStore, IndexStoreConfig
+from tests.conftest import golden_root
+from tests.e2e.conftest import Launch, wait_until
+
+SCENARIOS = sorted(p.parent for p in (golden_root() / "messages").glob("*/scenario.json"))
+SPARK = ["--master", "local[2]", "--quiet", "--shuffle-partitions", "2"]
+
+
+def job(*argv: str) -> Any:
+    return run(build_parser().parse_args(list(argv)))
+
+
+def _copy(scenario: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "stores" / scenario.name
+    shutil.copytree(scenario / "commitlog", dst / "commitlog")
+    return dst
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_reindex_equals_sequential_indexing_of_every_golden_store(scenario: Path, tmp_path: Path) -> None:
+    store = _copy(scenario, tmp_path)
+    summary = job("reindex", "--store", f"b={store}", "--out", str(tmp_path / "out"), "--hash-slots", "101", "--index-num", "40", "--split-bytes", "600", *SPARK)
+    assert summary.ok and summary.corrupt_count == 0
+    walked = WalkResult()
+    records = [dispatch_info(r) for r in walk_segments(store / "commitlog", result=walked)]
+    sequential = IndexStore.open(tmp_path / "seq", IndexStoreConfig(hash_slot_num=101, index_num=40))
+    sequential.index_records(records)
+    rebuilt = IndexStore.open(tmp_path / "out" / "b" / "index", IndexStoreConfig(hash_slot_num=101, index_num=40))
+    keys = {(r.topic, n.split("#", 1)[1]) for r in records for n in IndexStore._names(r)}
+    for topic, key in sorted(keys):
+        assert sorted(rebuilt.query(topic, key, 64, 0, 2**62)) == sorted(sequential.query(topic, key, 64, 0, 2**62)), (topic, key)
+    checkpoint = json.loads((tmp_path / "out" / "b" / "checkpoint").read_text())
+    assert checkpoint["next_offset"] == walked.end_offset
+    sequential.close()
+    rebuilt.close()
+
+
+def test_reindexed_store_is_continued_by_the_indexer_without_gap_or_repeat(tmp_path: Path, launch: Launch) -> None:
+    args = ["--store-dir", str(tmp_path / "store"), "--segment-size", "8192"]
+    cl = launch("commitlog", *args, host="127.0.0.71")
+    with grpc.insecure_channel(cl.address) as ch:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+        first = [stub.SendMessage(commitlog_pb2.SendMessageRequest(message=common_pb2.MessageInput(topic="P", body=b"x" * 100, keys=["all", f"k{i}"], queue_id=-1)), timeout=5).result for i in range(120)]
+    cl.stop()
+    summary = job("reindex", "--store", f"broker-p={tmp_path / 'store'}", "--out", str(tmp_path / "ix"), "--hash-slots", "101", "--index-num", "100", *SPARK)
+    assert summary.ok and summary.records == 120
+    cl = launch("commitlog", *args, host="127.0.0.71", port=int(cl.address.rsplit(":", 1)[1]))
+    ix = launch("indexer", "--index-dir", str(tmp_path / "ix" / "broker-p"), "--commitlog", cl.address, "--hash-slots", "101", "--index-num", "100", "--flush-interval-ms", "50", host="127.0.0.71")
+    with grpc.insecure_channel(cl.address) as ch, grpc.insecure_channel(ix.address) as ich:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+        later = [stub.SendMessage(commitlog_pb2.SendMessageRequest(message=common_pb2.MessageInput(topic="P", body=b"y", keys=["all", f"n{i}"], queue_id=-1)), timeout=5).result for i in range(10)]
+        istub = indexer_pb2_grpc.IndexerServiceStub(ich)
+        wait_until(lambda: istub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="P", key="n9"), timeout=5).messages, what="tail continued after the rebuild")
+        for r in first + later:
+            key = f"k{first.index(r)}" if r in first else f"n{later.index(r)}"
+            got = istub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="P", key=key), timeout=5).messages
+            assert [m.commit_log_offset for m in got] == [r.physical_offset], key
+        status = istub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=5)
+        assert status.total_entries == 2 * 130  # each message's two keys exactly once
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_export_rows_equal_the_decoded_records(scenario: Path, tmp_path: Path) -> None:
+    from pyspark.sql import SparkSession
+
+    store = _copy(scenario, tmp_path)
+    summary = job("export", "--store", f"gold={store}", "--out", str(tmp_path / "cat"), "--with-body", *SPARK)
+    assert summary.ok
+    rows = SparkSession.builder.getOrCreate().read.parquet(str(tmp_path / "cat")).collect()
+    records = list(walk_segments(store / "commitlog"))
+    assert len(rows) == len(records) == summary.records
+    by_offset = {r["physical_offset"]: r for r in rows}
+    for rec in records:
+        row = by_offset[rec.physical_offset]
+        assert (row["broker"], row["topic"], row["queue_id"], row["queue_offset"], row["offset_msg_id"]) == ("gold", rec.topic, rec.queue_id, rec.queue_offset, rec.offset_msg_id)
+        assert list(row["keys"] or []) == rec.keys and (row["unique_key"] or None) == rec.unique_key
+        assert bytes(row["body"]) == rec.body and row["body_crc"] == rec.body_crc and row["store_timestamp"] == rec.store_timestamp
+
+
+def test_lookup_applies_the_routers_rules(tmp_path: Path, launch: Launch) -> None:
+    cl = launch("commitlog", "--store-dir", str(tmp_path / "store"), host="127.0.0.72")
+    with grpc.insecure_channel(cl.address) as ch:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+
+        def send(keys: list[str], uid: str, topic: str = "L") -> common_pb2.SendResult:
+            return stub.SendMessage(commitlog_pb2.SendMessageRequest(message=common_pb2.MessageInput(topic=topic, body=b"b", keys=keys, unique_key=uid, queue_id=-1)), timeout=5).result
+
+        aa = send(["Aa"], "U1")
+        bb = send(["BB"], "U2")
+        other = send(["Aa"], "U3", topic="M")
+        copy1 = send(["dup"], "SAME")
+        copy2 = send(["dup"], "SAME")
+    cl.stop()
+    job("export", "--store", f"br={tmp_path / 'store'}", "--out", str(tmp_path / "cat"), *SPARK)
+    (tmp_path / "keys.txt").write_text("L Aa\nL BB\nL nothing\n")
+    job("lookup", "--catalog", str(tmp_path / "cat"), "--queries", str(tmp_path / "keys.txt"), "--type", "key", "--out", str(tmp_path / "k.json"), "--format", "json", "--single-file", *SPARK)
+    found = [json.loads(line) for p in sorted((tmp_path / "k.json").glob("*.json")) for line in p.read_text().splitlines()]
+    hits = {(r["query"], r.get("offset_msg_id")) for r in found if r["found"]}
+    assert hits == {("Aa", aa.offset_msg_id), ("BB", bb.offset_msg_id)}
+    assert other.offset_msg_id not in {h[1] for h in hits}
+    assert [r["found"] for r in found if r["query"] == "nothing"] == [False]
+    (tmp_path / "u.txt").write_text("L SAME\n")
+    job("lookup", "--catalog", str(tmp_path / "cat"), "--queries", str(tmp_path / "u.txt"), "--type", "unique-key", "--out", str(tmp_path / "u.json"), "--format", "json", "--single-file", *SPARK)
+    (u,) = [json.loads(line) for p in sorted((tmp_path / "u.json").glob("*.json")) for line in p.read_text().splitlines()]
+    assert u["offset_msg_id"] == copy1.offset_msg_id and u["matches"] == 2
+    (tmp_path / "ids.txt").write_text(f"{copy2.offset_msg_id}\n")
+    job("lookup", "--catalog", str(tmp_path / "cat"), "--queries", str(tmp_path / "ids.txt"), "--type", "msg-id", "--out", str(tmp_path / "i.csv"), "--format", "csv", "--single-file", *SPARK)
+    assert copy2.offset_msg_id in "".join(p.read_text() for p in (tmp_path / "i.csv").glob("*.csv"))
+
+
+def test_a_corrupt_record_fails_the_job_naming_file_and_offset_unless_skipped(tmp_path: Path) -> None:
+    store = _copy(SCENARIOS[0], tmp_path)
+    seg = sorted((store / "commitlog").iterdir())[0]
+    records = list(walk_segments(store / "commitlog"))
+    victim = records[3]
+    data = bytearray(seg.read_bytes())
+    data[victim.physical_offset + 90] ^= 0xFF  # a body byte: CRC mismatch
+    seg.write_bytes(data)
+    with pytest.raises(CorruptRecordError) as err:
+        job("export", "--store", f"c={store}", "--out", str(tmp_path / "cat"), *SPARK)
+    assert seg.name in err.value.message() and str(victim.physical_offset) in err.value.message()
+    summary = job("export", "--store", f"c={store}", "--out", str(tmp_path / "cat2"), "--skip-corrupt", "true", *SPARK)
+    assert summary.corrupt_count == 1 and summary.records == len(records) - 1
+    assert "corrupt records" in summary.render()
