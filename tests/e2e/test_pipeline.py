@@ -140,3 +140,58 @@ def test_a_corrupt_record_fails_the_job_naming_file_and_offset_unless_skipped(tm
     summary = job("export", "--store", f"c={store}", "--out", str(tmp_path / "cat2"), "--skip-corrupt", "true", *SPARK)
     assert summary.corrupt_count == 1 and summary.records == len(records) - 1
     assert "corrupt records" in summary.render()
+
+
+def test_large_store_reindex_export_and_lookup_agree_with_the_services(tmp_path: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """100,000 messages over several segments, written by the commitlog service and indexed by
+    the streaming indexer: the rebuilt index, the catalog and the lookups agree with them."""
+    import random
+
+    from clients.admin import AdminClient
+    from services.launcher import LocalCluster
+
+    cluster: LocalCluster = cluster_factory(commitlog_args=["--segment-size", str(4 << 20)], indexer_args=["--hash-slots", "50021", "--index-num", "400000"])
+    cluster.start_router()
+    broker = cluster.add_broker("broker-x", "127.0.0.73")
+    n = 100_000
+    with grpc.insecure_channel(broker.commitlog.address, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+        for start in range(0, n, 2000):
+            msgs = [common_pb2.MessageInput(topic="Big", body=b"v" * 64, keys=[f"o-{i}", f"c-{i % 997}"], unique_key=f"{i:032X}", queue_id=(start // 2000) % 4) for i in range(start, start + 2000)]
+            stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs), timeout=60)
+    cluster.wait_indexed()
+    segments = sorted((broker.store_dir / "commitlog").iterdir())
+    assert len(segments) >= 4
+    job("reindex", "--store", f"broker-x={broker.store_dir}", "--out", str(tmp_path / "rx"), "--hash-slots", "50021", "--index-num", "400000", *SPARK)
+    rebuilt = IndexStore.open(tmp_path / "rx" / "broker-x" / "index", IndexStoreConfig(hash_slot_num=50021, index_num=400000, read_only=True))
+    rng = random.Random(3)
+    sample = rng.sample(range(n), 1000)
+    with grpc.insecure_channel(broker.indexer.address) as ich:
+        istub = indexer_pb2_grpc.IndexerServiceStub(ich)
+        for i in sample:
+            for key, uniq in ((f"o-{i}", False), (f"{i:032X}", True), (f"c-{i % 997}", False)):
+                streaming = {m.commit_log_offset for m in istub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="Big", key=key, max_num=64, unique_key_flag=uniq), timeout=10).messages}
+                assert set(rebuilt.query("Big", key, 64, 0, 2**62)) == streaming, key
+    rebuilt.close()
+
+    job("export", "--store", f"broker-x={broker.store_dir}", "--out", str(tmp_path / "cat"), *SPARK)
+    from pyspark.sql import SparkSession
+
+    catalog = SparkSession.builder.getOrCreate().read.parquet(str(tmp_path / "cat"))
+    assert catalog.count() == n
+    picked = {r["offset_msg_id"]: r for r in catalog.where("queue_offset % 997 = 5").collect()}
+    with grpc.insecure_channel(broker.commitlog.address) as ch:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+        for msg_id, row in list(picked.items())[:100]:
+            m = stub.ViewMessage(commitlog_pb2.ViewMessageRequest(physical_offset=row["physical_offset"]), timeout=5).message
+            assert (m.offset_msg_id, m.unique_key, list(m.keys), m.store_timestamp, m.queue_offset, m.body_crc) == (msg_id, row["unique_key"], list(row["keys"]), row["store_timestamp"], row["queue_offset"], row["body_crc"])
+
+    keys = [f"c-{k}" for k in rng.sample(range(997), 20)]
+    (tmp_path / "q.txt").write_text("".join(f"Big {k}\n" for k in keys))
+    job("lookup", "--catalog", str(tmp_path / "cat"), "--queries", str(tmp_path / "q.txt"), "--type", "key", "--max-num", "64", "--out", str(tmp_path / "l.json"), "--format", "json", "--single-file", *SPARK)
+    rows = [json.loads(line) for p in sorted((tmp_path / "l.json").glob("*.json")) for line in p.read_text().splitlines()]
+    assert cluster.router is not None
+    with AdminClient(cluster.router.address) as admin:
+        for k in keys:
+            routed = {m.offset_msg_id for m in admin.query_by_key("Big", k, max_num=64).messages}
+            assert {r["offset_msg_id"] for r in rows if r["query"] == k and r["found"]} == routed, k
