@@ -3,6 +3,7 @@ and kept consistent with the Dockerfile's entry point and health probe."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,8 +24,9 @@ def compose_binary() -> Path:
     return binary
 
 
-def compose_config(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(compose_binary()), "-f", str(path), "config", "--format", "json"], capture_output=True, text=True, timeout=60, cwd=path.parent)
+def compose_config(path: Path, *overlays: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    files = [arg for f in (path, *overlays) for arg in ("-f", str(f))]
+    return subprocess.run([str(compose_binary()), *files, "config", "--format", "json"], capture_output=True, text=True, timeout=60, cwd=path.parent, env={**os.environ, **(env or {})})
 
 
 def test_compose_file_is_valid_for_docker_compose_v2() -> None:
@@ -74,3 +76,14 @@ def test_dockerfile_entry_point_and_probe_are_the_ones_compose_uses() -> None:
     assert {"router", "commitlog", "indexer", "probe"} <= set(COMMANDS)
     probe = subprocess.run([sys.executable, "-m", "services.entrypoint", "probe", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert probe.returncode == 0 and "--addr" in probe.stdout
+
+
+def test_tls_overlay_gives_every_service_tls_and_keeps_its_settings(tmp_path: Path) -> None:
+    result = compose_config(REPO / "compose.yaml", REPO / "compose.tls.yaml", env={"QUARRY_CERTS_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    for name, svc in services.items():
+        env = svc["environment"]
+        assert env["QUARRY_TLS_CERT"] == "/certs/server.pem" and env["QUARRY_TLS_CA"] == "/certs/ca.pem", name
+        assert any(v["target"] == "/certs" and v.get("read_only") for v in svc["volumes"]), name
+    assert services["commitlog-a"]["environment"]["QUARRY_ROUTER_ADDR"] == "router:9876"

@@ -21,10 +21,14 @@ from clients.producer import Producer
 from services.launcher import REPO_ROOT
 from tests.contract.test_compose import compose_config
 from tests.e2e.conftest import wait_until
+from tests.e2e.pki import make_pki
 
 
-def _topology() -> dict:
-    result = compose_config(REPO_ROOT / "compose.yaml")
+IPS = [f"127.0.1.{i + 10}" for i in range(5)]  # one loopback address per compose service
+
+
+def _topology(overlays: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> dict:
+    result = compose_config(REPO_ROOT / "compose.yaml", *overlays, env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -41,10 +45,10 @@ def _start_order(services: dict) -> list[str]:
 class Topology:
     """The compose services as processes; `ips` maps service names to 127.0.0.x."""
 
-    def __init__(self, root: Path) -> None:
-        self.cfg = _topology()
+    def __init__(self, root: Path, overlays: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.cfg = _topology(overlays, env)
         self.services = self.cfg["services"]
-        self.ips = {name: f"127.0.1.{i + 10}" for i, name in enumerate(sorted(self.services))}
+        self.ips = {name: IPS[i] for i, name in enumerate(sorted(self.services))}
         self.root = root
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -55,7 +59,7 @@ class Topology:
             value = re.sub(rf"(?<![\w.-]){re.escape(name)}(?=:\d)", ip, value)
         value = value.replace("0.0.0.0:", f"{self.ips[service]}:").replace("127.0.0.1:", f"{self.ips[service]}:")
         for vol in self.services[service].get("volumes", []):
-            if value.startswith(vol["target"]):
+            if value.startswith(vol["target"] + "/") or value == vol["target"]:
                 value = str(self.root / vol["source"]) + value[len(vol["target"]):]
         return value
 
@@ -92,9 +96,22 @@ class Topology:
         return f"{self.ips[name]}:{port}"
 
 
-@pytest.fixture
-def topology(tmp_path: Path) -> Iterator[Topology]:
-    topo = Topology(tmp_path)
+@pytest.fixture(params=["plaintext", "tls"])
+def topology(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Topology]:
+    overlays: tuple[Path, ...] = ()
+    env: dict[str, str] = {}
+    if request.param == "tls":
+        # Mutual TLS for every service and for this test's own clients (compose.tls.yaml).
+        pki = make_pki(tmp_path / "pki", IPS)
+        certs = tmp_path / "certs"
+        certs.mkdir()
+        for src, dst in (("ca", "ca.pem"), ("server_cert", "server.pem"), ("server_key", "server-key.pem"), ("client_cert", "client.pem"), ("client_key", "client-key.pem")):
+            (certs / dst).write_bytes(Path(pki[src]).read_bytes())
+        overlays, env = (REPO_ROOT / "compose.tls.yaml",), {"QUARRY_CERTS_DIR": str(certs)}
+        monkeypatch.setenv("QUARRY_TLS_CA", str(certs / "ca.pem"))
+        monkeypatch.setenv("QUARRY_TLS_CLIENT_CERT", str(certs / "client.pem"))
+        monkeypatch.setenv("QUARRY_TLS_CLIENT_KEY", str(certs / "client-key.pem"))
+    topo = Topology(tmp_path, overlays, env)
     try:
         for name in _start_order(topo.services):
             topo.start(name)

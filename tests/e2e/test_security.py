@@ -1,8 +1,6 @@
 """TLS, mutual TLS and access control on real processes, with a throwaway CA made at run time."""
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import json
 import time
 from pathlib import Path
@@ -10,10 +8,6 @@ from typing import Iterator
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from clients.admin import AdminClient
 from clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, open_channel, sign
@@ -21,40 +15,12 @@ from clients.producer import Producer
 from quarry.v1 import router_pb2, router_pb2_grpc
 from services.launcher import LocalCluster
 from tests.e2e.conftest import Launch, wait_until
-
-
-def _cert(subject: str, issuer_key: ec.EllipticCurvePrivateKey | None, issuer: x509.Name | None, ca: bool, ips: list[str] = ()) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    now = dt.datetime.now(dt.timezone.utc)
-    builder = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(issuer or name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ips:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName("quarry.test")] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]), critical=False)
-    return key, builder.sign(issuer_key or key, hashes.SHA256())
-
-
-def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> tuple[str, str]:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    (path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return str(path / "cert.pem"), str(path / "key.pem")
+from tests.e2e.pki import make_pki
 
 
 @pytest.fixture
 def pki(tmp_path: Path) -> dict[str, str]:
-    ca_key, ca = _cert("quarry test CA", None, None, ca=True)
-    hosts = ["127.0.0.1", "127.0.0.31", "127.0.0.32"]
-    skey, scert = _cert("quarry server", ca_key, ca.subject, ca=False, ips=hosts)
-    ckey, ccert = _cert("quarry client", ca_key, ca.subject, ca=False)
-    ca_path = tmp_path / "ca.pem"
-    ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    server_cert, server_key = _write(tmp_path / "server", skey, scert)
-    client_cert, client_key = _write(tmp_path / "client", ckey, ccert)
-    return {"ca": str(ca_path), "server_cert": server_cert, "server_key": server_key, "client_cert": client_cert, "client_key": client_key}
+    return make_pki(tmp_path / "pki", ["127.0.0.1", "127.0.0.31", "127.0.0.32"])
 
 
 def _list_brokers(address: str) -> list[str]:
