@@ -273,6 +273,8 @@ class CommitLogStore:
         results: list[AppendResult] = []
         rr = dict(self._round_robin)
         id_prefix = self._id_prefix
+        buf: bytearray | None = None  # the write buffer of the segment being filled
+        buf_seg_end = 0
         for p in prepared:
             queue_id = p.queue_id
             if queue_id < 0:
@@ -289,13 +291,14 @@ class CommitLogStore:
             advances = takes_queue_offset(p.sys_flag)
             queue_offset = queue_next[key] if advances else 0
             size = len(p.record)
-            seg, at, blank = self.segments.segment_for_append(offset, size)
-            if blank is not None:
-                writes.append((self.segments.find(offset), offset, bytearray(blank)))
-            if writes and writes[-1][0] is seg and writes[-1][1] + len(writes[-1][2]) == at:
-                buf = writes[-1][2]
+            if buf is not None and offset + size + BLANK_HEADER_SIZE <= buf_seg_end:
+                at = offset  # fast path: the record fits in the segment being filled
             else:
+                seg, at, blank = self.segments.segment_for_append(offset, size)
+                if blank is not None:
+                    writes.append((self.segments.find(offset), offset, bytearray(blank)))
                 buf = bytearray()
+                buf_seg_end = seg.end
                 writes.append((seg, at, buf))
             rec_at = len(buf)
             buf += p.record
