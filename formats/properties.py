@@ -28,7 +28,7 @@ class PropertyError(ValueError):
 
 def encode_properties(pairs: Pairs) -> str:
     """Join pairs as RocketMQ's messageProperties2String does (no trailing separator)."""
-    return PROPERTY_SEP.join(f"{name}{NAME_VALUE_SEP}{value}" for name, value in pairs)
+    return PROPERTY_SEP.join([f"{name}\x01{value}" for name, value in pairs])
 
 
 def decode_pairs(text: str) -> Pairs:
