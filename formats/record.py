@@ -297,6 +297,51 @@ def dispatch_info(rec: Record) -> DispatchInfo:
     return DispatchInfo(rec.physical_offset, rec.store_size, rec.topic, rec.queue_id, rec.queue_offset, code, keys, props.get(UNIQ_KEY), rec.store_timestamp, rec.sys_flag, rec.prepared_transaction_offset)
 
 
+def decode_dispatch(buf: bytes | memoryview, pos: int, physical_offset: int) -> DispatchInfo:
+    """The DispatchInfo of the record at buf[pos:] without copying its body or checking its CRC.
+
+    For streaming what is already in the log (Tail): the frame is still validated (magic,
+    sizes, position), so garbage never passes as a record; CRC is checked by reads and recovery.
+    """
+    avail = len(buf) - pos
+    if avail < FIXED_SIZE:
+        raise CorruptRecordError(physical_offset, f"only {avail} bytes left, a record needs at least {FIXED_SIZE}")
+    (size, magic, _crc, queue_id, _flag, queue_offset, phys, sys_flag, _born_ts) = _HEAD.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC:
+        raise CorruptRecordError(physical_offset, f"bad magic code 0x{magic:08X}")
+    if size < FIXED_SIZE or size > avail or phys != physical_offset:
+        raise CorruptRecordError(physical_offset, f"TOTALSIZE {size} or PHYSICALOFFSET {phys} inconsistent")
+    end = pos + size
+    p = pos + BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
+    store_ts = _I64.unpack_from(buf, p)[0]
+    p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 12
+    body_len = _I32.unpack_from(buf, p)[0]
+    p += 4 + body_len
+    if body_len < 0 or p + 3 > end:
+        raise CorruptRecordError(physical_offset, f"BODYLEN {body_len} does not fit in TOTALSIZE {size}")
+    topic_len = buf[p]
+    if topic_len > 127 or p + 1 + topic_len + 2 > end:
+        raise CorruptRecordError(physical_offset, f"TOPICLEN {topic_len} does not fit in TOTALSIZE {size}")
+    topic = bytes(buf[p + 1:p + 1 + topic_len]).decode("utf-8", errors="replace")
+    p += 1 + topic_len
+    props_len = _I16.unpack_from(buf, p)[0]
+    if props_len < 0 or p + 2 + props_len != end:
+        raise CorruptRecordError(physical_offset, f"PROPLEN {props_len} does not end at TOTALSIZE {size}")
+    props_text = bytes(buf[p + 2:end]).decode("utf-8", errors="replace")
+    props = properties_map(props_text)
+    code = java_tags_code(props.get(TAGS))
+    if topic == SCHEDULE_TOPIC and DELAY in props:
+        try:
+            level = min(int(props[DELAY]), len(DELAY_LEVEL_MS))
+            if level > 0:
+                code = store_ts + DELAY_LEVEL_MS[level - 1]
+        except ValueError:
+            pass
+    prepared = _I64.unpack_from(buf, pos + BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 4)[0]
+    keys = "" if not props_text else props.get(KEYS)
+    return DispatchInfo(physical_offset, size, topic, queue_id, queue_offset, code, keys, props.get(UNIQ_KEY), store_ts, sys_flag, prepared)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchItem:
     """One message inside a MessageBatch body."""

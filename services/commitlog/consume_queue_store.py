@@ -103,10 +103,15 @@ class ConsumeQueue:
                 os.pwrite(fd, blank, pos - start)
                 self.dirty.add(start)
 
-    def flush(self) -> None:
-        for start in list(self.dirty):
-            os.fdatasync(self.fds[start])
+    def take_dirty(self) -> list[int]:
+        """File descriptors written since the last call (to fsync outside the store lock)."""
+        fds = [self.fds[start] for start in self.dirty]
         self.dirty.clear()
+        return fds
+
+    def flush(self) -> None:
+        for fd in self.take_dirty():
+            os.fdatasync(fd)
 
     def close(self) -> None:
         if not self.read_only:
@@ -143,9 +148,13 @@ class ConsumeQueueStore:
     def existing(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 
+    def take_dirty(self) -> list[int]:
+        """Every queue file written since the last call; the caller fsyncs them."""
+        return [fd for cq in self.queues.values() for fd in cq.take_dirty()]
+
     def flush(self) -> None:
-        for cq in self.queues.values():
-            cq.flush()
+        for fd in self.take_dirty():
+            os.fdatasync(fd)
 
     def close(self) -> None:
         for cq in self.queues.values():

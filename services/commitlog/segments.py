@@ -59,8 +59,9 @@ class Segment:
 
     def fsync(self) -> None:
         if self.dirty and not self.read_only:
-            os.fdatasync(self.fd)
+            # Cleared first: a write landing during the sync sets it again for the next round.
             self.dirty = False
+            os.fdatasync(self.fd)
 
     def close(self) -> None:
         try:

@@ -21,7 +21,7 @@ from formats import offset_msg_id
 from formats.consume_queue import encode_unit
 from formats.record import (
     BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, DispatchInfo, Record,
-    body_crc, decode_record, dispatch_info, patch_record, read_size_and_magic, takes_queue_offset,
+    body_crc, decode_dispatch, decode_record, dispatch_info, patch_record, read_size_and_magic, takes_queue_offset,
 )
 from formats.segment_walk import WalkResult, walk_segments
 from services.commitlog.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
@@ -367,14 +367,17 @@ class CommitLogStore:
         with self.lock:
             target = self.write_offset
             dirty = [s for s in self.segments.segments if s.dirty]
-        if target == self.flushed_offset and not clean and not dirty:
+            # Queue units up to `target` were written under the lock; sync them outside it,
+            # so appends are never held up by an fsync.
+            cq_fds = self.cqs.take_dirty()
+        if target == self.flushed_offset and not clean and not dirty and not cq_fds:
             return target
         t0 = time.perf_counter()
         for seg in dirty:
             seg.fsync()
+        for fd in cq_fds:
+            os.fdatasync(fd)
         FLUSH_SECONDS.observe(time.perf_counter() - t0)
-        with self.lock:
-            self.cqs.flush()
         save_checkpoint(self.dir, StoreCheckpoint(target, int(time.time() * 1000), clean))
         with self.flushed:
             self.flushed_offset = max(self.flushed_offset, target)
@@ -477,14 +480,11 @@ class CommitLogStore:
                     pos = seg.end - offset
                     break
                 try:
-                    record = decode_record(chunk, pos, physical_offset=offset + pos)
+                    info = decode_dispatch(chunk, pos, offset + pos)
                 except CorruptRecordError as exc:
-                    if "CRC" in exc.reason and magic == MESSAGE_MAGIC and 0 < size <= len(chunk) - pos:
-                        pos += size  # reported at recovery; not indexable
-                        continue
                     raise NotFound(f"no record starts at physical offset {offset + pos}: {exc.reason}") from None
-                out.append(dispatch_info(record))
-                pos += record.store_size
+                out.append(info)
+                pos += info.size
             if pos == 0:
                 break
             offset += pos

@@ -12,7 +12,7 @@ import pytest
 
 from formats import offset_msg_id
 from formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
-from formats.record import batch_record_properties, decode_batch_body, decode_record, dispatch_info, encode_record
+from formats.record import batch_record_properties, decode_batch_body, decode_dispatch, decode_record, dispatch_info, encode_record
 from formats.segment_walk import SegmentEnd, WalkResult, list_segments, walk_buffer, walk_segments
 from tests.conftest import golden_root
 
@@ -89,6 +89,7 @@ def test_decode_matches_golden_fields(scenario: str, message: dict, index: int, 
 
     dispatch = record["dispatch"]
     info = dispatch_info(rec)
+    assert decode_dispatch(bytes.fromhex(record["hex"]), 0, record["offset"]) == info  # the Tail's light decoder
     assert dispatch["success"]
     assert (info.size, info.topic, info.queue_id, info.physical_offset, info.store_timestamp, info.queue_offset) == (
         dispatch["msg_size"], dispatch["topic"], dispatch["queue_id"], dispatch["commit_log_offset"], dispatch["store_timestamp"], dispatch["consume_queue_offset"])
