@@ -285,16 +285,22 @@ def dispatch_info(rec: Record) -> DispatchInfo:
     no KEYS; a delayed message's tagsCode is its deliver time.
     """
     props = rec.properties
+    keys = "" if not rec.properties_text else props.get(KEYS)
+    code = _dispatch_tags_code(rec.topic, props, rec.store_timestamp)
+    return DispatchInfo(rec.physical_offset, rec.store_size, rec.topic, rec.queue_id, rec.queue_offset, code, keys, props.get(UNIQ_KEY), rec.store_timestamp, rec.sys_flag, rec.prepared_transaction_offset)
+
+
+def _dispatch_tags_code(topic: str, props: dict[str, str], store_timestamp: int) -> int:
+    """ConsumeQueue tagsCode: hashCode of TAGS, or a delayed message's deliver time."""
     code = java_tags_code(props.get(TAGS))
-    if rec.topic == SCHEDULE_TOPIC and DELAY in props:
+    if topic == SCHEDULE_TOPIC and DELAY in props:
         try:
             level = min(int(props[DELAY]), len(DELAY_LEVEL_MS))
             if level > 0:
-                code = rec.store_timestamp + DELAY_LEVEL_MS[level - 1]
+                code = store_timestamp + DELAY_LEVEL_MS[level - 1]
         except ValueError:
             pass
-    keys = "" if not rec.properties_text else props.get(KEYS)
-    return DispatchInfo(rec.physical_offset, rec.store_size, rec.topic, rec.queue_id, rec.queue_offset, code, keys, props.get(UNIQ_KEY), rec.store_timestamp, rec.sys_flag, rec.prepared_transaction_offset)
+    return code
 
 
 def decode_dispatch(buf: bytes | memoryview, pos: int, physical_offset: int) -> DispatchInfo:
@@ -314,7 +320,9 @@ def decode_dispatch(buf: bytes | memoryview, pos: int, physical_offset: int) -> 
     end = pos + size
     p = pos + BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
     store_ts = _I64.unpack_from(buf, p)[0]
-    p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 12
+    p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
+    prepared = _I64.unpack_from(buf, p + 4)[0]  # after RECONSUMETIMES
+    p += 12
     body_len = _I32.unpack_from(buf, p)[0]
     p += 4 + body_len
     if body_len < 0 or p + 3 > end:
@@ -329,16 +337,8 @@ def decode_dispatch(buf: bytes | memoryview, pos: int, physical_offset: int) -> 
         raise CorruptRecordError(physical_offset, f"PROPLEN {props_len} does not end at TOTALSIZE {size}")
     props_text = bytes(buf[p + 2:end]).decode("utf-8", errors="replace")
     props = properties_map(props_text)
-    code = java_tags_code(props.get(TAGS))
-    if topic == SCHEDULE_TOPIC and DELAY in props:
-        try:
-            level = min(int(props[DELAY]), len(DELAY_LEVEL_MS))
-            if level > 0:
-                code = store_ts + DELAY_LEVEL_MS[level - 1]
-        except ValueError:
-            pass
-    prepared = _I64.unpack_from(buf, pos + BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 4)[0]
     keys = "" if not props_text else props.get(KEYS)
+    code = _dispatch_tags_code(topic, props, store_ts)
     return DispatchInfo(physical_offset, size, topic, queue_id, queue_offset, code, keys, props.get(UNIQ_KEY), store_ts, sys_flag, prepared)
 
 

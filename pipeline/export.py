@@ -62,13 +62,7 @@ def run_export(ctx: JobContext) -> None:
     writer = df.write.partitionBy(*catalog.PARTITION_COLUMNS).mode("overwrite" if args.overwrite else "errorifexists")
     total = sum(s.total_bytes for s in stores)
     ctx.run_stage("decode+write", counters, total, lambda: writer.parquet(str(out)))
-    count, reports = counters.corrupt.value
-    ctx.summary.records = counters.records.value
-    ctx.summary.bytes = counters.bytes.value
-    ctx.summary.corrupt = sorted(reports, key=lambda r: (r.broker, r.offset))
-    ctx.summary.corrupt_count = count
-    if count:
-        ctx.summary.skipped["corrupt records (not exported)"] = count
+    ctx.collect(counters, "corrupt records (not exported)")
     files, size, partitions = _catalog_files(out)
     ctx.summary.files = files
     ctx.summary.output = str(out)

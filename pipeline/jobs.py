@@ -42,6 +42,16 @@ class JobContext:
     def counters(self) -> StageCounters:
         return StageCounters.create(self.sc)
 
+    def collect(self, counters: StageCounters, skipped_label: str) -> None:
+        """Fold a stage's task counters (records, bytes, corrupt reports) into the summary."""
+        count, reports = counters.corrupt.value
+        self.summary.records = counters.records.value
+        self.summary.bytes = counters.bytes.value
+        self.summary.corrupt = sorted(reports, key=lambda r: (r.broker, r.offset))
+        self.summary.corrupt_count = count
+        if count:
+            self.summary.skipped[skipped_label] = count
+
     def run_stage(self, name: str, counters: StageCounters | None, total_bytes: int, action: Callable[[], Any]) -> Any:
         """Run a Spark action as a named stage; a task's CorruptRecordError comes back as itself."""
         with self.progress.stage(name, counters, total_bytes):

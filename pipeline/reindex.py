@@ -117,13 +117,7 @@ def run_reindex(ctx: JobContext) -> None:
     task = partial(index_splits, out=str(out), slots=args.hash_slots, index_num=args.index_num, base_ms=base_ms, policy=ctx.policy, counters=counters)
     total = sum(s.total_bytes for s in stores)
     results: list[SplitIndex] = ctx.run_stage("decode+index", counters, total, lambda: distribute(ctx, splits).mapPartitions(task).collect())
-    count, reports = counters.corrupt.value
-    ctx.summary.records = counters.records.value
-    ctx.summary.bytes = counters.bytes.value
-    ctx.summary.corrupt = sorted(reports, key=lambda r: (r.broker, r.offset))
-    ctx.summary.corrupt_count = count
-    if count:
-        ctx.summary.skipped["corrupt records (not indexed)"] = count
+    ctx.collect(counters, "corrupt records (not indexed)")
     entries = 0
     for store in stores:
         mine = sorted((r for r in results if r.broker == store.broker), key=lambda r: r.split_index)
