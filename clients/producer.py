@@ -22,7 +22,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 
 from clients.errors import InvalidArgumentError, QuarryError, UnavailableError, from_rpc_error
 from clients.model import MessageQueue, SendResult
-from formats.properties import PropertyError, message_pairs
+from formats.properties import PropertyError, message_properties
 from formats.topic import TopicError, validate_topic
 from formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
@@ -106,7 +106,7 @@ class Producer:
         uid = unique_key or unique_key_generator().next_id()  # a caller-set key is kept
         pairs = list((properties or {}).items())
         try:
-            message_pairs(key_list, tags, uid, pairs)  # the broker's rules, checked before sending
+            message_properties(key_list, tags, uid, pairs)  # the broker's rules, checked before sending
         except PropertyError as exc:
             raise InvalidArgumentError("INVALID_ARGUMENT", str(exc)) from None
         return common_pb2.MessageInput(

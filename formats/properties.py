@@ -75,25 +75,47 @@ def validate_pairs(pairs: Pairs, field: str = "properties") -> bytes:
 RESERVED = (KEYS, TAGS, UNIQ_KEY)
 
 
-def message_pairs(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str = "") -> tuple[Pairs, str]:
-    """A message's stored properties: KEYS (space-joined), TAGS, UNIQ_KEY first, as a RocketMQ
-    producer orders them, then the user's; returns (pairs, encoded string). PropertyError
-    names the field and the rule."""
-    pairs: Pairs = []
-    for i, key in enumerate(keys):
-        if not key:
-            raise PropertyError(f"{field_prefix}keys[{i}]: must not be empty")
-        if " " in key:
-            raise PropertyError(f"{field_prefix}keys[{i}]: must not contain a space (KEYS are space-separated)")
+def message_properties(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str = "") -> bytes:
+    """A message's stored properties, UTF-8 encoded: KEYS (space-joined), TAGS, UNIQ_KEY first,
+    as a RocketMQ producer orders them, then the user's. PropertyError names the field and
+    the rule."""
+    parts: list[str] = []
     if keys:
-        pairs.append((KEYS, " ".join(keys)))
+        joined = " ".join(keys)
+        # Fast check: n non-empty keys without spaces join to exactly n-1 spaces.
+        if joined.count(" ") != len(keys) - 1 or "" in keys:
+            for i, key in enumerate(keys):
+                if not key:
+                    raise PropertyError(f"{field_prefix}keys[{i}]: must not be empty")
+                if " " in key:
+                    raise PropertyError(f"{field_prefix}keys[{i}]: must not contain a space (KEYS are space-separated)")
+        parts.append("KEYS\x01" + joined)
     if tags:
-        pairs.append((TAGS, tags))
+        parts.append("TAGS\x01" + tags)
     if unique_key:
-        pairs.append((UNIQ_KEY, unique_key))
-    for i, (name, _value) in enumerate(properties):
-        if name in RESERVED:
-            raise PropertyError(f"{field_prefix}properties[{i}].name: {name} is set by its own field (keys, tags, unique_key)")
-    pairs.extend(properties)
-    encoded = validate_pairs(pairs, f"{field_prefix}properties")
-    return pairs, encoded.decode("utf-8")
+        parts.append("UNIQ_KEY\x01" + unique_key)
+    if properties:
+        for i, (name, value) in enumerate(properties):
+            if name in RESERVED:
+                raise PropertyError(f"{field_prefix}properties[{i}].name: {name} is set by its own field (keys, tags, unique_key)")
+            if not name:
+                raise PropertyError(f"{field_prefix}properties[{i}].name: must not be empty")
+            parts.append(f"{name}\x01{value}")
+    text = PROPERTY_SEP.join(parts)
+    # With clean names and values each separator appears exactly once per pair.
+    if text.count(NAME_VALUE_SEP) != len(parts) or text.count(PROPERTY_SEP) != max(0, len(parts) - 1):
+        _raise_separator_error(keys, tags, unique_key, properties, field_prefix)
+    encoded = text.encode("utf-8")
+    if len(encoded) > MAX_PROPERTIES_BYTES:
+        raise PropertyError(f"{field_prefix}properties: encoded properties are {len(encoded)} bytes, at most {MAX_PROPERTIES_BYTES}")
+    return encoded
+
+
+def _raise_separator_error(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str) -> None:
+    """Name the field holding a \\x01 or \\x02."""
+    fields = [(f"keys[{i}]", k) for i, k in enumerate(keys)] + [("tags", tags), ("unique_key", unique_key)]
+    for name, text in fields:
+        if NAME_VALUE_SEP in text or PROPERTY_SEP in text:
+            raise PropertyError(f"{field_prefix}{name}: must not contain \\x01 or \\x02 (property separators)")
+    validate_pairs(list(properties), f"{field_prefix}properties")
+    raise AssertionError("separator count mismatch without a separator")  # pragma: no cover

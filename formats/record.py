@@ -35,6 +35,7 @@ SYSFLAG_TRANSACTION_ROLLBACK = 0xC
 SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
 
+QUEUE_ID_POS = 12
 QUEUE_OFFSET_POS = 20
 PHYSICAL_OFFSET_POS = 28
 SYSFLAG_POS = 36
@@ -50,7 +51,9 @@ _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 _HEAD = struct.Struct(">iIiiiqqiq")  # TOTALSIZE..BORNTIMESTAMP (48 bytes)
 _SIZE_MAGIC = struct.Struct(">iI")
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
 _TAIL = struct.Struct(">iq")  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET
+_FIXED_V4 = struct.Struct(">iIiiiqqiq8sq8siqi")  # TOTALSIZE..BODYLEN with IPv4 hosts (91 bytes)
 
 Host = tuple[str, int]
 
@@ -91,7 +94,7 @@ def encode_record(
     *,
     topic: str,
     body: bytes,
-    properties: str,
+    properties: str | bytes,
     queue_id: int,
     flag: int,
     queue_offset: int,
@@ -108,22 +111,36 @@ def encode_record(
     """One record, byte for byte as RocketMQ's CommitLog writes it.
 
     The IPv6 sysflag bits are set from the hosts' address families, as the CommitLog does.
+    `properties` may be given already UTF-8 encoded.
     """
     born = _host_bytes(born_host)
     store = _host_bytes(store_host)
     sys_flag = (sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) | (SYSFLAG_BORNHOST_V6 if len(born) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if len(store) == 20 else 0)
-    topic_b = topic.encode("utf-8")
-    props_b = properties.encode("utf-8")
-    if len(topic_b) > 127:
-        raise ValueError(f"topic: at most 127 bytes, got {len(topic_b)}")
+    topic_field = _topic_field(topic)
+    props_b = properties.encode("utf-8") if isinstance(properties, str) else properties
     if len(props_b) > 32767:
         raise ValueError(f"properties: at most 32767 bytes, got {len(props_b)}")
-    size = FIXED_SIZE + len(body) + len(topic_b) + len(props_b) + (len(born) - 8) + (len(store) - 8)
+    size = FIXED_SIZE - 1 + len(body) + len(topic_field) + len(props_b) + (len(born) - 8) + (len(store) - 8)
+    crc = body_crc(body) if crc is None else crc
+    if len(born) == 8 and len(store) == 8:
+        # The common case in one pack: every fixed field up to BODYLEN.
+        head = _FIXED_V4.pack(size, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+                              born, store_timestamp, store, reconsume_times, prepared_transaction_offset, len(body))
+        return b"".join((head, body, topic_field, _I16.pack(len(props_b)), props_b))
     return b"".join((
-        _HEAD.pack(size, MESSAGE_MAGIC, body_crc(body) if crc is None else crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp),
+        _HEAD.pack(size, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp),
         born, _I64.pack(store_timestamp), store, _TAIL.pack(reconsume_times, prepared_transaction_offset),
-        _I32.pack(len(body)), body, bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b,
+        _I32.pack(len(body)), body, topic_field, _I16.pack(len(props_b)), props_b,
     ))
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_field(topic: str) -> bytes:
+    """TOPICLEN (signed byte) + topic bytes (cached: a store holds few topics)."""
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > 127:
+        raise ValueError(f"topic: at most 127 bytes, got {len(topic_b)}")
+    return bytes((len(topic_b),)) + topic_b
 
 
 def store_timestamp_pos(sys_flag: int) -> int:
@@ -131,11 +148,18 @@ def store_timestamp_pos(sys_flag: int) -> int:
     return BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
 
 
-def patch_record(buf: bytearray | memoryview, at: int, queue_offset: int, physical_offset: int, store_timestamp: int, sys_flag: int) -> None:
-    """Fill the fields known only at append time into an encoded record at `at`."""
-    _I64.pack_into(buf, at + QUEUE_OFFSET_POS, queue_offset)
-    _I64.pack_into(buf, at + PHYSICAL_OFFSET_POS, physical_offset)
-    _I64.pack_into(buf, at + store_timestamp_pos(sys_flag), store_timestamp)
+def stored_sys_flag(record: bytes | bytearray | memoryview, at: int = 0) -> int:
+    """SYSFLAG as encoded, IPv6 host bits included (encode_record sets them from the hosts)."""
+    return int(_I32.unpack_from(record, at + SYSFLAG_POS)[0])
+
+
+def patch_record(buf: bytearray | memoryview, at: int, queue_id: int, queue_offset: int, physical_offset: int,
+                 store_timestamp: int, store_timestamp_at: int) -> None:
+    """Fill the fields known only at append time into an encoded record at `at`
+    (`store_timestamp_at` is store_timestamp_pos() of the record's stored sysflag)."""
+    _I32.pack_into(buf, at + QUEUE_ID_POS, queue_id)
+    _OFFSETS.pack_into(buf, at + QUEUE_OFFSET_POS, queue_offset, physical_offset)
+    _I64.pack_into(buf, at + store_timestamp_at, store_timestamp)
 
 
 def blank_record(remaining: int) -> bytes:

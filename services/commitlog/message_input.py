@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from formats.java_hash import tags_code
-from formats.properties import PropertyError, message_pairs
-from formats.record import SYSFLAG_TRANSACTION_MASK, encode_record
+from formats.properties import PropertyError, message_properties
+from formats.record import SYSFLAG_TRANSACTION_MASK, encode_record, store_timestamp_pos, stored_sys_flag, takes_queue_offset
 from formats.topic import TopicError, validate_topic
 from services.commitlog.errors import InvalidArgument
 
@@ -42,20 +42,26 @@ class Prepared:
     sys_flag: int
     record: bytes
     tags_code: int
-    keys: str
     unique_key: str
+    takes_queue_offset: bool  # prepared and rollback records do not advance their queue
+    store_timestamp_pos: int  # where the append patches the store time in (IPv4/IPv6 born host)
 
 
-def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int], field_prefix: str = "", now_ms: int = 0) -> Prepared:
-    """Validate and encode; InvalidArgument names the field and the rule."""
-    try:
-        validate_topic(msg.topic, f"{field_prefix}topic")
-    except TopicError as exc:
-        raise InvalidArgument(str(exc).split(":", 1)[0], str(exc).split(": ", 1)[1]) from None
-    if not msg.body:
-        raise InvalidArgument(f"{field_prefix}body", "must not be empty")
-    if len(msg.body) > max_message_size:
-        raise InvalidArgument(f"{field_prefix}body", f"{len(msg.body)} bytes exceeds the max message size {max_message_size}")
+def prepare_many(msgs: list[NewMessage], max_message_size: int, store_host: tuple[str, int], now_ms: int) -> list[Prepared]:
+    """prepare() for each message; an error names the message's index when there are several."""
+    out = []
+    for i, msg in enumerate(msgs):
+        try:
+            out.append(prepare(msg, max_message_size, store_host, "", now_ms))
+        except InvalidArgument:
+            if len(msgs) == 1:
+                raise
+            prepare(msg, max_message_size, store_host, f"messages[{i}].", now_ms)  # raises, naming the index
+            raise
+    return out
+
+
+def _raise_range_error(msg: NewMessage, field_prefix: str) -> None:
     if msg.queue_id < -1:
         raise InvalidArgument(f"{field_prefix}queue_id", "must be >= 0, or -1 to let the broker choose")
     if msg.born_timestamp < 0:
@@ -64,21 +70,36 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
         raise InvalidArgument(f"{field_prefix}reconsume_times", "must be >= 0")
     if msg.prepared_transaction_offset < 0:
         raise InvalidArgument(f"{field_prefix}prepared_transaction_offset", "must be >= 0")
-    if not 0 <= msg.born_host[1] <= 65535:
-        raise InvalidArgument(f"{field_prefix}born_host.port", "must be 0..65535")
+    raise InvalidArgument(f"{field_prefix}born_host.port", "must be 0..65535")
+
+
+def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int], field_prefix: str = "", now_ms: int = 0) -> Prepared:
+    """Validate and encode; InvalidArgument names the field and the rule."""
     try:
-        _pairs, properties = message_pairs(msg.keys, msg.tags, msg.unique_key, msg.properties, field_prefix)
+        validate_topic(msg.topic, f"{field_prefix}topic")
+    except TopicError as exc:
+        raise InvalidArgument(str(exc).split(":", 1)[0], str(exc).split(": ", 1)[1]) from None
+    body = msg.body
+    if not body:
+        raise InvalidArgument(f"{field_prefix}body", "must not be empty")
+    if len(body) > max_message_size:
+        raise InvalidArgument(f"{field_prefix}body", f"{len(body)} bytes exceeds the max message size {max_message_size}")
+    if msg.queue_id < -1 or msg.born_timestamp < 0 or msg.reconsume_times < 0 or msg.prepared_transaction_offset < 0 or not 0 <= msg.born_host[1] <= 65535:
+        _raise_range_error(msg, field_prefix)
+    try:
+        properties = message_properties(msg.keys, msg.tags, msg.unique_key, msg.properties, field_prefix)
     except PropertyError as exc:
         field, _, rule = str(exc).partition(": ")
         raise InvalidArgument(field, rule) from None
     sys_flag = msg.sys_flag & SYSFLAG_TRANSACTION_MASK
     try:
         record = encode_record(
-            topic=msg.topic, body=msg.body, properties=properties, queue_id=max(0, msg.queue_id), flag=msg.flag,
+            topic=msg.topic, body=body, properties=properties, queue_id=max(0, msg.queue_id), flag=msg.flag,
             queue_offset=0, physical_offset=0, sys_flag=sys_flag, born_timestamp=msg.born_timestamp or now_ms,
             born_host=msg.born_host, store_timestamp=0, store_host=store_host,
             reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset,
         )
     except ValueError as exc:
         raise InvalidArgument(f"{field_prefix}born_host", str(exc)) from None
-    return Prepared(msg.topic, msg.queue_id, sys_flag, record, tags_code(msg.tags), " ".join(msg.keys), msg.unique_key)
+    return Prepared(msg.topic, msg.queue_id, sys_flag, record, tags_code(msg.tags), msg.unique_key,
+                    takes_queue_offset(sys_flag), store_timestamp_pos(stored_sys_flag(record)))

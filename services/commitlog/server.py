@@ -76,12 +76,13 @@ def _peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
 
 def to_new_message(m: common_pb2.MessageInput, peer: tuple[str, int]) -> NewMessage:
     """The store's message; an empty born host means the caller's address (`peer`)."""
-    born = (m.born_host.ip, m.born_host.port) if m.born_host.ip else peer
+    # Positional and with each field read once: a batch converts thousands of these.
+    bh = m.born_host
     return NewMessage(
-        topic=m.topic, body=m.body, keys=list(m.keys), tags=m.tags, unique_key=m.unique_key,
-        properties=[(p.name, p.value) for p in m.properties], flag=m.flag, queue_id=m.queue_id,
-        born_timestamp=m.born_timestamp, born_host=born, sys_flag=m.sys_flag,
-        reconsume_times=m.reconsume_times, prepared_transaction_offset=m.prepared_transaction_offset,
+        m.topic, m.body, m.keys[:], m.tags, m.unique_key,
+        [(p.name, p.value) for p in m.properties] if m.properties else [],
+        m.flag, m.queue_id, m.born_timestamp, (bh.ip, bh.port) if bh.ip else peer, m.sys_flag,
+        m.reconsume_times, m.prepared_transaction_offset,
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from formats.segment_walk import WalkResult, walk_segments
 from services.commitlog.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
 from services.commitlog.consume_queue_store import ConsumeQueueStore
 from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly
-from services.commitlog.message_input import NewMessage, Prepared, prepare
+from services.commitlog.message_input import NewMessage, Prepared, prepare_many
 from services.commitlog.segments import SegmentQueue
 from services.commitlog.topic_table import load_topics, save_topics
 from services.log import log_event
@@ -36,7 +35,6 @@ from services.metrics import FLUSH_SECONDS
 log = logging.getLogger("quarry.store")
 
 ABORT_FILE = "abort"
-_QUEUE_ID = struct.Struct(">i")
 MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BYTES = 64 * 1024 * 1024
 
@@ -225,9 +223,7 @@ class CommitLogStore:
         if len(msgs) > MAX_BATCH_MESSAGES:
             raise InvalidArgument("messages", f"at most {MAX_BATCH_MESSAGES} per batch, got {len(msgs)}")
         now = int(time.time() * 1000)
-        store_host = self.config.store_host
-        many = len(msgs) > 1
-        prepared = [prepare(m, self.config.max_message_size, store_host, f"messages[{i}]." if many else "", now) for i, m in enumerate(msgs)]
+        prepared = prepare_many(msgs, self.config.max_message_size, self.config.store_host, now)
         if same_topic and any(p.topic != prepared[0].topic for p in prepared):
             bad = next(i for i, p in enumerate(prepared) if p.topic != prepared[0].topic)
             raise InvalidArgument(f"messages[{bad}].topic", f"a batch holds one topic ({prepared[0].topic!r})")
@@ -288,7 +284,7 @@ class CommitLogStore:
             if key not in queue_next:
                 cq = self.cqs.existing(*key)
                 queue_next[key] = cq.max_offset if cq else 0
-            advances = takes_queue_offset(p.sys_flag)
+            advances = p.takes_queue_offset
             queue_offset = queue_next[key] if advances else 0
             size = len(p.record)
             if buf is not None and offset + size + BLANK_HEADER_SIZE <= buf_seg_end:
@@ -302,15 +298,15 @@ class CommitLogStore:
                 writes.append((seg, at, buf))
             rec_at = len(buf)
             buf += p.record
-            # queue id is part of the record: patch it too (it may have been chosen here)
-            _QUEUE_ID.pack_into(buf, rec_at + 12, queue_id)
-            patch_record(buf, rec_at, queue_offset, at, now, p.sys_flag)
+            # the queue id is patched too: it may have been chosen here
+            patch_record(buf, rec_at, queue_id, queue_offset, at, now, p.store_timestamp_pos)
             if advances:
                 queue_next[key] = queue_offset + 1
-                first, units = cq_writes.get(key, (queue_offset, bytearray()))
-                units += encode_unit(at, size, p.tags_code)
-                cq_writes[key] = (first, units)
-            results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, f"{id_prefix}{at & 0xFFFFFFFFFFFFFFFF:016X}", p.unique_key))
+                pending = cq_writes.get(key)
+                if pending is None:
+                    pending = cq_writes[key] = (queue_offset, bytearray())
+                pending[1].extend(encode_unit(at, size, p.tags_code))
+            results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, f"{id_prefix}{at:016X}", p.unique_key))
             offset = at + size
         try:
             for seg, at, buf in writes:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import shutil
 from pathlib import Path
@@ -205,6 +206,15 @@ def test_expired_segments_are_deleted_and_reads_below_say_so(tmp_path: Path) -> 
         (NewMessage(topic="T", body=b"x", properties=[("a", "v\x02")]), "properties[0].value"),
         (NewMessage(topic="T", body=b"x", properties=[("a", "v" * 40000)]), "properties"),
         (NewMessage(topic="T", body=b"x", keys=["has space"]), "keys[0]"),
+        (NewMessage(topic="T", body=b"x", keys=["ok", ""]), "keys[1]"),
+        (NewMessage(topic="T", body=b"x", keys=["ok", "a\x01b"]), "keys[1]"),
+        (NewMessage(topic="T", body=b"x", tags="t\x02"), "tags"),
+        (NewMessage(topic="T", body=b"x", unique_key="u\x01"), "unique_key"),
+        (NewMessage(topic="T", body=b"x", properties=[("", "v")]), "properties[0].name"),
+        (NewMessage(topic="T", body=b"x", properties=[("KEYS", "v")]), "properties[0].name"),
+        (NewMessage(topic="T", body=b"x", reconsume_times=-1), "reconsume_times"),
+        (NewMessage(topic="T", body=b"x", prepared_transaction_offset=-1), "prepared_transaction_offset"),
+        (NewMessage(topic="T", body=b"x", born_host=("127.0.0.1", 70000)), "born_host.port"),
         (NewMessage(topic="T", body=b"x", queue_id=7), "queue_id"),
         (NewMessage(topic="T", body=b"x", queue_id=-2), "queue_id"),
         (NewMessage(topic="T", body=b"x", born_timestamp=-1), "born_timestamp"),
@@ -218,6 +228,33 @@ def test_bad_input_is_rejected_naming_the_field_and_nothing_is_stored(tmp_path: 
         store.append(msg)
     assert err.value.field.startswith(field), err.value
     assert store.write_offset == end
+    store.close()
+
+
+def test_a_bad_message_in_a_batch_is_named_by_its_index(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    with pytest.raises(InvalidArgument) as err:
+        store.append_many([_msg(0), _msg(1), NewMessage(topic="T", body=b"x", tags="a\x01")])
+    assert err.value.field == "messages[2].tags"
+    assert store.write_offset == 0
+    store.close()
+
+
+@pytest.mark.parametrize(("born", "store_host"), [
+    (("::1", 4321), ("127.0.0.1", 10911)),
+    (("127.0.0.1", 4321), ("fe80::1", 10911)),
+    (("2001:db8::7", 4321), ("2001:db8::8", 10911)),
+])
+def test_ipv6_hosts_keep_every_field_in_place(tmp_path: Path, born: tuple[str, int], store_host: tuple[str, int]) -> None:
+    # The store time sits after the born host, whose size depends on its family.
+    store = _open(tmp_path, segment_size=1 << 20, store_host=store_host)
+    results = store.append_many([NewMessage(topic="T", body=b"v6", keys=["k"], born_host=born, born_timestamp=1234) for _ in range(3)])
+    for r in results:
+        rec = store.read(r.physical_offset)
+        # decoded as Java prints an address (0:0:0:0:0:0:0:1)
+        assert [(ipaddress.ip_address(h), port) for h, port in (rec.born_host, rec.store_host)] == [(ipaddress.ip_address(h), port) for h, port in (born, store_host)]
+        assert (rec.born_timestamp, rec.store_timestamp) == (1234, r.store_timestamp)
+        assert (rec.queue_id, rec.queue_offset, rec.physical_offset) == (r.queue_id, r.queue_offset, r.physical_offset)
     store.close()
 
 
