@@ -103,12 +103,16 @@ def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
     )
 
 
-def _result(r: AppendResult, broker: str) -> common_pb2.SendResult:
-    return common_pb2.SendResult(
+def _result_fields(r: AppendResult, broker: str) -> dict[str, object]:
+    return dict(
         status=common_pb2.SEND_STATUS_SEND_OK if r.flushed else common_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT,
         unique_key=r.unique_key, offset_msg_id=r.offset_msg_id, queue_id=r.queue_id,
         queue_offset=r.queue_offset, physical_offset=r.physical_offset, topic=r.topic, broker_name=broker,
     )
+
+
+def _result(r: AppendResult, broker: str) -> common_pb2.SendResult:
+    return common_pb2.SendResult(**_result_fields(r, broker))  # type: ignore[arg-type]
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
@@ -145,7 +149,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         peer = _peer_host(context)
         msgs = [to_new_message(m, peer) for m in request.messages]
         results = self._append(msgs, context, rpc="SendBatch")
-        return commitlog_pb2.SendBatchResponse(results=[_result(r, self.broker_name) for r in results])
+        response = commitlog_pb2.SendBatchResponse()
+        add = response.results.add  # filling in place: no SendResult copied per message
+        for r in results:
+            add(**_result_fields(r, self.broker_name))
+        return response
 
     def SendStream(self, request_iterator: Iterator[commitlog_pb2.SendStreamRequest], context: grpc.ServicerContext) -> commitlog_pb2.SendStreamResponse:
         results: list[common_pb2.SendResult] = []
