@@ -44,7 +44,10 @@ class Prepared:
     tags_code: int
     unique_key: str
     takes_queue_offset: bool  # prepared and rollback records do not advance their queue
+    stored_sys_flag: int  # as encoded: transaction bits plus the IPv6 host bits
     store_timestamp_pos: int  # where the append patches the store time in (IPv4/IPv6 born host)
+    dispatch_keys: str | None  # KEYS as a reader of the record sees it: "" without properties, None without KEYS
+    prepared_transaction_offset: int
 
 
 def prepare_many(msgs: list[NewMessage], max_message_size: int, store_host: tuple[str, int], now_ms: int) -> list[Prepared]:
@@ -101,5 +104,8 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
         )
     except ValueError as exc:
         raise InvalidArgument(f"{field_prefix}born_host", str(exc)) from None
+    stored_flag = stored_sys_flag(record)
+    dispatch_keys = " ".join(msg.keys) if msg.keys else ("" if not properties else None)
     return Prepared(msg.topic, msg.queue_id, sys_flag, record, tags_code(msg.tags), msg.unique_key,
-                    takes_queue_offset(sys_flag), store_timestamp_pos(stored_sys_flag(record)))
+                    takes_queue_offset(sys_flag), stored_flag, store_timestamp_pos(stored_flag), dispatch_keys,
+                    msg.prepared_transaction_offset)

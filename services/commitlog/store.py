@@ -19,12 +19,13 @@ from pathlib import Path
 from formats import offset_msg_id
 from formats.consume_queue import encode_unit
 from formats.record import (
-    BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, DispatchInfo, Record,
+    BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, SCHEDULE_TOPIC, CorruptRecordError, DispatchInfo, Record,
     body_crc, decode_dispatch, decode_record, dispatch_info, patch_record, read_size_and_magic, takes_queue_offset,
 )
 from formats.segment_walk import WalkResult, walk_segments
 from services.commitlog.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
 from services.commitlog.consume_queue_store import ConsumeQueueStore
+from services.commitlog.dispatch_cache import DispatchCache
 from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly
 from services.commitlog.message_input import NewMessage, Prepared, prepare_many
 from services.commitlog.segments import SegmentQueue
@@ -55,6 +56,7 @@ class StoreConfig:
     max_message_size: int = 4 * 1024 * 1024
     file_reserved_hours: float = 72.0
     read_only: bool = False
+    dispatch_cache_records: int = 65536  # newest records whose dispatch info Tail serves from memory
 
 
 @dataclass(slots=True)
@@ -117,6 +119,7 @@ class CommitLogStore:
         self.write_offset = 0
         self.flushed_offset = 0
         self._round_robin: dict[str, int] = {}
+        self.dispatch_cache = DispatchCache(config.dispatch_cache_records)
         # offsetMsgId = hex(store host ip + port) + hex(offset): the host part never changes.
         self._id_prefix = offset_msg_id.create(config.store_host[0], config.store_host[1], 0)[:-16]
         self._closed = False
@@ -267,6 +270,7 @@ class CommitLogStore:
         cq_writes: dict[tuple[str, int], tuple[int, bytearray]] = {}
         queue_next: dict[tuple[str, int], int] = {}
         results: list[AppendResult] = []
+        dispatched: list[DispatchInfo] = []
         rr = dict(self._round_robin)
         id_prefix = self._id_prefix
         buf: bytearray | None = None  # the write buffer of the segment being filled
@@ -307,6 +311,11 @@ class CommitLogStore:
                     pending = cq_writes[key] = (queue_offset, bytearray())
                 pending[1].extend(encode_unit(at, size, p.tags_code))
             results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, f"{id_prefix}{at:016X}", p.unique_key))
+            if p.topic == SCHEDULE_TOPIC:  # a delayed message's tagsCode is its deliver time: the format's rule
+                dispatched.append(decode_dispatch(buf, rec_at, at))
+            else:
+                dispatched.append(DispatchInfo(at, size, p.topic, queue_id, queue_offset, p.tags_code, p.dispatch_keys,
+                                               p.unique_key or None, now, p.stored_sys_flag, p.prepared_transaction_offset))
             offset = at + size
         try:
             for seg, at, buf in writes:
@@ -328,6 +337,7 @@ class CommitLogStore:
             log_event(log, "topic created", topics=",".join(created), queues=self.config.default_queues)
         self._round_robin = rr
         self.write_offset = offset
+        self.dispatch_cache.add(dispatched)
         return results
 
     # -- flush ----------------------------------------------------------------------------
@@ -462,6 +472,9 @@ class CommitLogStore:
     def read_dispatch(self, from_offset: int, max_records: int, until: int) -> tuple[list[DispatchInfo], int]:
         """Dispatch infos of records in [from_offset, until), at most max_records; returns
         (infos, next offset). from_offset must be a record start, a segment's blank, or `until`."""
+        cached = self.dispatch_cache.get(from_offset, max_records, until)
+        if cached is not None:
+            return cached
         out: list[DispatchInfo] = []
         offset = from_offset
         while offset < until and len(out) < max_records:
