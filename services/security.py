@@ -87,50 +87,88 @@ def _topics(request: Any) -> list[str]:
     return []
 
 
-class AclInterceptor(grpc.ServerInterceptor):
-    """Authenticates every call and checks its permission on the request's topics."""
+@dataclass
+class _Caller:
+    """Who a call comes from, and what its method needs; `denied` is set when authentication failed."""
+
+    method: str
+    access_key: str
+    account: Account | None
+    permission: str
+    denied: tuple[grpc.StatusCode, str] | None = None
+
+
+class _AclRules:
+    """Authentication and permission checks, shared by the thread-pool and asyncio servers."""
 
     def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
         self.accounts = accounts
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
-    def _deny(self, code: grpc.StatusCode, why: str, method: str, access_key: str) -> grpc.RpcMethodHandler:
-        log_event(log, "access denied", logging.WARNING, method=method, access_key=access_key or "-", reason=why)
-
-        def abort(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(code, why)
-
-        return grpc.unary_unary_rpc_method_handler(abort)
-
-    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+    def authenticate(self, details: grpc.HandlerCallDetails) -> _Caller | None:
+        """None for open services (health, reflection)."""
         method = details.method
         if method.startswith(OPEN_SERVICES):
-            return continuation(details)
+            return None
         md = dict(details.invocation_metadata or ())
         access_key = md.get(ACCESS_KEY_HEADER, "")
-        account = self.accounts.get(access_key)
-        if account is None:
-            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "unknown or missing access key", method, access_key)
+        caller = _Caller(method, access_key, self.accounts.get(access_key), PERMISSIONS.get(method.rsplit("/", 1)[-1], "admin"))
+        if caller.account is None:
+            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, "unknown or missing access key")
         try:
             ts = int(md.get(TIMESTAMP_HEADER, ""))
         except ValueError:
-            return self._deny(grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: missing or not epoch milliseconds", method, access_key)
+            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: missing or not epoch milliseconds")
         if abs(self.clock_ms() - ts) > MAX_SKEW_MS:
-            return self._deny(grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: stale (more than 5 minutes from the server clock)", method, access_key)
-        if not hmac.compare_digest(md.get(SIGNATURE_HEADER, ""), sign(account.secret_key, method, ts, access_key)):
-            return self._deny(grpc.StatusCode.UNAUTHENTICATED, "bad signature", method, access_key)
-        permission = PERMISSIONS.get(method.rsplit("/", 1)[-1], "admin")
+            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: stale (more than 5 minutes from the server clock)")
+        if not hmac.compare_digest(md.get(SIGNATURE_HEADER, ""), sign(caller.account.secret_key, method, ts, access_key)):
+            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, "bad signature")
+        return caller
+
+    @staticmethod
+    def _deny(caller: _Caller, code: grpc.StatusCode, why: str) -> _Caller:
+        log_event(log, "access denied", logging.WARNING, method=caller.method, access_key=caller.access_key or "-", reason=why)
+        caller.denied = (code, why)
+        return caller
+
+    @staticmethod
+    def refusal(caller: _Caller, request: Any) -> str | None:
+        """Why `caller` may not make this request (PERMISSION_DENIED), or None."""
+        assert caller.account is not None
+        topics = _topics(request)
+        if caller.account.allows(caller.permission, topics):
+            return None
+        log_event(log, "access denied", logging.WARNING, method=caller.method, access_key=caller.access_key, reason=f"no {caller.permission} permission on {topics or ['*']}")
+        return f"access key {caller.access_key} lacks {caller.permission} permission on {', '.join(topics) or '*'}"
+
+
+class AclInterceptor(grpc.ServerInterceptor):
+    """Authenticates every call and checks its permission on the request's topics."""
+
+    def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
+        self.rules = _AclRules(accounts, clock_ms)
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        caller = self.rules.authenticate(details)
+        if caller is None:
+            return continuation(details)
+        if caller.denied is not None:
+            code, why = caller.denied
+
+            def abort(request: Any, context: grpc.ServicerContext) -> Any:
+                context.abort(code, why)
+
+            return grpc.unary_unary_rpc_method_handler(abort)
         handler = continuation(details)
         if handler is None:
             return handler
+        refusal = self.rules.refusal
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
             def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                topics = _topics(request)
-                if not account.allows(permission, topics):
-                    log_event(log, "access denied", logging.WARNING, method=method, access_key=access_key, reason=f"no {permission} permission on {topics or ['*']}")
-                    context.abort(grpc.StatusCode.PERMISSION_DENIED, f"access key {access_key} lacks {permission} permission on {', '.join(topics) or '*'}")
+                if (why := refusal(caller, request)) is not None:
+                    context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
                 return inner(request, context)
 
             return grpc.unary_unary_rpc_method_handler(checked, handler.request_deserializer, handler.response_serializer)
@@ -138,8 +176,8 @@ class AclInterceptor(grpc.ServerInterceptor):
             inner_us = handler.unary_stream
 
             def checked_stream(request: Any, context: grpc.ServicerContext) -> Any:
-                if not account.allows(permission, _topics(request)):
-                    context.abort(grpc.StatusCode.PERMISSION_DENIED, f"access key {access_key} lacks {permission} permission")
+                if (why := refusal(caller, request)) is not None:
+                    context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
                 yield from inner_us(request, context)
 
             return grpc.unary_stream_rpc_method_handler(checked_stream, handler.request_deserializer, handler.response_serializer)
@@ -149,8 +187,8 @@ class AclInterceptor(grpc.ServerInterceptor):
             def checked_client_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
                 def guarded() -> Any:
                     for req in request_iterator:
-                        if not account.allows(permission, _topics(req)):
-                            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"access key {access_key} lacks {permission} permission on {', '.join(_topics(req))}")
+                        if (why := refusal(caller, req)) is not None:
+                            context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
                         yield req
                 return inner_su(guarded(), context)
 
@@ -158,10 +196,75 @@ class AclInterceptor(grpc.ServerInterceptor):
         return handler
 
 
+class AioAclInterceptor(grpc.aio.ServerInterceptor):
+    """AclInterceptor for asyncio servers, whose handlers are coroutines and async generators."""
+
+    def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
+        self.rules = _AclRules(accounts, clock_ms)
+
+    async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        caller = self.rules.authenticate(details)
+        if caller is None:
+            return await continuation(details)
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        refusal = self.rules.refusal
+
+        async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
+            if caller.denied is not None:
+                await context.abort(*caller.denied)
+            if (why := refusal(caller, request)) is not None:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(request, context)
+                return await inner(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(checked, handler.request_deserializer, handler.response_serializer)
+        if handler.unary_stream is not None:
+            inner_us = handler.unary_stream
+
+            async def checked_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(request, context)
+                async for item in inner_us(request, context):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(checked_stream, handler.request_deserializer, handler.response_serializer)
+        if handler.stream_unary is not None:
+            inner_su = handler.stream_unary
+
+            async def checked_client_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                if caller.denied is not None:
+                    await context.abort(*caller.denied)
+
+                async def guarded() -> Any:
+                    async for req in request_iterator:
+                        await check(req, context)
+                        yield req
+                return await inner_su(guarded(), context)
+
+            return grpc.stream_unary_rpc_method_handler(checked_client_stream, handler.request_deserializer, handler.response_serializer)
+        return handler
+
+
 def acl_interceptors() -> list[grpc.ServerInterceptor]:
+    accounts = _configured_accounts()
+    return [AclInterceptor(accounts)] if accounts is not None else []
+
+
+def aio_acl_interceptors() -> list[grpc.aio.ServerInterceptor]:
+    accounts = _configured_accounts()
+    return [AioAclInterceptor(accounts)] if accounts is not None else []
+
+
+def _configured_accounts() -> dict[str, Account] | None:
     path = os.environ.get("QUARRY_ACL_FILE")
     if not path:
-        return []
+        return None
     accounts = load_accounts(path)
     log_event(log, "access control on", accounts=len(accounts))
-    return [AclInterceptor(accounts)]
+    return accounts

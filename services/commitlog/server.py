@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import logging
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import AsyncIterator
 
 import grpc
 
 from formats.record import Record
+from formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
 from services import metrics
 from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
@@ -20,7 +22,7 @@ from services.commitlog.message_input import NewMessage
 from services.commitlog.registration import Heartbeat
 from services.commitlog.store import AppendResult, CommitLogStore, StoreConfig
 from services.log import configure_logging, log_event
-from services.serving import Registration, start_server, wait_for_termination
+from services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.commitlog")
 
@@ -38,9 +40,9 @@ _STATUS = {
 }
 
 
-def _abort(context: grpc.ServicerContext, exc: StoreError, prefix: str = "") -> None:
+async def _abort(context: grpc.aio.ServicerContext, exc: StoreError, prefix: str = "") -> None:
     code = next((c for t, c in _STATUS.items() if isinstance(exc, t)), grpc.StatusCode.INTERNAL)
-    context.abort(code, prefix + str(exc))
+    await context.abort(code, prefix + str(exc))
 
 
 def parse_host(text: str) -> tuple[str, int]:
@@ -115,24 +117,59 @@ def _result(r: AppendResult, broker: str) -> common_pb2.SendResult:
     return common_pb2.SendResult(**_result_fields(r, broker))  # type: ignore[arg-type]
 
 
-class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
-    """Every commitlog RPC over one store."""
+class FlushSignal:
+    """Wakes coroutines when the store's durable end may have moved (the store calls `fire`
+    from its flushing thread)."""
 
-    def __init__(self, store: CommitLogStore, broker_name: str, stopping: threading.Event) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._set)
+        except RuntimeError:
+            pass  # the loop has closed: nobody is waiting any more
+
+    def _set(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        """Take this before checking the condition, then wait on it: no wake-up is lost."""
+        return self._event
+
+    @staticmethod
+    async def wait(event: asyncio.Event, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+
+class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
+    """Every commitlog RPC over one store, on the event loop. Store calls made here are short
+    (CPU, page-cache reads and writes); the only long waits, for fsync and for new records,
+    are awaited on the FlushSignal."""
+
+    def __init__(self, store: CommitLogStore, broker_name: str, stopping: threading.Event, flushed: FlushSignal) -> None:
         self.store = store
         self.broker_name = broker_name
         self.stopping = stopping
+        self.flushed = flushed
         self.on_topic_created = lambda: None
 
-    def _append(self, msgs: list[NewMessage], context: grpc.ServicerContext, same_topic: bool = True, rpc: str = "SendMessage") -> list[AppendResult]:
+    async def _append(self, msgs: list[NewMessage], context: grpc.aio.ServicerContext, rpc: str = "SendMessage", wait_flush: bool = True) -> list[AppendResult]:
         topics_before = len(self.store.topics)
         t0 = time.perf_counter()
         try:
-            results = self.store.append_many(msgs, same_topic=same_topic)
+            results = self.store.append_many(msgs, wait_flush=False)
         except StoreError as exc:
             metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
-            _abort(context, exc)
+            await _abort(context, exc)
             raise
+        if wait_flush:
+            await self._await_flushed(results)
         metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)
         metrics.SENT_MESSAGES.labels(results[0].topic).inc(len(results))
         metrics.SENT_BYTES.inc(sum(r.size for r in results))
@@ -141,66 +178,86 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             self.on_topic_created()
         return results
 
-    def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.ServicerContext) -> commitlog_pb2.SendMessageResponse:
-        (r,) = self._append([to_new_message(request.message, _peer_host(context))], context)
+    async def _await_flushed(self, results: list[AppendResult]) -> None:
+        """SYNC mode: return once the results are fsynced, or mark them not flushed at the timeout."""
+        if self.store.config.flush_mode != "SYNC" or not results:
+            return
+        end = results[-1].physical_offset + results[-1].size
+        self.store.request_flush()
+        deadline = time.monotonic() + self.store.config.sync_flush_timeout_ms / 1000.0
+        while True:
+            event = self.flushed.current()
+            if self.store.flushed_offset >= end:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for r in results:
+                    r.flushed = False
+                return
+            await self.flushed.wait(event, left)
+
+    async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
+        (r,) = await self._append([to_new_message(request.message, _peer_host(context))], context)
         return commitlog_pb2.SendMessageResponse(result=_result(r, self.broker_name))
 
-    def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.ServicerContext) -> commitlog_pb2.SendBatchResponse:
+    async def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendBatchResponse:
         peer = _peer_host(context)
         msgs = [to_new_message(m, peer) for m in request.messages]
-        results = self._append(msgs, context, rpc="SendBatch")
+        results = await self._append(msgs, context, rpc="SendBatch")
         response = commitlog_pb2.SendBatchResponse()
         add = response.results.add  # filling in place: no SendResult copied per message
         for r in results:
             add(**_result_fields(r, self.broker_name))
         return response
 
-    def SendStream(self, request_iterator: Iterator[commitlog_pb2.SendStreamRequest], context: grpc.ServicerContext) -> commitlog_pb2.SendStreamResponse:
-        results: list[common_pb2.SendResult] = []
+    async def SendStream(self, request_iterator: AsyncIterator[commitlog_pb2.SendStreamRequest], context: grpc.aio.ServicerContext) -> commitlog_pb2.SendStreamResponse:
+        stored: list[AppendResult] = []
         peer = _peer_host(context)
-        for i, req in enumerate(request_iterator):
+        i = 0
+        async for req in request_iterator:
             try:
-                (r,) = self.store.append_many([to_new_message(req.message, peer)])
+                (r,) = self.store.append_many([to_new_message(req.message, peer)], wait_flush=False)
             except StoreError as exc:
-                _abort(context, exc, f"stream message {i} rejected ({len(results)} stored before it): ")
+                await _abort(context, exc, f"stream message {i} rejected ({len(stored)} stored before it): ")
                 raise
-            results.append(_result(r, self.broker_name))
-        return commitlog_pb2.SendStreamResponse(results=results)
+            stored.append(r)
+            i += 1
+        # Nothing is acknowledged before the response: one fsync wait covers the whole stream.
+        await self._await_flushed(stored)
+        return commitlog_pb2.SendStreamResponse(results=[_result(r, self.broker_name) for r in stored])
 
-    def ViewMessage(self, request: commitlog_pb2.ViewMessageRequest, context: grpc.ServicerContext) -> commitlog_pb2.ViewMessageResponse:
+    async def ViewMessage(self, request: commitlog_pb2.ViewMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.ViewMessageResponse:
         try:
             rec = self.store.read(request.physical_offset)
         except StoreError as exc:
-            _abort(context, exc)
+            await _abort(context, exc)
             raise
         return commitlog_pb2.ViewMessageResponse(message=to_stored(rec, self.broker_name))
 
-    def GetMessages(self, request: commitlog_pb2.GetMessagesRequest, context: grpc.ServicerContext) -> commitlog_pb2.GetMessagesResponse:
+    async def GetMessages(self, request: commitlog_pb2.GetMessagesRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.GetMessagesResponse:
         if len(request.physical_offsets) > MAX_GET_OFFSETS:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"physical_offsets: at most {MAX_GET_OFFSETS}, got {len(request.physical_offsets)}")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"physical_offsets: at most {MAX_GET_OFFSETS}, got {len(request.physical_offsets)}")
         response = commitlog_pb2.GetMessagesResponse()
         for i, offset in enumerate(request.physical_offsets):
             if offset < 0:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"physical_offsets[{i}]: must be >= 0")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"physical_offsets[{i}]: must be >= 0")
             try:
                 response.messages.append(to_stored(self.store.read(offset), self.broker_name))
             except (NotFound, Expired):
                 response.not_found.append(offset)
         return response
 
-    def PullMessages(self, request: commitlog_pb2.PullMessagesRequest, context: grpc.ServicerContext) -> commitlog_pb2.PullMessagesResponse:
-        from formats.topic import TopicError, validate_topic
-
+    async def PullMessages(self, request: commitlog_pb2.PullMessagesRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.PullMessagesResponse:
         try:
             validate_topic(request.topic)
         except TopicError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if not 1 <= request.max_count <= MAX_PULL:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_count: must be 1..{MAX_PULL}")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_count: must be 1..{MAX_PULL}")
         try:
             records, min_off, max_off = self.store.pull(request.topic, request.queue_id, request.queue_offset, request.max_count)
         except StoreError as exc:
-            _abort(context, exc)
+            await _abort(context, exc)
             raise
         next_offset = request.queue_offset + len(records) if records else max(request.queue_offset, min(request.queue_offset, max_off))
         return commitlog_pb2.PullMessagesResponse(
@@ -208,42 +265,39 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             next_queue_offset=next_offset, min_queue_offset=min_off, max_queue_offset=max_off,
         )
 
-    def Tail(self, request: commitlog_pb2.TailRequest, context: grpc.ServicerContext) -> Iterator[commitlog_pb2.TailResponse]:
+    async def Tail(self, request: commitlog_pb2.TailRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[commitlog_pb2.TailResponse]:
         if not 0 <= request.max_batch <= 4096:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_batch: must be 0..4096 (0 means 512)")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_batch: must be 0..4096 (0 means 512)")
         batch = request.max_batch or DEFAULT_TAIL_BATCH
         offset = request.from_offset
         try:
             self.store.check_tail_start(offset)
         except StoreError as exc:
-            _abort(context, exc)
+            await _abort(context, exc)
             raise
-        while context.is_active() and not self.stopping.is_set():
+        while not self.stopping.is_set():
+            event = self.flushed.current()
             committed = self.store.committed_offset
             if offset < committed:
                 try:
                     infos, offset = self.store.read_dispatch(offset, batch, committed)
                 except StoreError as exc:
-                    _abort(context, exc)
+                    await _abort(context, exc)
                     raise
-                yield commitlog_pb2.TailResponse(
-                    records=[
-                        common_pb2.DispatchRecord(
-                            physical_offset=d.physical_offset, size=d.size, topic=d.topic, queue_id=d.queue_id,
-                            queue_offset=d.queue_offset, keys=d.keys or "", unique_key=d.uniq_key or "",
-                            tags_code=d.tags_code, store_timestamp=d.store_timestamp, sys_flag=d.sys_flag,
-                        )
-                        for d in infos
-                    ],
-                    next_offset=offset,
-                    max_offset=committed,
-                )
+                response = commitlog_pb2.TailResponse(next_offset=offset, max_offset=committed)
+                add = response.records.add
+                for d in infos:
+                    add(physical_offset=d.physical_offset, size=d.size, topic=d.topic, queue_id=d.queue_id,
+                        queue_offset=d.queue_offset, keys=d.keys or "", unique_key=d.uniq_key or "",
+                        tags_code=d.tags_code, store_timestamp=d.store_timestamp, sys_flag=d.sys_flag)
+                yield response
                 continue
-            self.store.wait_committed_beyond(offset, TAIL_IDLE_S)
-            if self.store.committed_offset <= offset:
+            self.store.request_flush()  # in ASYNC mode a waiting tailer should not wait a whole interval
+            await self.flushed.wait(event, TAIL_IDLE_S)
+            if self.store.committed_offset <= offset and not self.stopping.is_set():
                 yield commitlog_pb2.TailResponse(next_offset=offset, max_offset=self.store.committed_offset)
 
-    def GetStoreStatus(self, request: commitlog_pb2.GetStoreStatusRequest, context: grpc.ServicerContext) -> commitlog_pb2.GetStoreStatusResponse:
+    async def GetStoreStatus(self, request: commitlog_pb2.GetStoreStatusRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.GetStoreStatusResponse:
         st = self.store.status()
         host = self.store.config.store_host
         return commitlog_pb2.GetStoreStatusResponse(
@@ -259,6 +313,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging()
+    asyncio.run(_serve(args))
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
     store = CommitLogStore(
         StoreConfig(
             store_dir=Path(args.store_dir), store_host=resolve_store_host(args.advertise), segment_size=args.segment_size,
@@ -270,10 +329,12 @@ def serve(args: argparse.Namespace) -> int:
     )
     stopping = threading.Event()
     metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
-    servicer = CommitLogServicer(store, args.broker_name, stopping)
+    flushed = FlushSignal(asyncio.get_running_loop())
+    store.add_flush_listener(flushed.fire)
+    servicer = CommitLogServicer(store, args.broker_name, stopping, flushed)
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
     # Bodies above the limit are refused by gRPC before the payload is buffered.
-    running = start_server(
+    running = await start_aio_server(
         "commitlog", args.bind,
         [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
@@ -303,6 +364,6 @@ def serve(args: argparse.Namespace) -> int:
 
     def _before_grace() -> None:
         stopping.set()  # lets Tail streams end so the grace period is not spent on them
+        flushed.fire()
 
-    wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace)
-    return 0
+    await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace)

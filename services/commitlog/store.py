@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from formats import offset_msg_id
 from formats.consume_queue import encode_unit
@@ -120,6 +121,7 @@ class CommitLogStore:
         self.flushed_offset = 0
         self._round_robin: dict[str, int] = {}
         self.dispatch_cache = DispatchCache(config.dispatch_cache_records)
+        self._flush_listeners: list[Callable[[], None]] = []
         # offsetMsgId = hex(store host ip + port) + hex(offset): the host part never changes.
         self._id_prefix = offset_msg_id.create(config.store_host[0], config.store_host[1], 0)[:-16]
         self._closed = False
@@ -217,8 +219,12 @@ class CommitLogStore:
         """Validate, store and (in SYNC mode) fsync one message."""
         return self.append_many([msg])[0]
 
-    def append_many(self, msgs: list[NewMessage], same_topic: bool = True) -> list[AppendResult]:
-        """Store messages in order with one write per segment touched; all or nothing on bad input."""
+    def append_many(self, msgs: list[NewMessage], same_topic: bool = True, wait_flush: bool = True) -> list[AppendResult]:
+        """Store messages in order with one write per segment touched; all or nothing on bad input.
+
+        In SYNC mode it returns once the messages are fsynced, unless wait_flush is False: the
+        caller then waits itself (an event loop must not block; see flushed_offset and
+        add_flush_listener), marking results `flushed=False` on timeout."""
         if self.read_only:
             raise ReadOnly("store is read-only")
         if not msgs:
@@ -236,7 +242,7 @@ class CommitLogStore:
             results = self._append_locked(prepared)
         with self.appended:
             self.appended.notify_all()
-        if self.config.flush_mode == "SYNC":
+        if self.config.flush_mode == "SYNC" and wait_flush:
             ok = self._wait_flushed(results[-1].physical_offset + results[-1].size)
             if not ok:
                 for r in results:
@@ -390,7 +396,19 @@ class CommitLogStore:
             self.flushed.notify_all()
         with self.appended:
             self.appended.notify_all()
+        for listener in self._flush_listeners:
+            listener()
         return target
+
+    def add_flush_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (from the flushing thread) each time the durable end may have moved."""
+        self._flush_listeners.append(listener)
+
+    def request_flush(self) -> None:
+        """Flush now rather than at the next interval: someone waits on the durable end
+        (a SYNC sender, or a tailer in ASYNC mode, which should not wait a whole interval)."""
+        if self.write_offset > self.flushed_offset:
+            self._flush_wanted.set()
 
     @property
     def committed_offset(self) -> int:
@@ -399,8 +417,7 @@ class CommitLogStore:
 
     def wait_committed_beyond(self, offset: int, timeout_s: float) -> int:
         """Block until the durable end passes `offset` (or timeout); return the durable end."""
-        if self.config.flush_mode == "ASYNC" and self.write_offset > self.flushed_offset:
-            self._flush_wanted.set()  # a tailer is waiting: don't make it wait a whole interval
+        self.request_flush()
         with self.flushed:
             self.flushed.wait_for(lambda: self.flushed_offset > offset or self._closed, timeout=timeout_s)
             return self.flushed_offset
