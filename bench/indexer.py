@@ -77,8 +77,9 @@ def _sqlite(root: Path, n: int, selects: list[int], base: int) -> list[Result]:
     ]
 
 
-def _lag(root: Path, messages: int, batch: int, senders_n: int = 2) -> list[Result]:
-    """Send batches (2 keys each: KEYS + UNIQ_KEY) and measure how far the index trails."""
+def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2) -> list[Result]:
+    """Send batches (2 keys each: KEYS + UNIQ_KEY) at `rate` msg/s (0: as fast as the
+    commitlog takes them) and measure how far the index trails."""
     cl = ServiceProcess("commitlog", f"127.0.0.1:{free_port()}", ["--store-dir", str(root / "store"), "--segment-size", str(512 << 20)], root / "cl.log").start()
     ix = ServiceProcess("indexer", f"127.0.0.1:{free_port()}", ["--index-dir", str(root / "ix"), "--commitlog", cl.address, "--hash-slots", "5000000", "--index-num", str(messages * 2 + 10)], root / "ix.log").start()
     lags: list[float] = []
@@ -105,13 +106,18 @@ def _lag(root: Path, messages: int, batch: int, senders_n: int = 2) -> list[Resu
             sampler.start()
             t0 = time.perf_counter()
 
-            def sender(mine: list) -> None:
+            def sender(k: int) -> None:
+                pace = threading.Event()  # never set: a deadline-bounded pause between batches
                 with grpc.insecure_channel(cl.address, options=[("grpc.max_send_message_length", 128 << 20)]) as ch:
                     stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
-                    for req in mine:
-                        stub.SendBatch(req, timeout=60)
+                    for n in range(k, len(batches), senders_n):
+                        if rate:
+                            due = t0 + n * batch / rate  # batch n's place in a steady stream
+                            if due > time.perf_counter():
+                                pace.wait(due - time.perf_counter())
+                        stub.SendBatch(batches[n], timeout=60)
 
-            senders = [threading.Thread(target=sender, args=(batches[k::senders_n],)) for k in range(senders_n)]
+            senders = [threading.Thread(target=sender, args=(k,)) for k in range(senders_n)]
             for t in senders:
                 t.start()
             for t in senders:
@@ -129,7 +135,7 @@ def _lag(root: Path, messages: int, batch: int, senders_n: int = 2) -> list[Resu
         stop.set()
         ix.stop()
         cl.stop()
-    params = {"messages": messages, "keys_per_message": 2, "batch": batch, "senders": senders_n}
+    params = {"messages": messages, "keys_per_message": 2, "batch": batch, "senders": senders_n, "target_rate": rate or "max"}
     return [
         Result("send rate during lag test", messages / send_s, "msg/s", params),
         Result("index rate (sent → fully indexed)", messages / catch_up_s, "msg/s", params),
@@ -143,8 +149,9 @@ def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m bench indexer")
     p.add_argument("--keys", type=int, default=1_000_000)
     p.add_argument("--selects", type=int, default=20_000)
-    p.add_argument("--lag-messages", type=int, default=200_000)
+    p.add_argument("--lag-messages", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--lag-rate", type=float, default=50_000, help="paced send rate of the lag test (msg/s); a second run goes flat out")
     args = p.parse_args(argv)
     rng = random.Random(7)
     selects = [rng.randrange(args.keys) for _ in range(args.selects)]
@@ -154,7 +161,8 @@ def run(argv: list[str]) -> list[Result]:
         root = Path(tmp)
         out += _index_file(root, args.keys, selects, base)
         out += _sqlite(root, args.keys, selects, base)
-        out += _lag(root, args.lag_messages, args.batch)
+        out += _lag(root / "paced", args.lag_messages, args.batch, args.lag_rate)
+        out += _lag(root / "max", args.lag_messages, args.batch, 0)
     by = {r.metric: r.value for r in out}
     out.append(Result("put rate IndexFile / SQLite", by["IndexFile put rate"] / by["SQLite put rate"], "x", {"target": ">= 1"}))
     out.append(Result("select p50 IndexFile / SQLite", by["IndexFile select p50"] / by["SQLite select p50"], "x", {"target": "<= 2"}))
