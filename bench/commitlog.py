@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import grpc
 
@@ -27,6 +28,18 @@ def _msg(i: int) -> common_pb2.MessageInput:
 def _pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p))]
+
+
+def _concurrent_rate(worker: Callable[[int, list[int]], None], n: int, clients: int) -> float:
+    """Run `clients` workers at once; items they report per second of wall time."""
+    done: list[int] = []
+    threads = [threading.Thread(target=worker, args=(n, done)) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - t0)
 
 
 def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> list[Result]:
@@ -55,15 +68,7 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> list[Result]:
                     stub.SendMessage(commitlog_pb2.SendMessageRequest(message=_msg(i)), timeout=10)
             out.append(n)
 
-        done: list[int] = []
-        threads = [threading.Thread(target=single_worker, args=(args.single, done)) for _ in range(args.clients)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - t0
-        results.append(Result(f"single send calls/s ({args.clients} clients)", sum(done) / elapsed, "calls/s", {**params, "clients": args.clients}))
+        results.append(Result(f"single send calls/s ({args.clients} clients)", _concurrent_rate(single_worker, args.single, args.clients), "calls/s", {**params, "clients": args.clients}))
 
         # Batched sends: N clients each sending batches.
         batch = commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(args.batch_size)])
@@ -76,16 +81,7 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> list[Result]:
             out.append(n * args.batch_size)
 
         # Several rounds: on a shared 2-core box one run is noisy; report the median and the slowest.
-        rates = []
-        for _ in range(args.rounds):
-            done = []
-            threads = [threading.Thread(target=batch_worker, args=(args.batches, done)) for _ in range(args.clients)]
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            rates.append(sum(done) / (time.perf_counter() - t0))
+        rates = [_concurrent_rate(batch_worker, args.batches, args.clients) for _ in range(args.rounds)]
         rate = statistics.median(rates)
         bparams = {**params, "clients": args.clients, "batch_size": args.batch_size, "messages": args.clients * args.batches * args.batch_size, "rounds": args.rounds}
         results.append(Result("batched send messages/s", rate, "msg/s", bparams))

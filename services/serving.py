@@ -68,10 +68,22 @@ def start_server(
     """Create, register (+health, +reflection), bind and start a server; return it SERVING."""
     options = _options(max_message_bytes)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name), options=options, interceptors=acl_interceptors())
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    port, names, tls = _register_and_bind(name, bind, server, registrations, health_servicer)
+    server.start()
+    running = RunningServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}", service_names=names)
+    running.set_serving(True)
+    log_event(log, "server started", service=name, address=running.address, tls=tls)
+    return running
+
+
+def _register_and_bind(name: str, bind: str, server: grpc.Server | grpc.aio.Server, registrations: Iterable[Registration],
+                       health_servicer: object) -> tuple[int, list[str], bool]:
+    """Add the servicers, health and reflection; bind with TLS when configured. Returns
+    (port, service names, TLS on)."""
     regs = list(registrations)
     for reg in regs:
-        reg.add(server)
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+        reg.add(server)  # type: ignore[arg-type]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [r.service_name for r in regs]
     reflection.enable_server_reflection(names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
@@ -79,12 +91,7 @@ def start_server(
     port = server.add_secure_port(bind, creds) if creds is not None else server.add_insecure_port(bind)
     if port == 0:
         raise OSError(f"{name}: cannot bind {bind}")
-    server.start()
-    host = bind.rsplit(":", 1)[0]
-    running = RunningServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}", service_names=names)
-    running.set_serving(True)
-    log_event(log, "server started", service=name, address=running.address, tls=creds is not None)
-    return running
+    return port, names, creds is not None
 
 
 def wait_for_termination(
@@ -135,22 +142,12 @@ async def start_aio_server(
 ) -> RunningAioServer:
     """start_server for asyncio servicers (coroutine handlers); call inside the event loop."""
     server = grpc.aio.server(options=_options(max_message_bytes), interceptors=aio_acl_interceptors())
-    regs = list(registrations)
-    for reg in regs:
-        reg.add(server)  # type: ignore[arg-type]
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = [r.service_name for r in regs]
-    reflection.enable_server_reflection(names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
-    creds = server_credentials()
-    port = server.add_secure_port(bind, creds) if creds is not None else server.add_insecure_port(bind)
-    if port == 0:
-        raise OSError(f"{name}: cannot bind {bind}")
+    port, names, tls = _register_and_bind(name, bind, server, registrations, health_servicer)
     await server.start()
-    host = bind.rsplit(":", 1)[0]
-    running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}", service_names=names)
+    running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}", service_names=names)
     await running.set_serving(True)
-    log_event(log, "server started", service=name, address=running.address, tls=creds is not None)
+    log_event(log, "server started", service=name, address=running.address, tls=tls)
     return running
 
 

@@ -21,8 +21,8 @@ class DispatchCache:
 
     def add(self, infos: list[DispatchInfo]) -> None:
         """Records just appended, in log order (the caller holds the store's append lock)."""
-        if not self.capacity:
-            return
+        if self.capacity <= 0:
+            return  # off: Tail always reads the log
         with self._lock:
             self._offsets.extend(d.physical_offset for d in infos)
             self._infos.extend(infos)

@@ -325,6 +325,7 @@ async def _serve(args: argparse.Namespace) -> None:
             sync_flush_timeout_ms=args.sync_flush_timeout_ms, auto_create_topics=args.auto_create_topics,
             default_queues=args.default_queues, max_message_size=args.max_message_size,
             file_reserved_hours=args.file_reserved_hours, read_only=args.read_only,
+            dispatch_cache_records=args.tail_cache_records,
         )
     )
     stopping = threading.Event()

@@ -125,3 +125,51 @@ def test_store_directories_are_private(tmp_path: Path) -> None:
     mode = (tmp_path / "store").stat().st_mode & 0o777
     store.close()
     assert mode & 0o077 == 0
+
+
+def test_access_control_on_the_commitlog_covers_unary_and_streaming_calls(tmp_path: Path, launch: Launch, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The commitlog runs on the asyncio server, with its own interceptor: every call shape is checked.
+    from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+
+    acl = {"accounts": [
+        {"access_key": "ops", "secret_key": "ops-secret-123", "admin": True},
+        {"access_key": "orders", "secret_key": "orders-secret-789", "topics": {"OrderTopic": ["publish"]}},
+    ]}
+    (tmp_path / "acl.json").write_text(json.dumps(acl))
+    monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
+    cl = launch("commitlog", "--store-dir", str(tmp_path / "store"))
+    monkeypatch.delenv("QUARRY_ACL_FILE")
+    svc = "/quarry.v1.CommitLogService/"
+
+    def msg(topic: str) -> common_pb2.MessageInput:
+        return common_pb2.MessageInput(topic=topic, body=b"x", queue_id=-1)
+
+    def code(fn: str, request: object, md: list[tuple[str, str]] | None) -> grpc.StatusCode:
+        with grpc.insecure_channel(cl.address) as ch:
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+            try:
+                if fn == "SendStream":
+                    stub.SendStream(iter(request), timeout=5, metadata=md)  # type: ignore[call-overload]
+                elif fn == "Tail":
+                    next(iter(stub.Tail(request, timeout=5, metadata=md)))
+                else:
+                    getattr(stub, fn)(request, timeout=5, metadata=md)
+                return grpc.StatusCode.OK
+            except grpc.RpcError as exc:
+                return exc.code()
+
+    send = commitlog_pb2.SendMessageRequest(message=msg("OrderTopic"))
+    assert code("SendMessage", send, None) == grpc.StatusCode.UNAUTHENTICATED
+    assert code("SendMessage", send, _md("orders", "wrong", svc + "SendMessage")) == grpc.StatusCode.UNAUTHENTICATED
+    assert code("SendMessage", send, _md("orders", "orders-secret-789", svc + "SendMessage")) == grpc.StatusCode.OK
+    other = commitlog_pb2.SendBatchRequest(messages=[msg("OtherTopic")])
+    assert code("SendBatch", other, _md("orders", "orders-secret-789", svc + "SendBatch")) == grpc.StatusCode.PERMISSION_DENIED
+    stream = [commitlog_pb2.SendStreamRequest(message=msg("OrderTopic")), commitlog_pb2.SendStreamRequest(message=msg("OtherTopic"))]
+    assert code("SendStream", stream, None) == grpc.StatusCode.UNAUTHENTICATED
+    assert code("SendStream", stream, _md("orders", "orders-secret-789", svc + "SendStream")) == grpc.StatusCode.PERMISSION_DENIED
+    tail = commitlog_pb2.TailRequest(from_offset=0)
+    assert code("Tail", tail, None) == grpc.StatusCode.UNAUTHENTICATED
+    assert code("Tail", tail, _md("orders", "orders-secret-789", svc + "Tail")) == grpc.StatusCode.PERMISSION_DENIED
+    assert code("Tail", tail, _md("ops", "ops-secret-123", svc + "Tail")) == grpc.StatusCode.OK
+    log = cl.log_path.read_text()
+    assert "access denied" in log and "orders-secret-789" not in log and "ops-secret-123" not in log
