@@ -25,7 +25,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--default-queues", "QUARRY_DEFAULT_QUEUES", 4, "queues of an auto-created topic", int)
     p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body in bytes", int)
     p.add_setting("--file-reserved-hours", "QUARRY_FILE_RESERVED_HOURS", 72.0, "keep segments this long", float)
-    p.add_setting("--tail-cache-records", "QUARRY_TAIL_CACHE_RECORDS", 65536, "newest records Tail serves from memory (0: always read the log)", int)
+    p.add_setting("--tail-cache-records", "QUARRY_TAIL_CACHE_RECORDS", 32768, "newest records Tail serves from memory (0: always read the log)", int)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int)
     return p

@@ -2,7 +2,8 @@
 
 A Tail reader that keeps up asks for what was just written; serving it from here saves
 re-reading and re-decoding the log (about half the commitlog's CPU under a streaming
-indexer). A reader further behind than the cache falls back to reading the log.
+indexer). A reader further behind than the cache falls back to reading the log. Memory: about 400
+bytes a record (32,768 records by default: ~13 MB, at most 1.25 times that).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class DispatchCache:
         with self._lock:
             self._offsets.extend(d.physical_offset for d in infos)
             self._infos.extend(infos)
-            if len(self._infos) > 2 * self.capacity:  # trim in halves: amortised O(1) per record
+            if len(self._infos) > self.capacity + self.capacity // 4:  # trim in quarters: amortised O(1) per record
                 cut = len(self._infos) - self.capacity
                 del self._offsets[:cut]
                 del self._infos[:cut]

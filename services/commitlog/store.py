@@ -57,7 +57,7 @@ class StoreConfig:
     max_message_size: int = 4 * 1024 * 1024
     file_reserved_hours: float = 72.0
     read_only: bool = False
-    dispatch_cache_records: int = 65536  # newest records whose dispatch info Tail serves from memory
+    dispatch_cache_records: int = 32768  # newest records whose dispatch info Tail serves from memory
 
 
 @dataclass(slots=True)
