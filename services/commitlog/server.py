@@ -18,6 +18,7 @@ from formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
 from services import metrics
 from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
+from services.commitlog.flush_signal import FlushSignal
 from services.commitlog.message_input import NewMessage
 from services.commitlog.registration import Heartbeat
 from services.commitlog.store import AppendResult, CommitLogStore, StoreConfig
@@ -115,36 +116,6 @@ def _result_fields(r: AppendResult, broker: str) -> dict[str, object]:
 
 def _result(r: AppendResult, broker: str) -> common_pb2.SendResult:
     return common_pb2.SendResult(**_result_fields(r, broker))  # type: ignore[arg-type]
-
-
-class FlushSignal:
-    """Wakes coroutines when the store's durable end may have moved (the store calls `fire`
-    from its flushing thread)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._set)
-        except RuntimeError:
-            pass  # the loop has closed: nobody is waiting any more
-
-    def _set(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    def current(self) -> asyncio.Event:
-        """Take this before checking the condition, then wait on it: no wake-up is lost."""
-        return self._event
-
-    @staticmethod
-    async def wait(event: asyncio.Event, timeout_s: float) -> None:
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            pass
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):

@@ -1,0 +1,38 @@
+"""Wakes the commitlog's event loop when the store's durable end may have moved.
+
+The store flushes on its own thread; SYNC senders and tailers wait on the loop. This is the
+bridge: the flusher calls `fire`, waiting coroutines wake, no thread is held per waiter.
+"""
+from __future__ import annotations
+
+import asyncio
+
+
+class FlushSignal:
+    """Wakes coroutines when the store's durable end may have moved (the store calls `fire`
+    from its flushing thread)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._set)
+        except RuntimeError:
+            pass  # the loop has closed: nobody is waiting any more
+
+    def _set(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        """Take this before checking the condition, then wait on it: no wake-up is lost."""
+        return self._event
+
+    @staticmethod
+    async def wait(event: asyncio.Event, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
