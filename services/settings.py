@@ -17,6 +17,7 @@ class EnvArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
         self.env_names: dict[str, str] = {}
+        self.minimums: dict[str, tuple[str, float]] = {}  # dest -> (flag, smallest allowed value)
 
     def add_setting(
         self,
@@ -26,7 +27,9 @@ class EnvArgumentParser(argparse.ArgumentParser):
         help: str,
         type: Callable[[str], Any] = str,
         choices: list[str] | None = None,
+        minimum: float | None = None,
     ) -> None:
+        """`minimum`: values below it (from the flag or the environment) are refused at start."""
         raw = os.environ.get(env)
         if raw is not None and raw != "":
             try:
@@ -37,7 +40,18 @@ class EnvArgumentParser(argparse.ArgumentParser):
             value = default
         dest = flag.lstrip("-").replace("-", "_")
         self.env_names[dest] = env
+        if minimum is not None:
+            self.minimums[dest] = (flag, minimum)
         self.add_argument(flag, dest=dest, default=value, type=type, choices=choices, help=f"{help} [env {env}]")
+
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:  # type: ignore[override]
+        parsed, rest = super().parse_known_args(args, namespace)
+        for dest, (flag, minimum) in self.minimums.items():
+            value = getattr(parsed, dest, None)
+            if value is not None and value < minimum:
+                self.error(f"{flag} [env {self.env_names[dest]}]: must be >= {minimum:g}, got {value}")
+        return parsed, rest
 
 
 def parse_bool(text: str) -> bool:

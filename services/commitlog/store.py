@@ -236,6 +236,10 @@ class CommitLogStore:
         if same_topic and any(p.topic != prepared[0].topic for p in prepared):
             bad = next(i for i, p in enumerate(prepared) if p.topic != prepared[0].topic)
             raise InvalidArgument(f"messages[{bad}].topic", f"a batch holds one topic ({prepared[0].topic!r})")
+        for i, p in enumerate(prepared):
+            if len(p.record) + BLANK_HEADER_SIZE > self.config.segment_size:  # a record never spans two segments
+                raise InvalidArgument(f"messages[{i}].body" if len(prepared) > 1 else "body",
+                                      f"the record ({len(p.record)} bytes) does not fit in a {self.config.segment_size}-byte segment")
         if sum(len(p.record) for p in prepared) > MAX_BATCH_BYTES:
             raise InvalidArgument("messages", f"batch exceeds {MAX_BATCH_BYTES} bytes")
         with self.lock:

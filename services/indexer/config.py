@@ -14,14 +14,14 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--commitlog", "QUARRY_COMMITLOG_ADDR", "127.0.0.1:10911", "this broker's commitlog address")
     p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
     p.add_setting("--router", "QUARRY_ROUTER_ADDR", "", "query router address to register with (empty: do not register)")
-    p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "heartbeat interval to the router", int)
-    p.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile", int)
-    p.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile (holds index-num - 1)", int)
-    p.add_setting("--max-msgs-num-batch", "QUARRY_INDEX_MAX_NUM", 64, "cap on max_num of a query", int)
-    p.add_setting("--max-files", "QUARRY_INDEX_MAX_FILES", 256, "cap on IndexFiles kept; the oldest is dropped beyond it (0: no cap)", int)
-    p.add_setting("--flush-interval-ms", "QUARRY_INDEX_FLUSH_INTERVAL_MS", 1000, "how often index + checkpoint are flushed", int)
+    p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "heartbeat interval to the router", int, minimum=100)
+    p.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile", int, minimum=1)
+    p.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile (holds index-num - 1)", int, minimum=2)
+    p.add_setting("--max-msgs-num-batch", "QUARRY_INDEX_MAX_NUM", 64, "cap on max_num of a query", int, minimum=1)
+    p.add_setting("--max-files", "QUARRY_INDEX_MAX_FILES", 256, "cap on IndexFiles kept; the oldest is dropped beyond it (0: no cap)", int, minimum=0)
+    p.add_setting("--flush-interval-ms", "QUARRY_INDEX_FLUSH_INTERVAL_MS", 1000, "how often index + checkpoint are flushed", int, minimum=1)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open index/ read-only and do not tail", parse_bool)
-    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int)
+    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     return p
 
 

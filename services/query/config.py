@@ -9,14 +9,14 @@ from services.settings import EnvArgumentParser
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="quarry-router", description="Quarry query router: broker registry, routes and the four queries.")
     p.add_setting("--bind", "QUARRY_ROUTER_BIND", "127.0.0.1:9876", "host:port to listen on")
-    p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "expected broker heartbeat interval", int)
-    p.add_setting("--missed-heartbeats", "QUARRY_MISSED_HEARTBEATS", 3, "heartbeats a broker may miss before it leaves the routes", int)
+    p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "expected broker heartbeat interval", int, minimum=100)
+    p.add_setting("--missed-heartbeats", "QUARRY_MISSED_HEARTBEATS", 3, "heartbeats a broker may miss before it leaves the routes", int, minimum=1)
     p.add_setting("--static-brokers", "QUARRY_STATIC_BROKERS", "", "brokers known at start: name=commitlog_addr,indexer_addr,store_host;...")
-    p.add_setting("--query-timeout-ms", "QUARRY_QUERY_TIMEOUT_MS", 3000, "overall deadline of a query", int)
-    p.add_setting("--broker-call-timeout-ms", "QUARRY_BROKER_CALL_TIMEOUT_MS", 1000, "deadline of one call to a broker", int)
-    p.add_setting("--clock-skew-ms", "QUARRY_CLOCK_SKEW_MS", 3_600_000, "producer/broker clock skew tolerated by unique-key queries", int)
-    p.add_setting("--fallback-window-ms", "QUARRY_FALLBACK_WINDOW_MS", 7 * 24 * 3_600_000, "window searched when a unique key's time cannot be trusted", int)
-    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int)
+    p.add_setting("--query-timeout-ms", "QUARRY_QUERY_TIMEOUT_MS", 3000, "overall deadline of a query", int, minimum=1)
+    p.add_setting("--broker-call-timeout-ms", "QUARRY_BROKER_CALL_TIMEOUT_MS", 1000, "deadline of one call to a broker", int, minimum=1)
+    p.add_setting("--clock-skew-ms", "QUARRY_CLOCK_SKEW_MS", 3_600_000, "producer/broker clock skew tolerated by unique-key queries", int, minimum=0)
+    p.add_setting("--fallback-window-ms", "QUARRY_FALLBACK_WINDOW_MS", 7 * 24 * 3_600_000, "window searched when a unique key's time cannot be trusted", int, minimum=1)
+    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     return p
 
 

@@ -258,6 +258,21 @@ def test_ipv6_hosts_keep_every_field_in_place(tmp_path: Path, born: tuple[str, i
     store.close()
 
 
+def test_a_record_larger_than_a_segment_is_refused_not_split(tmp_path: Path) -> None:
+    store = _open(tmp_path, segment_size=4096)
+    store.append(_msg(0))
+    with pytest.raises(InvalidArgument) as err:
+        store.append_many([_msg(1), NewMessage(topic="T", body=b"x" * 4096)])
+    assert err.value.field == "messages[1].body" and "4096-byte segment" in str(err.value)
+    assert [s.start for s in store.segments.segments] == [0]
+    largest = 4096 - 8 - 91 - 1  # segment - blank header - fixed fields - topic "T"
+    with pytest.raises(InvalidArgument):
+        store.append(NewMessage(topic="T", body=b"x" * (largest + 1)))
+    fits = store.append(NewMessage(topic="T", body=b"x" * largest))  # fills a new segment exactly
+    assert store.read(fits.physical_offset).body == b"x" * largest
+    store.close()
+
+
 def test_a_127_byte_topic_is_accepted(tmp_path: Path) -> None:
     store = _open(tmp_path, segment_size=1 << 20)
     r = store.append(NewMessage(topic="T" * 127, body=b"x"))
