@@ -314,18 +314,19 @@ class CommitLogStore:
             buf += p.record
             # the queue id is patched too: it may have been chosen here
             patch_record(buf, rec_at, queue_id, queue_offset, at, now, p.store_timestamp_pos)
+            if p.topic == SCHEDULE_TOPIC:  # a delayed message's tagsCode is its deliver time: the format's rule
+                info = decode_dispatch(buf, rec_at, at)
+            else:
+                info = DispatchInfo(at, size, p.topic, queue_id, queue_offset, p.tags_code, p.dispatch_keys,
+                                    p.unique_key or None, now, p.stored_sys_flag, p.prepared_transaction_offset)
+            dispatched.append(info)
             if advances:
                 queue_next[key] = queue_offset + 1
                 pending = cq_writes.get(key)
                 if pending is None:
                     pending = cq_writes[key] = (queue_offset, bytearray())
-                pending[1].extend(encode_unit(at, size, p.tags_code))
+                pending[1].extend(encode_unit(at, size, info.tags_code))  # as recovery re-dispatches it
             results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, f"{id_prefix}{at:016X}", p.unique_key))
-            if p.topic == SCHEDULE_TOPIC:  # a delayed message's tagsCode is its deliver time: the format's rule
-                dispatched.append(decode_dispatch(buf, rec_at, at))
-            else:
-                dispatched.append(DispatchInfo(at, size, p.topic, queue_id, queue_offset, p.tags_code, p.dispatch_keys,
-                                               p.unique_key or None, now, p.stored_sys_flag, p.prepared_transaction_offset))
             offset = at + size
         try:
             for seg, at, buf in writes:

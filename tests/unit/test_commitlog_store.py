@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from formats.record import BLANK_MAGIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, read_size_and_magic
+from formats.record import BLANK_MAGIC, SCHEDULE_TOPIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info, read_size_and_magic
 from formats.segment_walk import WalkResult, list_segments, walk_segments
 from services.commitlog.errors import Expired, InvalidArgument, NotFound, ReadOnly
 from services.commitlog.message_input import NewMessage
@@ -270,6 +270,21 @@ def test_a_record_larger_than_a_segment_is_refused_not_split(tmp_path: Path) -> 
         store.append(NewMessage(topic="T", body=b"x" * (largest + 1)))
     fits = store.append(NewMessage(topic="T", body=b"x" * largest))  # fills a new segment exactly
     assert store.read(fits.physical_offset).body == b"x" * largest
+    store.close()
+
+
+@pytest.mark.parametrize(("topic", "tags", "props"), [
+    ("T", "paid", []),
+    ("T", "", []),
+    (SCHEDULE_TOPIC, "paid", [("DELAY", "3")]),  # tagsCode = deliver time
+])
+def test_consume_queue_tags_code_is_what_the_dispatch_rule_says(tmp_path: Path, topic: str, tags: str, props: list[tuple[str, str]]) -> None:
+    store = _open(tmp_path, segment_size=1 << 20)
+    r = store.append(NewMessage(topic=topic, body=b"x", tags=tags, properties=props, queue_id=0))
+    ((_phy, _size, code),) = store.cqs.queue(topic, 0).read_units(r.queue_offset, 1)
+    assert code == dispatch_info(store.read(r.physical_offset)).tags_code
+    if props:
+        assert code == r.store_timestamp + 10_000
     store.close()
 
 
