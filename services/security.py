@@ -197,7 +197,11 @@ class AclInterceptor(grpc.ServerInterceptor):
 
 
 class AioAclInterceptor(grpc.aio.ServerInterceptor):
-    """AclInterceptor for asyncio servers, whose handlers are coroutines and async generators."""
+    """AclInterceptor for asyncio servers, whose handlers are coroutines and async generators.
+
+    A caller that failed authentication is refused before its requests are read, with a
+    handler of the method's own shape (or a unary one for an unknown method, so it learns
+    nothing about which methods exist); every call shape is wrapped, none passes unchecked."""
 
     def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
         self.rules = _AclRules(accounts, clock_ms)
@@ -207,48 +211,74 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
         if caller is None:
             return await continuation(details)
         handler = await continuation(details)
+        if caller.denied is not None:
+            return _aio_refusing_handler(handler, *caller.denied)
         if handler is None:
             return handler
         refusal = self.rules.refusal
 
         async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
-            if caller.denied is not None:
-                await context.abort(*caller.denied)
             if (why := refusal(caller, request)) is not None:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
 
+        async def guarded(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+            async for req in request_iterator:
+                await check(req, context)
+                yield req
+
+        des, ser = handler.request_deserializer, handler.response_serializer
         if handler.unary_unary is not None:
-            inner = handler.unary_unary
+            uu = handler.unary_unary
 
-            async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 await check(request, context)
-                return await inner(request, context)
+                return await uu(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(checked, handler.request_deserializer, handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(unary_unary, des, ser)
         if handler.unary_stream is not None:
-            inner_us = handler.unary_stream
+            us = handler.unary_stream
 
-            async def checked_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 await check(request, context)
-                async for item in inner_us(request, context):
+                async for item in us(request, context):
                     yield item
 
-            return grpc.unary_stream_rpc_method_handler(checked_stream, handler.request_deserializer, handler.response_serializer)
+            return grpc.unary_stream_rpc_method_handler(unary_stream, des, ser)
         if handler.stream_unary is not None:
-            inner_su = handler.stream_unary
+            su = handler.stream_unary
 
-            async def checked_client_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-                if caller.denied is not None:
-                    await context.abort(*caller.denied)
+            async def stream_unary(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                return await su(guarded(request_iterator, context), context)
 
-                async def guarded() -> Any:
-                    async for req in request_iterator:
-                        await check(req, context)
-                        yield req
-                return await inner_su(guarded(), context)
+            return grpc.stream_unary_rpc_method_handler(stream_unary, des, ser)
+        if handler.stream_stream is not None:
+            ss = handler.stream_stream
 
-            return grpc.stream_unary_rpc_method_handler(checked_client_stream, handler.request_deserializer, handler.response_serializer)
-        return handler
+            async def stream_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                async for item in ss(guarded(request_iterator, context), context):
+                    yield item
+
+            return grpc.stream_stream_rpc_method_handler(stream_stream, des, ser)
+        return _aio_refusing_handler(handler, grpc.StatusCode.PERMISSION_DENIED, "call shape not covered by access control")
+
+
+def _aio_refusing_handler(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, why: str) -> grpc.RpcMethodHandler:
+    """A handler of `handler`'s shape that aborts at once, reading no request."""
+    async def refuse(_request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(code, why)
+
+    async def refuse_stream(_request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(code, why)
+        yield  # pragma: no cover - makes this an async generator
+
+    des = handler.request_deserializer if handler is not None else None
+    ser = handler.response_serializer if handler is not None else None
+    if handler is not None and handler.response_streaming:
+        maker = grpc.stream_stream_rpc_method_handler if handler.request_streaming else grpc.unary_stream_rpc_method_handler
+        return maker(refuse_stream, des, ser)
+    if handler is not None and handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse, des, ser)
+    return grpc.unary_unary_rpc_method_handler(refuse, des, ser)
 
 
 def acl_interceptors() -> list[grpc.ServerInterceptor]:

@@ -144,11 +144,15 @@ class SegmentQueue:
         for seg in self.segments:
             seg.fsync()
 
-    def delete_oldest(self) -> Segment:
-        seg = self.segments.pop(0)
+    def detach_oldest(self) -> Segment:
+        """Take the oldest segment out of the queue; the caller deletes it with `remove`."""
+        return self.segments.pop(0)
+
+    @staticmethod
+    def remove(seg: Segment) -> None:
+        """Close and unlink a detached segment (slow for a large file: done outside the store lock)."""
         seg.close()
         os.unlink(seg.path)
-        return seg
 
     def close(self) -> None:
         for seg in self.segments:

@@ -130,23 +130,24 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.flushed = flushed
         self.on_topic_created = lambda: None
 
-    async def _append(self, msgs: list[NewMessage], context: grpc.aio.ServicerContext, rpc: str = "SendMessage", wait_flush: bool = True) -> list[AppendResult]:
+    async def _append(self, msgs: list[NewMessage], context: grpc.aio.ServicerContext, rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True) -> list[AppendResult]:
+        """Store, count, announce new topics and (SYNC, unless told otherwise) await the fsync."""
         topics_before = len(self.store.topics)
         t0 = time.perf_counter()
         try:
             results = self.store.append_many(msgs, wait_flush=False)
         except StoreError as exc:
             metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
-            await _abort(context, exc)
+            await _abort(context, exc, abort_prefix)
             raise
+        if len(self.store.topics) != topics_before:
+            self.on_topic_created()
         if wait_flush:
             await self._await_flushed(results)
         metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)
         metrics.SENT_MESSAGES.labels(results[0].topic).inc(len(results))
         metrics.SENT_BYTES.inc(sum(r.size for r in results))
         metrics.STORE_MAX_OFFSET.set(self.store.write_offset)
-        if len(self.store.topics) != topics_before:
-            self.on_topic_created()
         return results
 
     async def _await_flushed(self, results: list[AppendResult]) -> None:
@@ -186,12 +187,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         peer = _peer_host(context)
         i = 0
         async for req in request_iterator:
-            try:
-                (r,) = self.store.append_many([to_new_message(req.message, peer)], wait_flush=False)
-            except StoreError as exc:
-                await _abort(context, exc, f"stream message {i} rejected ({len(stored)} stored before it): ")
-                raise
-            stored.append(r)
+            prefix = f"stream message {i} rejected ({len(stored)} stored before it): "
+            stored += await self._append([to_new_message(req.message, peer)], context, "SendStream", prefix, wait_flush=False)
             i += 1
         # Nothing is acknowledged before the response: one fsync wait covers the whole stream.
         await self._await_flushed(stored)
@@ -226,11 +223,10 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         if not 1 <= request.max_count <= MAX_PULL:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_count: must be 1..{MAX_PULL}")
         try:
-            records, min_off, max_off = self.store.pull(request.topic, request.queue_id, request.queue_offset, request.max_count)
+            records, next_offset, min_off, max_off = self.store.pull(request.topic, request.queue_id, request.queue_offset, request.max_count)
         except StoreError as exc:
             await _abort(context, exc)
             raise
-        next_offset = request.queue_offset + len(records) if records else max(request.queue_offset, min(request.queue_offset, max_off))
         return commitlog_pb2.PullMessagesResponse(
             messages=[to_stored(r, self.broker_name) for r in records],
             next_queue_offset=next_offset, min_queue_offset=min_off, max_queue_offset=max_off,
@@ -251,10 +247,15 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             committed = self.store.committed_offset
             if offset < committed:
                 try:
-                    infos, offset = self.store.read_dispatch(offset, batch, committed)
+                    cached = self.store.dispatch_cache.get(offset, batch, committed)
+                    # A reader behind the cache reads the log: off the loop, which keeps serving sends.
+                    infos, next_offset = cached if cached is not None else await asyncio.to_thread(self.store.read_dispatch, offset, batch, committed)
                 except StoreError as exc:
                     await _abort(context, exc)
                     raise
+                if next_offset == offset:  # no progress would mean spinning: say where and stop
+                    await context.abort(grpc.StatusCode.NOT_FOUND, f"no record can be read at physical offset {offset}")
+                offset = next_offset
                 response = commitlog_pb2.TailResponse(next_offset=offset, max_offset=committed)
                 add = response.records.add
                 for d in infos:

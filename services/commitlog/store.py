@@ -39,6 +39,7 @@ log = logging.getLogger("quarry.store")
 ABORT_FILE = "abort"
 MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BYTES = 64 * 1024 * 1024
+READ_WINDOW = 4 * 1024 * 1024  # bytes read_dispatch reads at a time
 
 
 @dataclass
@@ -371,13 +372,18 @@ class CommitLogStore:
             self._flush_wanted.clear()
             if self._stop.is_set():
                 break  # close() does the last flush itself
+            # Nothing may end this thread: without it the durable end never moves again
+            # (SYNC sends time out, tailers see nothing new).
             try:
                 self.flush()
-            except OSError as exc:
-                log_event(log, "flush failed", logging.ERROR, error=str(exc))
+            except Exception as exc:
+                log_event(log, "flush failed", logging.ERROR, error=repr(exc))
             if time.monotonic() - last_retention > 60:
                 last_retention = time.monotonic()
-                self.delete_expired()
+                try:
+                    self.delete_expired()
+                except Exception as exc:
+                    log_event(log, "retention failed", logging.ERROR, error=repr(exc))
 
     def flush(self, clean: bool = False) -> int:
         """fsync everything written so far; wake SYNC waiters and tailers. Returns the flushed offset."""
@@ -460,8 +466,11 @@ class CommitLogStore:
             self._report(str(exc))
             raise NotFound(f"record at physical offset {physical_offset} is corrupt: {exc.reason}") from None
 
-    def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> tuple[list[Record], int, int]:
-        """Records of topic/queue from queue_offset; returns (records, min, max queue offset)."""
+    def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> tuple[list[Record], int, int, int]:
+        """Records of topic/queue from queue_offset; returns (records, next, min, max queue
+        offset). `next` passes the units read, skipped ones included (so a consumer never
+        reads a record twice or sticks on a damaged unit); below the minimum it is the
+        minimum, past the end it is the end."""
         if queue_id < 0:
             raise InvalidArgument("queue_id", "must be >= 0")
         if queue_offset < 0:
@@ -473,9 +482,10 @@ class CommitLogStore:
             raise NotFound(f"queue {queue_id} does not exist: topic {topic} has queues 0..{queues - 1}")
         cq = self.cqs.existing(topic, queue_id)
         if cq is None:
-            return [], 0, 0
+            return [], 0, 0, 0
         records = []
-        for i, (phy, _size, _tags) in enumerate(cq.read_units(queue_offset, max_count)):
+        units = list(cq.read_units(queue_offset, max_count))
+        for i, (phy, _size, _tags) in enumerate(units):
             expected = queue_offset + i
             try:
                 record = self.read(phy)
@@ -489,7 +499,9 @@ class CommitLogStore:
                 self._report(f"consume queue {topic}/{queue_id} unit {expected} points at {phy}, a record of {record.topic}/{record.queue_id}/{record.queue_offset}; skipped")
                 continue
             records.append(record)
-        return records, cq.min_offset, cq.max_offset
+        lo, hi = cq.min_offset, cq.max_offset
+        next_offset = queue_offset + len(units) if units else min(max(queue_offset, lo), hi)
+        return records, next_offset, lo, hi
 
     def read_dispatch(self, from_offset: int, max_records: int, until: int) -> tuple[list[DispatchInfo], int]:
         """Dispatch infos of records in [from_offset, until), at most max_records; returns
@@ -499,17 +511,26 @@ class CommitLogStore:
             return cached
         out: list[DispatchInfo] = []
         offset = from_offset
+        largest = max(self.config.max_message_size, READ_WINDOW) + 64 * 1024  # body + topic/properties room
         while offset < until and len(out) < max_records:
             seg = self.segments.find(offset)
             if seg is None:
-                break
-            chunk = seg.read(offset, min(until, seg.end) - offset)
+                if offset < self.min_offset:
+                    raise Expired(f"offset {offset} is below the minimum {self.min_offset} (its segment expired)")
+                raise NotFound(f"no segment holds physical offset {offset}")
+            # A bounded window: a reader far behind must not pull the rest of a 1 GiB segment
+            # into memory for every batch.
+            chunk = seg.read(offset, min(until, seg.end, offset + READ_WINDOW) - offset)
             pos = 0
             while pos + BLANK_HEADER_SIZE <= len(chunk) and len(out) < max_records:
                 size, magic = read_size_and_magic(chunk, pos)
                 if magic == BLANK_MAGIC:
                     pos = seg.end - offset
                     break
+                if size > len(chunk) - pos and size <= largest and offset + pos + size <= min(until, seg.end):
+                    if out or pos:
+                        break  # the record straddles the window: the next read starts at it
+                    chunk = seg.read(offset, size)  # one record larger than the window
                 try:
                     info = decode_dispatch(chunk, pos, offset + pos)
                 except CorruptRecordError as exc:
@@ -550,7 +571,7 @@ class CommitLogStore:
             return 0
         now_s = now_s if now_s is not None else time.time()
         limit = self.config.file_reserved_hours * 3600
-        deleted = 0
+        expired = []
         with self.lock:
             while len(self.segments.segments) > 1:
                 oldest = self.segments.segments[0]
@@ -558,10 +579,11 @@ class CommitLogStore:
                     break
                 if now_s - os.path.getmtime(oldest.path) < limit:
                     break
-                self.segments.delete_oldest()
-                deleted += 1
+                expired.append(self.segments.detach_oldest())
                 log_event(log, "segment expired", file=oldest.path.name, min_offset=self.segments.min_offset)
-        return deleted
+        for seg in expired:  # appends go on meanwhile: unlinking a 1 GiB file takes a while
+            self.segments.remove(seg)
+        return len(expired)
 
     # -- status ---------------------------------------------------------------------------
     def status(self) -> StoreStatus:

@@ -171,5 +171,10 @@ def test_access_control_on_the_commitlog_covers_unary_and_streaming_calls(tmp_pa
     assert code("Tail", tail, None) == grpc.StatusCode.UNAUTHENTICATED
     assert code("Tail", tail, _md("orders", "orders-secret-789", svc + "Tail")) == grpc.StatusCode.PERMISSION_DENIED
     assert code("Tail", tail, _md("ops", "ops-secret-123", svc + "Tail")) == grpc.StatusCode.OK
+    # An unauthenticated caller learns nothing about which methods exist.
+    with grpc.insecure_channel(cl.address) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            ch.unary_unary(svc + "NoSuchMethod")(b"", timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     log = cl.log_path.read_text()
     assert "access denied" in log and "orders-secret-789" not in log and "ops-secret-123" not in log

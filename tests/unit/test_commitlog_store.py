@@ -70,7 +70,7 @@ def test_queue_offsets_count_per_queue_and_transactions_do_not_advance(tmp_path:
     assert b.queue_offset == 0
     assert prepared.queue_offset == 0 and rollback.queue_offset == 0
     assert after.queue_offset == 3
-    recs, lo, hi = store.pull("T", 1, 0, 10)
+    recs, _next, lo, hi = store.pull("T", 1, 0, 10)
     assert [r.unique_key for r in recs] == ["U0000", "U0001", "U0002", "U0012"] and (lo, hi) == (0, 4)
     store.close()
 
@@ -128,7 +128,7 @@ def test_recovery_cuts_a_tail_record_whose_crc_fails_and_rebuilds_queues(tmp_pat
     assert any("CRC" in c for c in again.status().corruption)
     with pytest.raises(NotFound):
         again.read(last.physical_offset)
-    recs, _, hi = again.pull("T", 0, 0, 10)
+    recs, _, _, hi = again.pull("T", 0, 0, 10)
     assert hi == 4 and [r.unique_key for r in recs] == [r.unique_key for r in acked[:4]]
     again.close()
 
@@ -325,7 +325,10 @@ def test_a_damaged_consume_queue_unit_never_returns_another_message(tmp_path: Pa
     from formats.consume_queue import encode_unit
 
     cq.write_units(1, encode_unit(rs[3].physical_offset, rs[3].size, 0))  # unit 1 now points at message 3
-    recs, _, _ = store.pull("T", 0, 0, 10)
+    recs, next_offset, _, _ = store.pull("T", 0, 0, 10)
     assert [r.queue_offset for r in recs] == [0, 2, 3]
+    assert next_offset == 4  # past the skipped unit too: the consumer neither repeats nor sticks
     assert any("unit 1 points at" in c for c in store.status().corruption)
+    assert store.pull("T", 0, 2, 1)[:2] == ([recs[1]], 3)
+    assert store.pull("T", 0, 9, 5)[1] == 4  # past the end: the end
     store.close()

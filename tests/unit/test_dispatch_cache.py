@@ -3,12 +3,17 @@ what decoding the log yields, for every kind of message."""
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formats.record import SCHEDULE_TOPIC
+from services.commitlog import store as store_module
+from services.commitlog.errors import Expired
 from services.commitlog.message_input import NewMessage
 from services.commitlog.store import CommitLogStore, StoreConfig
 
@@ -68,5 +73,37 @@ def test_a_reader_behind_the_cache_reads_the_log(tmp_path: Path) -> None:
         infos, _ = store.read_dispatch(0, 100, store.committed_offset)
         assert [d.keys for d in infos] == [f"k{i}" for i in range(20)]
         assert store.dispatch_cache.get(0, 100, store.committed_offset) is None  # long evicted
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("window", [64, 200, 1000])
+def test_reading_the_log_in_small_windows_yields_every_record_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
+    # Records larger than the window, straddling it, and crossing segment ends.
+    monkeypatch.setattr(store_module, "READ_WINDOW", window)
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path, segment_size=4096, dispatch_cache_records=0))
+    try:
+        sizes = [1, 300, 50, 1500, 7, 900, 2000, 3, 3800, 10]
+        results = [store.append(NewMessage("T", b"b" * n, keys=[f"k{i}"])) for i, n in enumerate(sizes)]
+        store.flush()
+        end = store.committed_offset
+        got, offset = [], 0
+        while offset < end:
+            infos, offset = store.read_dispatch(offset, 3, end)
+            got += infos
+        assert [(d.physical_offset, d.keys) for d in got] == [(r.physical_offset, f"k{i}") for i, r in enumerate(results)]
+    finally:
+        store.close()
+
+
+def test_a_reader_whose_segment_expired_is_told_so(tmp_path: Path) -> None:
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path, segment_size=4096, dispatch_cache_records=0, file_reserved_hours=0))
+    try:
+        for i in range(20):
+            store.append(NewMessage("T", b"x" * 500, keys=[f"k{i}"]))
+        store.flush()
+        assert store.delete_expired(now_s=time.time() + 3600) > 0
+        with pytest.raises(Expired):
+            store.read_dispatch(0, 10, store.committed_offset)
     finally:
         store.close()
