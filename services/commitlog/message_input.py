@@ -39,7 +39,6 @@ class Prepared:
 
     topic: str
     queue_id: int  # -1: the store picks
-    sys_flag: int
     record: bytes
     tags_code: int
     unique_key: str
@@ -106,6 +105,6 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
         raise InvalidArgument(f"{field_prefix}born_host", str(exc)) from None
     stored_flag = stored_sys_flag(record)
     dispatch_keys = " ".join(msg.keys) if msg.keys else ("" if not properties else None)
-    return Prepared(msg.topic, msg.queue_id, sys_flag, record, tags_code(msg.tags), msg.unique_key,
+    return Prepared(msg.topic, msg.queue_id, record, tags_code(msg.tags), msg.unique_key,
                     takes_queue_offset(sys_flag), stored_flag, store_timestamp_pos(stored_flag), dispatch_keys,
                     msg.prepared_transaction_offset)

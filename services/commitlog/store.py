@@ -110,7 +110,6 @@ class CommitLogStore:
             raise FileNotFoundError(f"{self.dir}: no commitlog/ directory to open read-only")
         self.lock = threading.Lock()
         self.flushed = threading.Condition(threading.Lock())
-        self.appended = threading.Condition(threading.Lock())
         self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
         self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only)
         self.topics: dict[str, int] = load_topics(self.dir / "config")
@@ -245,8 +244,6 @@ class CommitLogStore:
             raise InvalidArgument("messages", f"batch exceeds {MAX_BATCH_BYTES} bytes")
         with self.lock:
             results = self._append_locked(prepared)
-        with self.appended:
-            self.appended.notify_all()
         if self.config.flush_mode == "SYNC" and wait_flush:
             ok = self._wait_flushed(results[-1].physical_offset + results[-1].size)
             if not ok:
@@ -405,8 +402,6 @@ class CommitLogStore:
         with self.flushed:
             self.flushed_offset = max(self.flushed_offset, target)
             self.flushed.notify_all()
-        with self.appended:
-            self.appended.notify_all()
         for listener in self._flush_listeners:
             listener()
         return target
@@ -425,13 +420,6 @@ class CommitLogStore:
     def committed_offset(self) -> int:
         """End of the durable prefix: what Tail may stream."""
         return self.flushed_offset
-
-    def wait_committed_beyond(self, offset: int, timeout_s: float) -> int:
-        """Block until the durable end passes `offset` (or timeout); return the durable end."""
-        self.request_flush()
-        with self.flushed:
-            self.flushed.wait_for(lambda: self.flushed_offset > offset or self._closed, timeout=timeout_s)
-            return self.flushed_offset
 
     # -- read -----------------------------------------------------------------------------
     @property
