@@ -23,5 +23,5 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 QUARRY_LOG_FORMA
 WORKDIR /app
 USER quarry
 VOLUME ["/data"]
-ENTRYPOINT ["python", "-m", "services.entrypoint"]
+ENTRYPOINT ["python", "-m", "quarry.services.entrypoint"]
 CMD ["router"]

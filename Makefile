@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup gen run test bench lint clean
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	$(PY) -m pip install --quiet -r requirements-dev.txt

@@ -1,4 +1,4 @@
-"""`python -m clients …` is the `quarry` CLI."""
-from clients.cli import main
+"""`python -m quarry.clients …` is the `quarry` CLI."""
+from quarry.clients.cli import main
 
 raise SystemExit(main())

@@ -11,10 +11,10 @@ from typing import Any, Callable, TypeVar
 
 import grpc
 
-from clients.channels import open_channel
+from quarry.clients.channels import open_channel
 
-from clients.errors import from_rpc_error
-from clients.model import QueryResult
+from quarry.clients.errors import from_rpc_error
+from quarry.clients.model import QueryResult
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2, router_pb2_grpc
 
 T = TypeVar("T")

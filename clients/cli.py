@@ -14,11 +14,11 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from clients.admin import AdminClient
-from clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
-from clients.model import Message, QueryResult
-from clients.producer import Producer
-from formats import offset_msg_id
+from quarry.clients.admin import AdminClient
+from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
+from quarry.clients.model import Message, QueryResult
+from quarry.clients.producer import Producer
+from quarry.formats import offset_msg_id
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_ERROR = 0, 1, 2, 3, 4
 

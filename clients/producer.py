@@ -17,14 +17,14 @@ from typing import Any, Callable, Sequence
 
 import grpc
 
-from clients.channels import open_channel
+from quarry.clients.channels import open_channel
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from clients.errors import InvalidArgumentError, QuarryError, UnavailableError, from_rpc_error
-from clients.model import MessageQueue, SendResult
-from formats.properties import PropertyError, message_properties
-from formats.topic import TopicError, validate_topic
-from formats.unique_key import UniqueKeyGenerator
+from quarry.clients.errors import InvalidArgumentError, QuarryError, UnavailableError, from_rpc_error
+from quarry.clients.model import MessageQueue, SendResult
+from quarry.formats.properties import PropertyError, message_properties
+from quarry.formats.topic import TopicError, validate_topic
+from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 
 Selector = Callable[[list[MessageQueue], Any], MessageQueue]

@@ -5,7 +5,7 @@ hashSlotCount, indexCount i32), `slots` 4-byte slots holding the newest entry nu
 slot, then `index_num` 20-byte entries (keyHash i32, phyOffset i64, timeDiff i32 seconds
 since beginTimestamp, prevIndex i32). Entries are numbered from 1, so a file holds
 index_num - 1 of them. Putting and selecting follow RocketMQ 4.x exactly, quirks included
-(see ../shared/golden/README.md): the golden images are the arbiter.
+(see tests/golden/README.md): the golden images are the arbiter.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from formats.java_hash import index_key_hash
+from quarry.formats.java_hash import index_key_hash
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4

@@ -15,10 +15,10 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from formats.java_hash import tags_code as java_tags_code
-from formats.offset_msg_id import create as create_offset_msg_id
-from formats.offset_msg_id import ip_bytes, java_host_address
-from formats.properties import DELAY, KEYS, TAGS, UNIQ_KEY, decode_pairs, properties_map
+from quarry.formats.java_hash import tags_code as java_tags_code
+from quarry.formats.offset_msg_id import create as create_offset_msg_id
+from quarry.formats.offset_msg_id import ip_bytes, java_host_address
+from quarry.formats.properties import DELAY, KEYS, TAGS, UNIQ_KEY, decode_pairs, properties_map
 
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from formats.record import BLANK_HEADER_SIZE, BLANK_MAGIC, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic
+from quarry.formats.record import BLANK_HEADER_SIZE, BLANK_MAGIC, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 

@@ -3,3 +3,7 @@
 Format code is imported from `formats/` and the IndexFile list from
 `services/indexer/index_store.py`; nothing here re-implements a RocketMQ format.
 """
+
+# The folder pipeline/ is installed as quarry.pipeline only: one module, one name.
+if __name__ != "quarry.pipeline":
+    raise ImportError("import quarry.pipeline, not pipeline: Quarry installs one top-level package, quarry")

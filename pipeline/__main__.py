@@ -1,4 +1,4 @@
-"""`python -m pipeline <job>`: the same as the `quarry-pipeline` console script."""
-from pipeline.cli import main
+"""`python -m quarry.pipeline <job>`: the same as the `quarry-pipeline` console script."""
+from quarry.pipeline.cli import main
 
 raise SystemExit(main())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from formats.record import Record
+from quarry.formats.record import Record
 
 PARTITION_COLUMNS = ("broker", "topic", "store_date")
 

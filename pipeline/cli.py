@@ -1,4 +1,4 @@
-"""`quarry-pipeline <job>` (also `python -m pipeline <job>`): reindex, export, lookup.
+"""`quarry-pipeline <job>` (also `python -m quarry.pipeline <job>`): reindex, export, lookup.
 
 Every option is a flag, else an environment variable, else a default (`--help` shows all
 three). Exit codes: 0 done, 2 bad usage, 3 a corrupt record under the fail policy, 1 any
@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from services.settings import EnvArgumentParser, parse_bool
+from quarry.services.settings import EnvArgumentParser, parse_bool
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 3
 
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def spark_settings(args: argparse.Namespace) -> Any:
-    from pipeline.session import SparkSettings, parse_conf
+    from quarry.pipeline.session import SparkSettings, parse_conf
 
     return SparkSettings(
         master=args.master,
@@ -118,7 +118,7 @@ def spark_settings(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> Any:
     """Run the job `args` describes; returns its Summary (raises on failure)."""
-    from pipeline import jobs
+    from quarry.pipeline import jobs
 
     return jobs.run_job(args)
 
@@ -126,8 +126,8 @@ def run(args: argparse.Namespace) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    from pipeline.corrupt import CorruptRecordError
-    from pipeline.jobs import JobError
+    from quarry.pipeline.corrupt import CorruptRecordError
+    from quarry.pipeline.jobs import JobError
 
     try:
         summary = run(args)

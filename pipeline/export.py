@@ -6,12 +6,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from pipeline import catalog
-from pipeline.corrupt import CorruptPolicy
-from pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
-from pipeline.planning import Split
-from pipeline.progress import StageCounters, human_bytes
-from pipeline.reader import SplitWalker
+from quarry.pipeline import catalog
+from quarry.pipeline.corrupt import CorruptPolicy
+from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
+from quarry.pipeline.planning import Split
+from quarry.pipeline.progress import StageCounters, human_bytes
+from quarry.pipeline.reader import SplitWalker
 
 
 def export_rows(splits: Iterable[Split], with_body: bool, policy: CorruptPolicy, counters: StageCounters | None = None) -> Iterator[tuple[Any, ...]]:

@@ -6,12 +6,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pipeline.corrupt import CorruptPolicy, CorruptRecordError, from_spark_error
-from pipeline.planning import Split, auto_split_bytes, describe_plan, per_segment_plan, plan_from_cuts, scan_cuts
-from pipeline.progress import Progress, StageCounters, human_bytes
-from pipeline.reader import WalkResult
-from pipeline.stores import Store, StoreError, open_stores
-from pipeline.summary import Summary
+from quarry.pipeline.corrupt import CorruptPolicy, CorruptRecordError, from_spark_error
+from quarry.pipeline.planning import Split, auto_split_bytes, describe_plan, per_segment_plan, plan_from_cuts, scan_cuts
+from quarry.pipeline.progress import Progress, StageCounters, human_bytes
+from quarry.pipeline.reader import WalkResult
+from quarry.pipeline.stores import Store, StoreError, open_stores
+from quarry.pipeline.summary import Summary
 
 
 class JobError(Exception):
@@ -132,8 +132,8 @@ def merge_walks(ctx: JobContext, walks: list[WalkResult]) -> None:
 
 
 def run_job(args: argparse.Namespace) -> Summary:
-    from pipeline.cli import spark_settings
-    from pipeline.session import start_session
+    from quarry.pipeline.cli import spark_settings
+    from quarry.pipeline.session import start_session
 
     summary = Summary(job=args.job)
     try:
@@ -142,7 +142,7 @@ def run_job(args: argparse.Namespace) -> Summary:
         raise JobError(str(exc), usage=True) from exc
     summary.master = settings.master
     if args.job == "lookup":
-        from pipeline.lookup import validate_args
+        from quarry.pipeline.lookup import validate_args
 
         validate_args(args)
     elif args.job in ("reindex", "export"):
@@ -152,15 +152,15 @@ def run_job(args: argparse.Namespace) -> Summary:
     ctx = JobContext(args, spark, progress, summary, CorruptPolicy(skip=bool(getattr(args, "skip_corrupt", False))))
     try:
         if args.job == "reindex":
-            from pipeline.reindex import run_reindex
+            from quarry.pipeline.reindex import run_reindex
 
             run_reindex(ctx)
         elif args.job == "export":
-            from pipeline.export import run_export
+            from quarry.pipeline.export import run_export
 
             run_export(ctx)
         elif args.job == "lookup":
-            from pipeline.lookup import run_lookup
+            from quarry.pipeline.lookup import run_lookup
 
             run_lookup(ctx)
         else:  # pragma: no cover - argparse restricts the choices

@@ -23,8 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
-from pipeline.jobs import JobContext, JobError, describe_inputs, open_inputs, plan_splits
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, open_inputs, plan_splits
 
 # Columns a result row carries after the query columns (the catalog's, body left out).
 MESSAGE_COLUMNS = (
@@ -177,7 +177,7 @@ def load_catalog(ctx: JobContext) -> Any:
             raise JobError(f"--catalog {args.catalog}: not a catalog written by `export` (missing columns {', '.join(missing)})", usage=True)
         ctx.summary.inputs = [f"catalog {args.catalog}"]
         return df, None
-    from pipeline.export import records_dataframe
+    from quarry.pipeline.export import records_dataframe
 
     stores = open_inputs(args)
     ctx.summary.inputs = describe_inputs(stores)

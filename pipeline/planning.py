@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from pipeline.stores import Segment, Store
+from quarry.pipeline.stores import Segment, Store
 
 MIN_SPLIT_BYTES = 1 << 20  # never cut finer than 1 MiB
 SPLITS_PER_CORE = 3  # auto plan: about this many tasks per core, for balance
@@ -102,7 +102,7 @@ def scan_cuts(segment: Segment, split_bytes: int) -> SegmentCuts:
     stays with the last piece, whose task reports it. A record with a sound header but a
     bad body is hopped over, as the walker's skip does.
     """
-    from pipeline.reader import probe  # task side: formats/ is imported on the executor
+    from quarry.pipeline.reader import probe  # task side: formats/ is imported on the executor
 
     cuts: list[int] = []
     records = 0

@@ -1,6 +1,6 @@
 """Task side: walk the records of one split, applying the corrupt-record policy.
 
-The walk itself is `formats.segment_walk.walk_buffer` (RocketMQ's recovery walk: records
+The walk itself is `quarry.formats.segment_walk.walk_buffer` (RocketMQ's recovery walk: records
 back to back, a blank record closes the segment, zero fill ends the data). This module adds
 what a parallel job needs on top of it:
 
@@ -19,10 +19,10 @@ import mmap
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from formats.record import BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, Record, read_size_and_magic
-from formats.segment_walk import SegmentEnd, walk_buffer
-from pipeline.corrupt import CorruptPolicy, CorruptReport
-from pipeline.planning import Split
+from quarry.formats.record import BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, Record, read_size_and_magic
+from quarry.formats.segment_walk import SegmentEnd, walk_buffer
+from quarry.pipeline.corrupt import CorruptPolicy, CorruptReport
+from quarry.pipeline.planning import Split
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class WalkResult:
 
 
 class SplitWalker:
-    """Iterate the decoded records (`formats.record.Record`) of a split; `result` is
+    """Iterate the decoded records (`quarry.formats.record.Record`) of a split; `result` is
     complete once iteration ends."""
 
     def __init__(self, split: Split, policy: CorruptPolicy, check_crc: bool = True) -> None:

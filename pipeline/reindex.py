@@ -2,7 +2,7 @@
 
 Each task walks one contiguous offset range (a split) and writes its own IndexFiles, named
 so that file order is log order; the driver then writes the checkpoint at the end of the
-last split. `python -m services.indexer --index-dir OUT/<broker>` opens the result and
+last split. `python -m quarry.services.indexer --index-dir OUT/<broker>` opens the result and
 continues tailing from the checkpoint: no gap, nothing indexed twice. Indexing follows the
 indexer exactly (the same IndexFile code and key rules): UNIQ_KEY and every KEYS token as
 `topic#key`, rollback records skipped.
@@ -16,16 +16,16 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from formats.index_file import IndexFile
-from formats.java_hash_batch import index_key_hashes
-from formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info
-from pipeline.corrupt import CorruptPolicy
-from pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
-from pipeline.planning import Split
-from pipeline.progress import StageCounters, human_bytes
-from pipeline.reader import SplitWalker
-from services.indexer.checkpoint import IndexCheckpoint
-from services.indexer.index_store import IndexStore
+from quarry.formats.index_file import IndexFile
+from quarry.formats.java_hash_batch import index_key_hashes
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info
+from quarry.pipeline.corrupt import CorruptPolicy
+from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
+from quarry.pipeline.planning import Split
+from quarry.pipeline.progress import StageCounters, human_bytes
+from quarry.pipeline.reader import SplitWalker
+from quarry.services.indexer.checkpoint import IndexCheckpoint
+from quarry.services.indexer.index_store import IndexStore
 
 FILES_PER_SPLIT = 1000  # name slots per split: file names are base + split index * 1000 + n (ms)
 BATCH = 4096

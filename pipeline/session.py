@@ -2,7 +2,7 @@
 
 Defaults are chosen for one machine (`local[*]`, 2 GiB driver, UI off, loopback address);
 on a cluster pass `--master` and whatever `--conf key=value` the cluster needs. PySpark is
-imported lazily so `python -m pipeline --help` works without starting a JVM.
+imported lazily so `python -m quarry.pipeline --help` works without starting a JVM.
 """
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # Packages a cluster's executors need (shipped with --py-files when the master is not local).
-SHIPPED_PACKAGES = ("formats", "pipeline", "services", "quarry")
+SHIPPED_PACKAGES = ("quarry.formats", "quarry.pipeline", "quarry.services", "quarry.v1")
 
 
 @dataclass
@@ -83,24 +82,26 @@ def _prepare_environment(settings: SparkSettings) -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if settings.is_local and settings.local_ip:
         os.environ.setdefault("SPARK_LOCAL_IP", settings.local_ip)
-    # Executors import formats/, pipeline/, services/ from the repository.
-    root = str(REPO_ROOT)
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.environ.get("PYTHONPATH") else []
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
 
 
 def build_code_zip(dest_dir: Path) -> Path:
     """Zip the project's packages for `--py-files` on a cluster."""
     path = dest_dir / "quarry-pipeline-code.zip"
+    # Arc names come from module names, not folders: the installed package maps
+    # quarry.formats to formats/ (editable) or quarry/formats/ (wheel) alike.
+    import importlib
+
+    import quarry
+
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for pkg in SHIPPED_PACKAGES:
-            base = REPO_ROOT / pkg
-            if not base.is_dir():
-                continue
-            for file in sorted(base.rglob("*.py")):
-                if "__pycache__" not in file.parts:
-                    zf.write(file, file.relative_to(REPO_ROOT).as_posix())
+        zf.write(quarry.__file__, "quarry/__init__.py")
+        for name in SHIPPED_PACKAGES:
+            pkg = importlib.import_module(name)
+            prefix = name.replace(".", "/")
+            for base in map(Path, pkg.__path__):
+                for file in sorted(base.rglob("*.py")):
+                    if "__pycache__" not in file.parts:
+                        zf.write(file, f"{prefix}/{file.relative_to(base).as_posix()}")
     return path
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.corrupt import CorruptReport
-from pipeline.progress import StageResult, human_bytes
+from quarry.pipeline.corrupt import CorruptReport
+from quarry.pipeline.progress import StageResult, human_bytes
 
 MAX_CORRUPT_SHOWN = 8
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import grpc
 
-from clients.admin import AdminClient
-from clients.errors import QuarryError
-from clients.producer import Producer
+from quarry.clients.admin import AdminClient
+from quarry.clients.errors import QuarryError
+from quarry.clients.producer import Producer
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
-from services.launcher import LocalCluster, ServiceProcess
+from quarry.services.launcher import LocalCluster, ServiceProcess
 
 TOPIC = "CrashTopic"
 

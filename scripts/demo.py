@@ -10,9 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-from clients.cli import main as quarry
-from clients.producer import Producer
-from services.launcher import LocalCluster
+from quarry.clients.cli import main as quarry
+from quarry.clients.producer import Producer
+from quarry.services.launcher import LocalCluster
 
 TOPIC = "DemoTopic"
 

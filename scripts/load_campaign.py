@@ -17,10 +17,10 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from clients.admin import AdminClient
-from clients.errors import NotFoundError, QuarryError
-from clients.producer import Producer
-from services.launcher import LocalCluster, ServiceProcess
+from quarry.clients.admin import AdminClient
+from quarry.clients.errors import NotFoundError, QuarryError
+from quarry.clients.producer import Producer
+from quarry.services.launcher import LocalCluster, ServiceProcess
 
 TOPIC = "LoadTopic"
 BACK_PRESSURE = {"RESOURCE_EXHAUSTED"}  # the documented refusal; everything else is an error

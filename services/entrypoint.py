@@ -1,14 +1,14 @@
-"""Container entry point: `python -m services.entrypoint router|commitlog|indexer|probe|cli [args]`."""
+"""Container entry point: `python -m quarry.services.entrypoint router|commitlog|indexer|probe|cli [args]`."""
 from __future__ import annotations
 
 import sys
 
 COMMANDS = {
-    "router": "services.query.__main__",
-    "commitlog": "services.commitlog.__main__",
-    "indexer": "services.indexer.__main__",
-    "probe": "services.probe",
-    "cli": "clients.cli",
+    "router": "quarry.services.query.__main__",
+    "commitlog": "quarry.services.commitlog.__main__",
+    "indexer": "quarry.services.indexer.__main__",
+    "probe": "quarry.services.probe",
+    "cli": "quarry.clients.cli",
 }
 
 

@@ -1,7 +1,7 @@
 """Start Quarry services as real processes and wait until they are healthy.
 
 Used by the demo, the benchmarks and the end-to-end tests, so all three start services
-exactly the same way (`python -m services.<name> --flags`).
+exactly the same way (`python -m quarry.services.<name> --flags`).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import IO
 
 import grpc
 
-from clients.channels import open_channel
+from quarry.clients.channels import open_channel
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODULES = {"commitlog": "services.commitlog", "indexer": "services.indexer", "router": "services.query"}
+MODULES = {"commitlog": "quarry.services.commitlog", "indexer": "quarry.services.indexer", "router": "quarry.services.query"}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -70,7 +70,6 @@ class ServiceProcess:
     def start(self, wait_s: float = 30.0) -> "ServiceProcess":
         cmd = [sys.executable, "-m", MODULES[self.kind], "--bind", self.address, *self.args]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

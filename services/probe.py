@@ -1,13 +1,13 @@
 """gRPC health probe for container health checks: exit 0 when SERVING, 1 otherwise.
 
-`python -m services.probe --addr 127.0.0.1:9876 [--service NAME] [--timeout 3]`
+`python -m quarry.services.probe --addr 127.0.0.1:9876 [--service NAME] [--timeout 3]`
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from services.launcher import wait_healthy
+from quarry.services.launcher import wait_healthy
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable
 
 import grpc
 
-from clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from services.log import log_event
+from quarry.clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.security")
 MAX_SKEW_MS = 5 * 60 * 1000

@@ -19,8 +19,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.log import log_event
-from services.security import acl_interceptors, aio_acl_interceptors, server_credentials
+from quarry.services.log import log_event
+from quarry.services.security import acl_interceptors, aio_acl_interceptors, server_credentials
 
 log = logging.getLogger("quarry.serving")
 

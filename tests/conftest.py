@@ -10,8 +10,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def golden_root() -> Path:
-    """The RocketMQ 4.9.8 golden vectors: $QUARRY_GOLDEN, else ../shared/golden."""
-    return Path(os.environ.get("QUARRY_GOLDEN", REPO_ROOT.parent / "shared" / "golden"))
+    """The RocketMQ 4.9.8 golden vectors: $QUARRY_GOLDEN, else tests/golden."""
+    return Path(os.environ.get("QUARRY_GOLDEN", REPO_ROOT / "tests" / "golden"))
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,10 @@
-"""Run one broker's commitlog service: `python -m services.commitlog --help`."""
+"""Run one broker's commitlog service: `python -m quarry.services.commitlog --help`."""
 from __future__ import annotations
 
 import sys
 
-from services.commitlog.config import parse_args
-from services.commitlog.server import serve
+from quarry.services.commitlog.config import parse_args
+from quarry.services.commitlog.server import serve
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from formats.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
-from formats.segment_walk import list_segments, segment_name
+from quarry.formats.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
+from quarry.formats.segment_walk import list_segments, segment_name
 
 
 class ConsumeQueue:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from formats.java_hash import tags_code
-from formats.properties import PropertyError, message_properties
-from formats.record import SYSFLAG_TRANSACTION_MASK, encode_record, store_timestamp_pos, stored_sys_flag, takes_queue_offset
-from formats.topic import TopicError, validate_topic
-from services.commitlog.errors import InvalidArgument
+from quarry.formats.java_hash import tags_code
+from quarry.formats.properties import PropertyError, message_properties
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, encode_record, store_timestamp_pos, stored_sys_flag, takes_queue_offset
+from quarry.formats.topic import TopicError, validate_topic
+from quarry.services.commitlog.errors import InvalidArgument
 
 
 @dataclass(slots=True)

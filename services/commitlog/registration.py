@@ -11,10 +11,10 @@ from typing import Callable
 
 import grpc
 
-from clients.channels import open_channel
+from quarry.clients.channels import open_channel
 
 from quarry.v1 import router_pb2, router_pb2_grpc
-from services.log import log_event
+from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.heartbeat")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from formats.record import BLANK_HEADER_SIZE, blank_record
-from formats.segment_walk import list_segments, segment_name
+from quarry.formats.record import BLANK_HEADER_SIZE, blank_record
+from quarry.formats.segment_walk import list_segments, segment_name
 
 
 class Segment:

@@ -13,17 +13,17 @@ from typing import AsyncIterator
 
 import grpc
 
-from formats.record import Record
-from formats.topic import TopicError, validate_topic
+from quarry.formats.record import Record
+from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
-from services import metrics
-from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
-from services.commitlog.flush_signal import FlushSignal
-from services.commitlog.message_input import NewMessage
-from services.commitlog.registration import Heartbeat
-from services.commitlog.store import AppendResult, CommitLogStore, StoreConfig
-from services.log import configure_logging, log_event
-from services.serving import Registration, aio_wait_for_termination, start_aio_server
+from quarry.services import metrics
+from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.registration import Heartbeat
+from quarry.services.commitlog.store import AppendResult, CommitLogStore, StoreConfig
+from quarry.services.log import configure_logging, log_event
+from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.commitlog")
 

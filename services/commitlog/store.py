@@ -17,22 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from formats import offset_msg_id
-from formats.consume_queue import encode_unit
-from formats.record import (
+from quarry.formats import offset_msg_id
+from quarry.formats.consume_queue import encode_unit
+from quarry.formats.record import (
     BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, SCHEDULE_TOPIC, CorruptRecordError, DispatchInfo, Record,
     body_crc, decode_dispatch, decode_record, dispatch_info, patch_record, read_size_and_magic, takes_queue_offset,
 )
-from formats.segment_walk import WalkResult, walk_segments
-from services.commitlog.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
-from services.commitlog.consume_queue_store import ConsumeQueueStore
-from services.commitlog.dispatch_cache import DispatchCache
-from services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly
-from services.commitlog.message_input import NewMessage, Prepared, prepare_many
-from services.commitlog.segments import SegmentQueue
-from services.commitlog.topic_table import load_topics, save_topics
-from services.log import log_event
-from services.metrics import FLUSH_SECONDS
+from quarry.formats.segment_walk import WalkResult, walk_segments
+from quarry.services.commitlog.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
+from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
+from quarry.services.commitlog.dispatch_cache import DispatchCache
+from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly
+from quarry.services.commitlog.message_input import NewMessage, Prepared, prepare_many
+from quarry.services.commitlog.segments import SegmentQueue
+from quarry.services.commitlog.topic_table import load_topics, save_topics
+from quarry.services.log import log_event
+from quarry.services.metrics import FLUSH_SECONDS
 
 log = logging.getLogger("quarry.store")
 

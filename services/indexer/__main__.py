@@ -1,10 +1,10 @@
-"""Run one broker's indexer service: `python -m services.indexer --help`."""
+"""Run one broker's indexer service: `python -m quarry.services.indexer --help`."""
 from __future__ import annotations
 
 import sys
 
-from services.indexer.config import parse_args
-from services.indexer.server import serve
+from quarry.services.indexer.config import parse_args
+from quarry.services.indexer.server import serve
 
 
 def main(argv: list[str] | None = None) -> int:

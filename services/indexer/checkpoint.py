@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from services.log import log_event
+from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.indexer.checkpoint")
 

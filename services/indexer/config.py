@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from services.settings import EnvArgumentParser, parse_bool
+from quarry.services.settings import EnvArgumentParser, parse_bool
 
 
 def build_parser() -> EnvArgumentParser:

@@ -1,4 +1,4 @@
-"""The list of IndexFiles of one broker (RocketMQ's IndexService), over `formats.index_file`.
+"""The list of IndexFiles of one broker (RocketMQ's IndexService), over `quarry.formats.index_file`.
 
 Files are named by creation time (yyyyMMddHHmmssSSS) and ordered by it. When the newest is
 full, a new one continues where it ended. A message is indexed under `topic#UNIQ_KEY` and
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from formats.java_hash_batch import index_key_hashes
-from formats.index_file import IndexFile, IndexFileError, file_size
-from formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
-from services.log import log_event
-from services.metrics import INDEX_ENTRIES
+from quarry.formats.java_hash_batch import index_key_hashes
+from quarry.formats.index_file import IndexFile, IndexFileError, file_size
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from quarry.services.log import log_event
+from quarry.services.metrics import INDEX_ENTRIES
 
 log = logging.getLogger("quarry.index")
 NAME = re.compile(r"^\d{17}$")

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import grpc
 
-from clients.channels import open_channel
+from quarry.clients.channels import open_channel
 
-from formats.topic import TopicError, validate_topic
+from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
-from services.indexer.checkpoint import IndexCheckpoint
-from services.indexer.index_store import IndexStore, IndexStoreConfig
-from services import metrics
-from services.indexer.tailer import Tailer, TailState
-from services.log import configure_logging, log_event
-from services.serving import Registration, start_server, wait_for_termination
+from quarry.services.indexer.checkpoint import IndexCheckpoint
+from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
+from quarry.services import metrics
+from quarry.services.indexer.tailer import Tailer, TailState
+from quarry.services.log import configure_logging, log_event
+from quarry.services.serving import Registration, start_server, wait_for_termination
 
 log = logging.getLogger("quarry.indexer")
 

@@ -14,17 +14,17 @@ from typing import Callable, Protocol, Sequence
 
 import grpc
 
-from clients.channels import open_channel
+from quarry.clients.channels import open_channel
 from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from services.log import log_event
+from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.tailer")
 
 
 class IndexSink(Protocol):
-    """What the tailer writes to (services.indexer.index_store.IndexStore)."""
+    """What the tailer writes to (quarry.services.indexer.index_store.IndexStore)."""
 
     def index_records(self, records: Sequence[common_pb2.DispatchRecord]) -> None: ...
     def flush(self) -> None: ...

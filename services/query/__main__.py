@@ -1,10 +1,10 @@
-"""Run the query router: `python -m services.query --help`."""
+"""Run the query router: `python -m quarry.services.query --help`."""
 from __future__ import annotations
 
 import sys
 
-from services.query.config import parse_args
-from services.query.server import serve
+from quarry.services.query.config import parse_args
+from quarry.services.query.server import serve
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from services.settings import EnvArgumentParser
+from quarry.services.settings import EnvArgumentParser
 
 
 def build_parser() -> EnvArgumentParser:

@@ -10,14 +10,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from formats import offset_msg_id
-from formats.topic import TopicError, validate_topic
+from quarry.formats import offset_msg_id
+from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
-from services.query.broker_clients import BrokerClients
-from services.query.fanout import FanOut, Outcome, call_with_retry
-from services.query.merge import BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
-from services.query.registry import Broker, BrokerRegistry, UnknownBrokerError
-from services.query.unique_key_window import search_window
+from quarry.services.query.broker_clients import BrokerClients
+from quarry.services.query.fanout import FanOut, Outcome, call_with_retry
+from quarry.services.query.merge import BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
+from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError
+from quarry.services.query.unique_key_window import search_window
 
 MAX_NUM_CAP = 64
 UNIQUE_KEY_MAX_NUM = 32  # as the RocketMQ broker does for unique-key queries

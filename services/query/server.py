@@ -9,14 +9,14 @@ from typing import Callable
 
 import grpc
 
-from formats.topic import TopicError, validate_topic
+from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
-from services import metrics
-from services.log import configure_logging, log_event
-from services.query.broker_clients import BrokerClients
-from services.query.queries import Answer, Queries, QueryError, QuerySettings
-from services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
-from services.serving import Registration, start_server, wait_for_termination
+from quarry.services import metrics
+from quarry.services.log import configure_logging, log_event
+from quarry.services.query.broker_clients import BrokerClients
+from quarry.services.query.queries import Answer, Queries, QueryError, QuerySettings
+from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
+from quarry.services.serving import Registration, start_server, wait_for_termination
 
 log = logging.getLogger("quarry.router")
 

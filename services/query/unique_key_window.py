@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timezone
 
-from formats import unique_key
+from quarry.formats import unique_key
 
 TZ_MARGIN_MS = 14 * 3_600_000  # time zones span UTC-12..UTC+14
 

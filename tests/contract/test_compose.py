@@ -49,7 +49,7 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
     assert set(services) == {"router", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b"}
     assert [s for s, v in services.items() if v.get("ports")] == ["router"]
     for name, svc in services.items():
-        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "services.entrypoint", "probe"], name
+        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "quarry.services.entrypoint", "probe"], name
         assert svc.get("restart") == "unless-stopped", name
         for dep in (svc.get("depends_on") or {}).values():
             assert dep["condition"] == "service_healthy", name
@@ -65,16 +65,16 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
 def test_dockerfile_entry_point_and_probe_are_the_ones_compose_uses() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     entry = json.loads(re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
-    assert entry == ["python", "-m", "services.entrypoint"]
+    assert entry == ["python", "-m", "quarry.services.entrypoint"]
     cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
     for name, svc in cfg["services"].items():
         assert svc["healthcheck"]["test"][1:4] == entry, name
         assert svc["command"][0] in ("router", "commitlog", "indexer"), name
     # The commands the compose file runs exist in the entry point, and the probe module answers --help.
-    from services.entrypoint import COMMANDS
+    from quarry.services.entrypoint import COMMANDS
 
     assert {"router", "commitlog", "indexer", "probe"} <= set(COMMANDS)
-    probe = subprocess.run([sys.executable, "-m", "services.entrypoint", "probe", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    probe = subprocess.run([sys.executable, "-m", "quarry.services.entrypoint", "probe", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert probe.returncode == 0 and "--addr" in probe.stdout
 
 

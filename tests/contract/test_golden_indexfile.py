@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from formats.index_file import HEADER_SIZE, IndexFile
+from quarry.formats.index_file import HEADER_SIZE, IndexFile
 from tests.conftest import golden_root
 
 SCENARIOS = sorted((golden_root() / "indexfile").glob("*.json"))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from formats.java_hash import index_key_hash, java_string_hash
+from quarry.formats.java_hash import index_key_hash, java_string_hash
 from tests.conftest import golden_root
 
 DATA = json.loads((golden_root() / "java_hash.json").read_text())
@@ -26,7 +26,7 @@ def test_hashes_and_slots(case: dict) -> None:
 
 
 def test_batch_hashes_equal_every_golden_case() -> None:
-    from formats.java_hash_batch import index_key_hashes, java_string_hashes
+    from quarry.formats.java_hash_batch import index_key_hashes, java_string_hashes
 
     keys = [c["key"] for c in DATA["cases"]]
     assert java_string_hashes(keys) == [c["string_hash"] for c in DATA["cases"]]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from formats import offset_msg_id
+from quarry.formats import offset_msg_id
 from tests.conftest import golden_root
 
 DATA = json.loads((golden_root() / "msgid.json").read_text())

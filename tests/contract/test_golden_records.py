@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from formats import offset_msg_id
-from formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
-from formats.record import batch_record_properties, decode_batch_body, decode_dispatch, decode_record, dispatch_info, encode_record
-from formats.segment_walk import SegmentEnd, WalkResult, list_segments, walk_buffer, walk_segments
+from quarry.formats import offset_msg_id
+from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
+from quarry.formats.record import batch_record_properties, decode_batch_body, decode_dispatch, decode_record, dispatch_info, encode_record
+from quarry.formats.segment_walk import SegmentEnd, WalkResult, list_segments, walk_buffer, walk_segments
 from tests.conftest import golden_root
 
 SCENARIO_DIRS = sorted(p.parent for p in (golden_root() / "messages").glob("*/scenario.json"))

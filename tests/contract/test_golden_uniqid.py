@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from formats.unique_key import UniqueKeyGenerator, ip_str_from_id, nearly_time_from_id, pid_from_id
+from quarry.formats.unique_key import UniqueKeyGenerator, ip_str_from_id, nearly_time_from_id, pid_from_id
 from tests.conftest import golden_root
 
 DATA = json.loads((golden_root() / "uniqid.json").read_text())

@@ -10,8 +10,8 @@ from typing import Iterator
 
 import pytest
 
-from clients.producer import Producer
-from services.launcher import REPO_ROOT, LocalCluster
+from quarry.clients.producer import Producer
+from quarry.services.launcher import REPO_ROOT, LocalCluster
 from tests.e2e.conftest import wait_until
 
 
@@ -27,7 +27,7 @@ def cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyp
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     assert cluster.router is not None
     env = {**os.environ, "NAMESRV_ADDR": cluster.router.address, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO_ROOT)
+    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO_ROOT)
 
 
 def test_send_then_find_by_every_query(cluster: LocalCluster) -> None:

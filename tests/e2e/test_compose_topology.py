@@ -16,9 +16,9 @@ from typing import Iterator
 
 import pytest
 
-from clients.admin import AdminClient
-from clients.producer import Producer
-from services.launcher import REPO_ROOT
+from quarry.clients.admin import AdminClient
+from quarry.clients.producer import Producer
+from quarry.services.launcher import REPO_ROOT
 from tests.contract.test_compose import compose_config
 from tests.e2e.conftest import wait_until
 from tests.e2e.pki import make_pki
@@ -69,10 +69,10 @@ class Topology:
         env.update({k: self.rewrite(name, str(v)) for k, v in (svc.get("environment") or {}).items()})
         env["PYTHONPATH"] = str(REPO_ROOT)
         log = open(self.root / f"{name}.log", "ab")
-        cmd = [sys.executable, "-m", "services.entrypoint", *svc["command"]]
+        cmd = [sys.executable, "-m", "quarry.services.entrypoint", *svc["command"]]
         self.procs[name] = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         probe = [self.rewrite(name, a) for a in svc["healthcheck"]["test"][1:]]
-        assert probe[:4] == ["python", "-m", "services.entrypoint", "probe"]
+        assert probe[:4] == ["python", "-m", "quarry.services.entrypoint", "probe"]
         probe[0] = sys.executable
 
         def healthy() -> bool:

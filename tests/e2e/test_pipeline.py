@@ -11,12 +11,12 @@ from typing import Any
 import grpc
 import pytest
 
-from formats.record import dispatch_info
-from formats.segment_walk import WalkResult, walk_segments
-from pipeline.cli import build_parser, run
-from pipeline.corrupt import CorruptRecordError
+from quarry.formats.record import dispatch_info
+from quarry.formats.segment_walk import WalkResult, walk_segments
+from quarry.pipeline.cli import build_parser, run
+from quarry.pipeline.corrupt import CorruptRecordError
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
-from services.indexer.index_store import IndexStore, IndexStoreConfig
+from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from tests.conftest import golden_root
 from tests.e2e.conftest import Launch, wait_until
 
@@ -147,8 +147,8 @@ def test_large_store_reindex_export_and_lookup_agree_with_the_services(tmp_path:
     the streaming indexer: the rebuilt index, the catalog and the lookups agree with them."""
     import random
 
-    from clients.admin import AdminClient
-    from services.launcher import LocalCluster
+    from quarry.clients.admin import AdminClient
+    from quarry.services.launcher import LocalCluster
 
     cluster: LocalCluster = cluster_factory(commitlog_args=["--segment-size", str(4 << 20)], indexer_args=["--hash-slots", "50021", "--index-num", "400000"])
     cluster.start_router()

@@ -14,9 +14,9 @@ from typing import Iterator
 import grpc
 import pytest
 
-from formats.unique_key import UniqueKeyGenerator
+from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
-from services.launcher import LocalCluster
+from quarry.services.launcher import LocalCluster
 from tests.e2e.conftest import wait_until
 
 TOPIC = "OrderTopic"

@@ -9,11 +9,11 @@ from typing import Iterator
 import grpc
 import pytest
 
-from clients.admin import AdminClient
-from clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, open_channel, sign
-from clients.producer import Producer
+from quarry.clients.admin import AdminClient
+from quarry.clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, open_channel, sign
+from quarry.clients.producer import Producer
 from quarry.v1 import router_pb2, router_pb2_grpc
-from services.launcher import LocalCluster
+from quarry.services.launcher import LocalCluster
 from tests.e2e.conftest import Launch, wait_until
 from tests.e2e.pki import make_pki
 
@@ -119,7 +119,7 @@ def test_signed_clients_work_through_the_environment(acl_router: tuple[str, Path
 
 
 def test_store_directories_are_private(tmp_path: Path) -> None:
-    from services.commitlog.store import CommitLogStore, StoreConfig
+    from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 
     store = CommitLogStore(StoreConfig(store_dir=tmp_path / "store", segment_size=4096))
     mode = (tmp_path / "store").stat().st_mode & 0o777

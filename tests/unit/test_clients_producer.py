@@ -11,10 +11,10 @@ from typing import Iterator
 import grpc
 import pytest
 
-from clients.errors import InvalidArgumentError
-from clients.model import MessageQueue, SendResult
-from clients.producer import Producer, unique_key_generator
-from formats import unique_key
+from quarry.clients.errors import InvalidArgumentError
+from quarry.clients.model import MessageQueue, SendResult
+from quarry.clients.producer import Producer, unique_key_generator
+from quarry.formats import unique_key
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from formats.record import BLANK_MAGIC, SCHEDULE_TOPIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info, read_size_and_magic
-from formats.segment_walk import WalkResult, list_segments, walk_segments
-from services.commitlog.errors import Expired, InvalidArgument, NotFound, ReadOnly
-from services.commitlog.message_input import NewMessage
-from services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.formats.record import BLANK_MAGIC, SCHEDULE_TOPIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info, read_size_and_magic
+from quarry.formats.segment_walk import WalkResult, list_segments, walk_segments
+from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound, ReadOnly
+from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from tests.conftest import golden_root
 
 
@@ -322,7 +322,7 @@ def test_a_damaged_consume_queue_unit_never_returns_another_message(tmp_path: Pa
     rs = [store.append(_msg(i, queue_id=0)) for i in range(4)]
     cq = store.cqs.existing("T", 0)
     assert cq is not None
-    from formats.consume_queue import encode_unit
+    from quarry.formats.consume_queue import encode_unit
 
     cq.write_units(1, encode_unit(rs[3].physical_offset, rs[3].size, 0))  # unit 1 now points at message 3
     recs, next_offset, _, _ = store.pull("T", 0, 0, 10)

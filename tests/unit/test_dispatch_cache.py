@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats.record import SCHEDULE_TOPIC
-from services.commitlog import store as store_module
-from services.commitlog.errors import Expired
-from services.commitlog.message_input import NewMessage
-from services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.formats.record import SCHEDULE_TOPIC
+from quarry.services.commitlog import store as store_module
+from quarry.services.commitlog.errors import Expired
+from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 
 _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1, max_size=12)
 _messages = st.builds(

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.flush_signal import FlushSignal
 
 
 def test_a_fire_from_another_thread_wakes_the_waiter() -> None:

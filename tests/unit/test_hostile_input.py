@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats import offset_msg_id, unique_key
-from formats.consume_queue import CQ_UNIT_SIZE, decode_unit
-from formats.index_file import HEADER_SIZE, IndexFile, IndexFileError, file_size
-from formats.properties import PropertyError, decode_pairs, properties_map, validate_pairs
-from formats.record import CorruptRecordError, decode_batch_body, decode_record, encode_record
-from formats.segment_walk import SegmentEnd, walk_buffer
-from services.query.merge import BadTokenError, decode_token, encode_token, PageToken
+from quarry.formats import offset_msg_id, unique_key
+from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit
+from quarry.formats.index_file import HEADER_SIZE, IndexFile, IndexFileError, file_size
+from quarry.formats.properties import PropertyError, decode_pairs, properties_map, validate_pairs
+from quarry.formats.record import CorruptRecordError, decode_batch_body, decode_record, encode_record
+from quarry.formats.segment_walk import SegmentEnd, walk_buffer
+from quarry.services.query.merge import BadTokenError, decode_token, encode_token, PageToken
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -83,7 +83,7 @@ def test_offset_msg_ids_decode_or_raise_a_clear_error(text: str) -> None:
 def test_unique_keys_never_crash(text: str, now: int) -> None:
     from datetime import timezone
 
-    from services.query.unique_key_window import search_window
+    from quarry.services.query.unique_key_window import search_window
 
     kind = unique_key.id_kind(text)
     assert kind in ("", "v4", "v5")

@@ -7,9 +7,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from formats.record import SYSFLAG_TRANSACTION_ROLLBACK
-from services.indexer.checkpoint import IndexCheckpoint
-from services.indexer.index_store import IndexStore, IndexStoreConfig
+from quarry.formats.record import SYSFLAG_TRANSACTION_ROLLBACK
+from quarry.services.indexer.checkpoint import IndexCheckpoint
+from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 
 
 @dataclass

@@ -7,7 +7,7 @@ import time
 import grpc
 import pytest
 
-from services.query.fanout import FanOut
+from quarry.services.query.fanout import FanOut
 
 
 class FakeRpcError(grpc.RpcError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from quarry.v1 import common_pb2
-from services.query.merge import BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
+from quarry.services.query.merge import BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
 
 
 def _msg(broker: str, offset: int, ts: int, topic: str = "T", keys: tuple[str, ...] = ("k",), uniq: str = "") -> common_pb2.StoredMessage:

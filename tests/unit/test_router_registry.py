@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
+from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
 
 
 class Clock:

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from formats.unique_key import UniqueKeyGenerator
-from services.query.unique_key_window import TZ_MARGIN_MS, search_window
+from quarry.formats.unique_key import UniqueKeyGenerator
+from quarry.services.query.unique_key_window import TZ_MARGIN_MS, search_window
 
 HOUR = 3_600_000
 SKEW = HOUR

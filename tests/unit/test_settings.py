@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.commitlog.config import parse_args as commitlog_args
-from services.indexer.config import parse_args as indexer_args
-from services.query.config import parse_args as router_args
+from quarry.services.commitlog.config import parse_args as commitlog_args
+from quarry.services.indexer.config import parse_args as indexer_args
+from quarry.services.query.config import parse_args as router_args
 
 
 def test_flag_beats_environment_beats_default(monkeypatch: pytest.MonkeyPatch) -> None:
