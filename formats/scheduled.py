@@ -1,0 +1,75 @@
+"""Delayed (scheduled) messages: where a RocketMQ broker parks them and when they are due.
+
+A 4.x broker stores a message sent with a delay level under SCHEDULE_TOPIC_XXXX, queue
+level-1, with its own topic and queue in REAL_TOPIC / REAL_QID; it is delivered at store
+time + the level's delay. A 5.x broker with the timer wheel parks messages carrying
+TIMER_DELIVER_MS (or TIMER_DELAY_SEC / TIMER_DELAY_MS, relative to the store time) under
+rmq_sys_wheel_timer, also with REAL_TOPIC. A record still under its own topic that carries
+one of these properties (a store that did not park it) is due at the same computed time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from quarry.formats.properties import DELAY, REAL_TOPIC
+from quarry.formats.record import DELAY_LEVEL_MS, SCHEDULE_TOPIC
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+PARKING_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_OUT_MS = "TIMER_OUT_MS"  # the deliver time a 5.x timer record carries once parked
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A delayed message: the topic it is for and when it is (or was) due."""
+
+    real_topic: str
+    deliver_timestamp: int
+    parked: bool  # stored under a parking topic (not yet delivered by that store)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def deliver_time(props: Mapping[str, str], store_timestamp: int) -> int | None:
+    """When a message with these properties is due, or None when it carries no delay."""
+    level = _int(props.get(DELAY))
+    if level is not None and level > 0:
+        return store_timestamp + DELAY_LEVEL_MS[min(level, len(DELAY_LEVEL_MS)) - 1]
+    for name in (TIMER_OUT_MS, TIMER_DELIVER_MS):
+        at = _int(props.get(name))
+        if at is not None and at > 0:
+            return at
+    seconds = _int(props.get(TIMER_DELAY_SEC))
+    if seconds is not None and seconds > 0:
+        return store_timestamp + seconds * 1000
+    millis = _int(props.get(TIMER_DELAY_MS))
+    if millis is not None and millis > 0:
+        return store_timestamp + millis
+    return None
+
+
+def schedule_of(topic: str, props: Mapping[str, str], store_timestamp: int) -> Schedule | None:
+    """The Schedule of a stored record, or None for an ordinary message."""
+    at = deliver_time(props, store_timestamp)
+    if topic in PARKING_TOPICS:
+        real = props.get(REAL_TOPIC)
+        if not real:
+            return None
+        return Schedule(real, at if at is not None else store_timestamp, True)
+    if at is None:
+        return None
+    return Schedule(topic, at, False)
+
+
+def belongs_to(topic: str, props: Mapping[str, str], wanted: str) -> bool:
+    """True when a record is a message of `wanted`: stored under it, or parked for it."""
+    return topic == wanted or (topic in PARKING_TOPICS and props.get(REAL_TOPIC) == wanted)
