@@ -19,6 +19,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
 from quarry.services import metrics
 from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.flushing import await_flushed
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.registration import Heartbeat
 from quarry.services.commitlog.store import AppendResult, CommitLogStore, StoreConfig
@@ -155,18 +156,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         if self.store.config.flush_mode != "SYNC" or not results:
             return
         end = results[-1].physical_offset + results[-1].size
-        self.store.request_flush()
-        deadline = time.monotonic() + self.store.config.sync_flush_timeout_ms / 1000.0
-        while True:
-            event = self.flushed.current()
-            if self.store.flushed_offset >= end:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                for r in results:
-                    r.flushed = False
-                return
-            await self.flushed.wait(event, left)
+        if not await await_flushed(self.store.flusher, self.flushed, end, self.store.config.sync_flush_timeout_ms / 1000.0):
+            for r in results:
+                r.flushed = False
 
     async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
         (r,) = await self._append([to_new_message(request.message, _peer_host(context))], context)

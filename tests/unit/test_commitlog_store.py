@@ -27,10 +27,7 @@ def _msg(i: int, topic: str = "T", **kw: object) -> NewMessage:
 
 def _crash(store: CommitLogStore) -> None:
     """What SIGKILL leaves: bytes in the files, no clean checkpoint, the abort marker."""
-    store._stop.set()
-    store._flush_wanted.set()
-    if store._flusher:
-        store._flusher.join()
+    store.flusher.stop()
     for seg in store.segments.segments:
         os.close(seg.fd)
     for cq in store.cqs.queues.values():

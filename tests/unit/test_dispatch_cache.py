@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quarry.formats.record import SCHEDULE_TOPIC
-from quarry.services.commitlog import store as store_module
+from quarry.services.commitlog import reads as store_module
 from quarry.services.commitlog.errors import Expired
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig

@@ -1,0 +1,133 @@
+"""Durability: the flushing thread, fsync of what was written, and the one way to wait for it.
+
+ASYNC acknowledges once bytes are in the page cache and fsyncs every interval; SYNC
+acknowledges after an fsync that concurrent appenders share (group commit). Waiters, on an
+event loop or not, wait with `await_flushed`: the flusher wakes them through listeners
+(`FlushSignal.fire`), no thread is held per waiter.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from typing import Callable
+
+from quarry.services.commitlog.checkpoint import StoreCheckpoint, save_checkpoint
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.store_state import StoreState
+from quarry.services.log import log_event
+from quarry.services.metrics import FLUSH_SECONDS
+
+log = logging.getLogger("quarry.store")
+
+RETENTION_EVERY_S = 60
+
+
+class Flusher:
+    """fsyncs the store every interval, or at once when someone waits (`request_flush`)."""
+
+    def __init__(self, state: StoreState, retention: Callable[[], object]) -> None:
+        self.state = state
+        self._retention = retention
+        self._listeners: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._wanted = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="flusher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread without a last flush (close() flushes itself; a crash test does not)."""
+        self._stop.set()
+        self._wanted.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        interval = self.state.config.flush_interval_ms / 1000.0
+        last_retention = 0.0
+        while not self._stop.is_set():
+            self._wanted.wait(interval)
+            self._wanted.clear()
+            if self._stop.is_set():
+                break  # close() does the last flush itself
+            # Nothing may end this thread: without it the durable end never moves again
+            # (SYNC sends time out, tailers see nothing new).
+            try:
+                self.flush()
+            except Exception as exc:
+                log_event(log, "flush failed", logging.ERROR, error=repr(exc))
+            if time.monotonic() - last_retention > RETENTION_EVERY_S:
+                last_retention = time.monotonic()
+                try:
+                    self._retention()
+                except Exception as exc:
+                    log_event(log, "retention failed", logging.ERROR, error=repr(exc))
+
+    def flush(self, clean: bool = False) -> int:
+        """fsync everything written so far; wake waiters. Returns the flushed offset."""
+        state = self.state
+        with state.lock:
+            target = state.write_offset
+            dirty = [s for s in state.segments.segments if s.dirty]
+            # Queue units up to `target` were written under the lock; sync them outside it,
+            # so appends are never held up by an fsync.
+            cq_fds = state.cqs.take_dirty()
+        if target == state.flushed_offset and not clean and not dirty and not cq_fds:
+            return target
+        t0 = time.perf_counter()
+        for seg in dirty:
+            seg.fsync()
+        for fd in cq_fds:
+            os.fdatasync(fd)
+        FLUSH_SECONDS.observe(time.perf_counter() - t0)
+        save_checkpoint(state.dir, StoreCheckpoint(target, int(time.time() * 1000), clean))
+        state.flushed_offset = max(state.flushed_offset, target)
+        self.notify()
+        return target
+
+    def notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.remove(listener)
+
+    def request_flush(self) -> None:
+        if self.state.write_offset > self.state.flushed_offset:
+            self._wanted.set()
+
+
+async def await_flushed(flusher: Flusher, signal: FlushSignal, end: int, timeout_s: float) -> bool:
+    """Wait until the log is fsynced up to `end`; False at the timeout. The one fsync wait."""
+    state = flusher.state
+    flusher.request_flush()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        event = signal.current()  # taken before the check: no wake-up is lost
+        if state.flushed_offset >= end:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await signal.wait(event, left)
+
+
+def wait_flushed_blocking(flusher: Flusher, end: int, timeout_s: float) -> bool:
+    """await_flushed for a caller without an event loop (a thread of its own)."""
+    async def main() -> bool:
+        signal = FlushSignal(asyncio.get_running_loop())
+        flusher.add_listener(signal.fire)
+        try:
+            return await await_flushed(flusher, signal, end, timeout_s)
+        finally:
+            flusher.remove_listener(signal.fire)
+
+    return asyncio.run(main())

@@ -1,0 +1,76 @@
+"""What the parts of one broker's store share: settings, files, topics, offsets, the append lock.
+
+The store (`store.py`) is a façade over modules that each do one thing with this state:
+`recovery` (open and repair), `append`, `flushing`, `reads` and `retention`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
+from quarry.services.commitlog.dispatch_cache import DispatchCache
+from quarry.services.commitlog.segments import SegmentQueue
+from quarry.services.commitlog.topic_table import load_topics
+from quarry.services.log import log_event
+
+log = logging.getLogger("quarry.store")
+
+ABORT_FILE = "abort"
+
+
+@dataclass
+class StoreConfig:
+    """Every store setting, with RocketMQ-like defaults."""
+
+    store_dir: Path
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    segment_size: int = 1024 * 1024 * 1024
+    cq_units_per_file: int = 300_000
+    flush_mode: str = "ASYNC"  # or SYNC
+    flush_interval_ms: int = 500
+    sync_flush_timeout_ms: int = 5000
+    auto_create_topics: bool = True
+    default_queues: int = 4
+    max_message_size: int = 4 * 1024 * 1024
+    file_reserved_hours: float = 72.0
+    read_only: bool = False
+    dispatch_cache_records: int = 32768  # newest records whose dispatch info Tail serves from memory
+
+
+class StoreState:
+    """The store's shared state. `lock` serialises appends and every change of the segment
+    list; `write_offset` is the end of the log, `flushed_offset` the end of its fsynced prefix."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.dir = Path(config.store_dir)
+        self.read_only = config.read_only
+        if not self.read_only:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (self.dir / "commitlog").mkdir(exist_ok=True, mode=0o700)
+        elif not (self.dir / "commitlog").is_dir():
+            raise FileNotFoundError(f"{self.dir}: no commitlog/ directory to open read-only")
+        self.lock = threading.Lock()
+        self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
+        self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only)
+        self.topics: dict[str, int] = load_topics(self.dir / "config")
+        for topic, qid in self.cqs.queues:
+            self.topics[topic] = max(self.topics.get(topic, 0), qid + 1)
+        self.corruption: list[str] = []
+        self.recovered = False
+        self.write_offset = 0
+        self.flushed_offset = 0
+        self.closed = False
+        self.dispatch_cache = DispatchCache(config.dispatch_cache_records)
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments.min_offset
+
+    def report(self, problem: str) -> None:
+        """Remember and log a corruption found (shown by GetStoreStatus)."""
+        self.corruption.append(problem)
+        log_event(log, "corruption found", logging.ERROR, dir=str(self.dir), problem=problem)
