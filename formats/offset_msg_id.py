@@ -11,6 +11,8 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
+from quarry.formats.hex_codec import bytes2string
+
 _PORT_OFFSET = struct.Struct(">iq")
 
 
@@ -42,7 +44,7 @@ def ip_bytes(ip: str) -> bytes:
 
 def create(ip: str, port: int, offset: int) -> str:
     """The offsetMsgId of the record at `offset` stored by host ip:port."""
-    return (ip_bytes(ip) + _PORT_OFFSET.pack(port, _to_i64(offset))).hex().upper()
+    return bytes2string(ip_bytes(ip) + _PORT_OFFSET.pack(port, _to_i64(offset)))
 
 
 def _to_i64(value: int) -> int:

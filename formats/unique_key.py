@@ -15,6 +15,8 @@ import time
 from datetime import datetime, tzinfo
 from typing import Callable
 
+from quarry.formats.hex_codec import bytes2string
+
 V5_LENGTH = 34
 V5_EPOCH_UTC_MS = 1609459200000  # 2021-01-01T00:00:00Z; the producer's zone shifts it by up to ±14 h
 
@@ -57,7 +59,7 @@ class UniqueKeyGenerator:
     ) -> None:
         self.tz = tz
         self.clock = clock or (lambda: int(time.time() * 1000))
-        self.fix = (_ip_bytes(ip) + struct.pack(">hi", _wrap(pid, 16), _wrap(class_loader_hash, 32))).hex().upper()
+        self.fix = bytes2string(_ip_bytes(ip) + struct.pack(">hi", _wrap(pid, 16), _wrap(class_loader_hash, 32)))
         self._lock = threading.Lock()
         self._counter = itertools.count()
         self._set_start(self.clock())

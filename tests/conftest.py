@@ -1,22 +1,29 @@
-"""Shared fixtures: where the golden vectors live."""
+"""Shared fixtures and hooks: golden-vector cases are discovered while collecting (tests/vectors.py)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.vectors import REPO_ROOT, fail_unavailable, generate, golden_root, require_root
+
+__all__ = ["REPO_ROOT", "golden_root"]
 
 
-def golden_root() -> Path:
-    """The RocketMQ 4.9.8 golden vectors: $QUARRY_GOLDEN, else tests/golden."""
-    return Path(os.environ.get("QUARRY_GOLDEN", REPO_ROOT / "tests" / "golden"))
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "golden_cases(argnames, discover): parametrize from the golden vectors at collection time")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    generate(metafunc)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
+    fail_unavailable(pyfuncitem.funcargs)
 
 
 @pytest.fixture(scope="session")
 def golden_dir() -> Path:
-    root = golden_root()
-    if not root.is_dir():
-        pytest.fail(f"golden vectors not found at {root} (set QUARRY_GOLDEN)")
-    return root
+    """The golden root; a test that uses it fails (naming the path) when it is missing or empty."""
+    return require_root()

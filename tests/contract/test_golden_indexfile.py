@@ -3,7 +3,6 @@ reload. Scenarios are discovered from the directory."""
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import struct
 from pathlib import Path
@@ -11,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from quarry.formats.index_file import HEADER_SIZE, IndexFile
-from tests.conftest import golden_root
+from tests.vectors import glob, golden_cases, golden_root, load_json
 
-SCENARIOS = sorted((golden_root() / "indexfile").glob("*.json"))
+
+def _scenarios(root: Path) -> list[object]:
+    return [pytest.param(p, id=p.stem) for p in glob("indexfile/*.json")]
 
 
 def _load(p: Path) -> dict:
-    return json.loads(p.read_text())
+    return load_json(p.relative_to(golden_root()))
 
 
 def _header(data: bytes) -> dict:
@@ -46,11 +47,7 @@ def _build(scenario: dict, path: Path, check_steps: bool) -> IndexFile:
     return f
 
 
-def test_every_scenario_is_discovered() -> None:
-    assert SCENARIOS
-
-
-@pytest.mark.parametrize("scenario_path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+@golden_cases("scenario_path", _scenarios)
 def test_file_bytes_equal_golden_image_at_each_step(scenario_path: Path, tmp_path: Path) -> None:
     scenario = _load(scenario_path)
     path = tmp_path / "index"
@@ -70,7 +67,7 @@ def test_file_bytes_equal_golden_image_at_each_step(scenario_path: Path, tmp_pat
     f.close()
 
 
-@pytest.mark.parametrize("scenario_path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+@golden_cases("scenario_path", _scenarios)
 def test_queries_equal_golden_results_live_and_after_reload(scenario_path: Path, tmp_path: Path) -> None:
     scenario = _load(scenario_path)
     path = tmp_path / "index"
@@ -87,7 +84,7 @@ def test_queries_equal_golden_results_live_and_after_reload(scenario_path: Path,
         again.close()
 
 
-@pytest.mark.parametrize("scenario_path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+@golden_cases("scenario_path", _scenarios)
 def test_read_only_open_of_golden_image_changes_no_byte(scenario_path: Path, tmp_path: Path) -> None:
     scenario = _load(scenario_path)
     copy = tmp_path / scenario["file"]
@@ -101,7 +98,7 @@ def test_read_only_open_of_golden_image_changes_no_byte(scenario_path: Path, tmp
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
 
 
-@pytest.mark.parametrize("scenario_path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+@golden_cases("scenario_path", _scenarios)
 def test_batch_put_gives_the_same_bytes_as_single_puts(scenario_path: Path, tmp_path: Path) -> None:
     scenario = _load(scenario_path)
     ctor = scenario["constructor"]

@@ -1,17 +1,21 @@
 """Java String.hashCode, IndexFile key hash and slot against every case of golden/java_hash.json."""
 from __future__ import annotations
 
-import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from quarry.formats.java_hash import index_key_hash, java_string_hash
-from tests.conftest import golden_root
-
-DATA = json.loads((golden_root() / "java_hash.json").read_text())
+from tests.vectors import golden_cases, load_json
 
 
-@pytest.mark.parametrize("case", DATA["cases"], ids=[f"{i}:{c['key'][:20]!r}" for i, c in enumerate(DATA["cases"])])
+def _cases(root: Path) -> list[Any]:
+    cases = load_json("java_hash.json")["cases"]
+    return [pytest.param(c, id=f"{i}:{c['key'][:20]!r}") for i, c in enumerate(cases)]
+
+
+@golden_cases("case", _cases)
 def test_hashes_and_slots(case: dict) -> None:
     key = case["key"]
     assert java_string_hash(key) == case["string_hash"]
@@ -24,12 +28,13 @@ def test_hashes_and_slots(case: dict) -> None:
         assert key.encode("utf-8").hex() == case["utf8_hex"]
 
 
-
 def test_batch_hashes_equal_every_golden_case() -> None:
     from quarry.formats.java_hash_batch import index_key_hashes, java_string_hashes
 
-    keys = [c["key"] for c in DATA["cases"]]
-    assert java_string_hashes(keys) == [c["string_hash"] for c in DATA["cases"]]
-    assert index_key_hashes(keys) == [c["index_key_hash"] for c in DATA["cases"]]
+    cases = load_json("java_hash.json")["cases"]
+    assert cases, "java_hash.json holds no case"
+    keys = [c["key"] for c in cases]
+    assert java_string_hashes(keys) == [c["string_hash"] for c in cases]
+    assert index_key_hashes(keys) == [c["index_key_hash"] for c in cases]
     ascii_keys = [k for k in keys if k.isascii()]
-    assert java_string_hashes(ascii_keys) == [c["string_hash"] for c in DATA["cases"] if c["key"].isascii()]
+    assert java_string_hashes(ascii_keys) == [c["string_hash"] for c in cases if c["key"].isascii()]

@@ -1,17 +1,24 @@
 """offsetMsgId create/decode against every case of golden/msgid.json (IPv4, IPv6, mapped, errors)."""
 from __future__ import annotations
 
-import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from quarry.formats import offset_msg_id
-from tests.conftest import golden_root
-
-DATA = json.loads((golden_root() / "msgid.json").read_text())
+from tests.vectors import golden_cases, load_json
 
 
-@pytest.mark.parametrize("case", DATA["create"], ids=[c["msg_id"] for c in DATA["create"]])
+def _create(root: Path) -> list[Any]:
+    return [pytest.param(c, id=c["msg_id"]) for c in load_json("msgid.json")["create"]]
+
+
+def _decode(root: Path) -> list[Any]:
+    return [pytest.param(c, id=c["msg_id"] or "empty") for c in load_json("msgid.json")["decode"]]
+
+
+@golden_cases("case", _create)
 def test_create(case: dict) -> None:
     msg_id = offset_msg_id.create(case["input_host"], case["port"], case["offset"])
     assert msg_id == case["msg_id"] and len(msg_id) == case["msg_id_length"]
@@ -20,7 +27,7 @@ def test_create(case: dict) -> None:
     assert (decoded.ip, decoded.port, decoded.offset) == (case["decoded"]["ip"], case["decoded"]["port"], case["decoded"]["offset"])
 
 
-@pytest.mark.parametrize("case", DATA["decode"], ids=[c["msg_id"] or "empty" for c in DATA["decode"]])
+@golden_cases("case", _decode)
 def test_decode(case: dict) -> None:
     want = case["decoded"]
     if want["ok"]:

@@ -5,8 +5,8 @@ Scenarios are discovered from the directory, so new vectors are picked up withou
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,13 +14,30 @@ from quarry.formats import offset_msg_id
 from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
 from quarry.formats.record import batch_record_properties, decode_batch_body, decode_dispatch, decode_record, dispatch_info, encode_record
 from quarry.formats.segment_walk import SegmentEnd, WalkResult, list_segments, walk_buffer, walk_segments
-from tests.conftest import golden_root
+from tests.vectors import glob, golden_cases, golden_root, load_json
 
-SCENARIO_DIRS = sorted(p.parent for p in (golden_root() / "messages").glob("*/scenario.json"))
+
+def _scenario_dirs() -> list[Path]:
+    return [p.parent for p in glob("messages/*/scenario.json")]
 
 
 def _load(d: Path) -> dict:
-    return json.loads((d / "scenario.json").read_text())
+    return load_json(d.relative_to(golden_root()) / "scenario.json")
+
+
+def _scenarios(root: Path) -> list[Any]:
+    return [pytest.param(d, id=d.name) for d in _scenario_dirs()]
+
+
+def _records(root: Path) -> list[Any]:
+    return [
+        pytest.param(d.name, m, i, r, id=f"{d.name}-{m['seq']}-{i}")
+        for d in _scenario_dirs() for m in _load(d)["messages"] for i, r in enumerate(m["records"])
+    ]
+
+
+def _batches(root: Path) -> list[Any]:
+    return [pytest.param(m, id=f"{d.name}-{m['seq']}") for d in _scenario_dirs() for m in _load(d)["messages"] if m["kind"] == "batch"]
 
 
 def _host(text: str) -> tuple[str, int]:
@@ -32,18 +49,7 @@ def _java_host(host: tuple[str, int]) -> str:
     return f"{host[0]}:{host[1]}"
 
 
-RECORDS = []
-for _d in SCENARIO_DIRS:
-    for _m in _load(_d)["messages"]:
-        for _i, _r in enumerate(_m["records"]):
-            RECORDS.append(pytest.param(_d.name, _m, _i, _r, id=f"{_d.name}-{_m['seq']}-{_i}"))
-
-
-def test_every_scenario_is_discovered() -> None:
-    assert SCENARIO_DIRS, "no golden scenarios found"
-
-
-@pytest.mark.parametrize(("scenario", "message", "index", "record"), RECORDS)
+@golden_cases("scenario, message, index, record", _records)
 def test_encode_reproduces_golden_bytes(scenario: str, message: dict, index: int, record: dict) -> None:
     inp = message["input"]
     decoded = record["decoded"]
@@ -69,7 +75,7 @@ def test_encode_reproduces_golden_bytes(scenario: str, message: dict, index: int
     assert len(out) == record["size"]
 
 
-@pytest.mark.parametrize(("scenario", "message", "index", "record"), RECORDS)
+@golden_cases("scenario, message, index, record", _records)
 def test_decode_matches_golden_fields(scenario: str, message: dict, index: int, record: dict) -> None:
     rec = decode_record(bytes.fromhex(record["hex"]), physical_offset=record["offset"])
     want = record["decoded"]
@@ -97,7 +103,7 @@ def test_decode_matches_golden_fields(scenario: str, message: dict, index: int, 
         dispatch["tags_code"], dispatch["keys"], dispatch["uniq_key"], dispatch["sys_flag"], dispatch["prepared_transaction_offset"])
 
 
-@pytest.mark.parametrize("scenario_dir", SCENARIO_DIRS, ids=[d.name for d in SCENARIO_DIRS])
+@golden_cases("scenario_dir", _scenarios)
 def test_segment_walk_equals_recovery_walk(scenario_dir: Path) -> None:
     scenario = _load(scenario_dir)
     result = WalkResult()
@@ -113,7 +119,7 @@ def test_segment_walk_equals_recovery_walk(scenario_dir: Path) -> None:
     assert list_segments(scenario_dir / "commitlog")[0][0] == scenario["min_offset"]
 
 
-@pytest.mark.parametrize("scenario_dir", SCENARIO_DIRS, ids=[d.name for d in SCENARIO_DIRS])
+@golden_cases("scenario_dir", _scenarios)
 def test_segments_end_where_golden_says(scenario_dir: Path) -> None:
     scenario = _load(scenario_dir)
     for seg in scenario["segments"]:
@@ -128,10 +134,7 @@ def test_segments_end_where_golden_says(scenario_dir: Path) -> None:
         assert end.blank_size == seg["blank_record_totalsize"]
 
 
-BATCHES = [pytest.param(m, id=f"{d.name}-{m['seq']}") for d in SCENARIO_DIRS for m in _load(d)["messages"] if m["kind"] == "batch"]
-
-
-@pytest.mark.parametrize("message", BATCHES)
+@golden_cases("message", _batches)
 def test_batch_body_decodes_to_inner_messages(message: dict) -> None:
     items = decode_batch_body(bytes.fromhex(message["input"]["encoded_batch_body_hex"]))
     assert [(i.flag, i.body.hex(), i.properties) for i in items] == [
@@ -139,7 +142,7 @@ def test_batch_body_decodes_to_inner_messages(message: dict) -> None:
     assert message["append"]["msg_id"].split(",") == [r["decoded"]["msg_id"] for r in message["records"]]
 
 
-@pytest.mark.parametrize(("scenario", "message", "index", "record"), RECORDS)
+@golden_cases("scenario, message, index, record", _records)
 def test_consume_queue_unit_is_20_bytes_as_rocketmq_writes_it(scenario: str, message: dict, index: int, record: dict) -> None:
     info = dispatch_info(decode_record(bytes.fromhex(record["hex"])))
     unit = encode_unit(info.physical_offset, info.size, info.tags_code)

@@ -2,18 +2,28 @@
 getNearlyTimeFromID case in golden/uniqid.json."""
 from __future__ import annotations
 
-import json
+from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from quarry.formats.unique_key import UniqueKeyGenerator, ip_str_from_id, nearly_time_from_id, pid_from_id
-from tests.conftest import golden_root
-
-DATA = json.loads((golden_root() / "uniqid.json").read_text())
+from tests.vectors import golden_cases, load_json
 
 
-@pytest.mark.parametrize("producer", DATA["producers"], ids=[p["name"] for p in DATA["producers"]])
+def _producers(root: Path) -> list[Any]:
+    return [pytest.param(p, id=p["name"]) for p in load_json("uniqid.json")["producers"]]
+
+
+def _nearly_time(root: Path) -> list[Any]:
+    return [
+        pytest.param(n["producer"], i, c, id=f"{n['producer']}-{i}")
+        for n in load_json("uniqid.json")["nearly_time"] for i, c in enumerate(n["cases"])
+    ]
+
+
+@golden_cases("producer", _producers)
 def test_generator_reproduces_every_call(producer: dict) -> None:
     clock = {"now": producer["init_now_ms"]}
     gen = UniqueKeyGenerator(producer["ip"], producer["pid"], producer["class_loader_hash"], ZoneInfo(producer["timezone"]), lambda: clock["now"])
@@ -29,9 +39,6 @@ def test_generator_reproduces_every_call(producer: dict) -> None:
         assert pid_from_id(call["id"]) == call["getPidFromID"]
 
 
-CASES = [(n["producer"], i, c) for n in DATA["nearly_time"] for i, c in enumerate(n["cases"])]
-
-
-@pytest.mark.parametrize(("producer", "i", "case"), CASES, ids=[f"{p}-{i}" for p, i, _ in CASES])
+@golden_cases("producer, i, case", _nearly_time)
 def test_nearly_time_matches_every_case(producer: str, i: int, case: dict) -> None:
     assert nearly_time_from_id(case["id"], case["now_ms"], ZoneInfo(case["timezone"])) == case["result_ms"]

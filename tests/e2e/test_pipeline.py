@@ -17,10 +17,13 @@ from quarry.pipeline.cli import build_parser, run
 from quarry.pipeline.corrupt import CorruptRecordError
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
-from tests.conftest import golden_root
 from tests.e2e.conftest import Launch, wait_until
+from tests.vectors import glob, golden_cases
 
-SCENARIOS = sorted(p.parent for p in (golden_root() / "messages").glob("*/scenario.json"))
+
+def _scenarios(root: Path) -> list[Any]:
+    return [pytest.param(p.parent, id=p.parent.name) for p in glob("messages/*/scenario.json")]
+
 SPARK = ["--master", "local[2]", "--quiet", "--shuffle-partitions", "2"]
 
 
@@ -34,7 +37,7 @@ def _copy(scenario: Path, tmp_path: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+@golden_cases("scenario", _scenarios)
 def test_reindex_equals_sequential_indexing_of_every_golden_store(scenario: Path, tmp_path: Path) -> None:
     store = _copy(scenario, tmp_path)
     summary = job("reindex", "--store", f"b={store}", "--out", str(tmp_path / "out"), "--hash-slots", "101", "--index-num", "40", "--split-bytes", "600", *SPARK)
@@ -77,7 +80,7 @@ def test_reindexed_store_is_continued_by_the_indexer_without_gap_or_repeat(tmp_p
         assert status.total_entries == 2 * 130  # each message's two keys exactly once
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+@golden_cases("scenario", _scenarios)
 def test_export_rows_equal_the_decoded_records(scenario: Path, tmp_path: Path) -> None:
     from pyspark.sql import SparkSession
 
@@ -126,8 +129,18 @@ def test_lookup_applies_the_routers_rules(tmp_path: Path, launch: Launch) -> Non
     assert copy2.offset_msg_id in "".join(p.read_text() for p in (tmp_path / "i.csv").glob("*.csv"))
 
 
+def _store_with_records_in_first_segment(tmp_path: Path, needed: int) -> Path:
+    """A copy of the first golden store whose first segment holds `needed` records."""
+    for p in glob("messages/*/scenario.json"):
+        first = sorted((p.parent / "commitlog").iterdir())[0]
+        start, end = int(first.name), int(first.name) + first.stat().st_size
+        if sum(1 for r in walk_segments(p.parent / "commitlog") if start <= r.physical_offset < end) >= needed:
+            return _copy(p.parent, tmp_path)
+    pytest.fail(f"no golden store under {p.parent.parent} has {needed} records in its first segment")
+
+
 def test_a_corrupt_record_fails_the_job_naming_file_and_offset_unless_skipped(tmp_path: Path) -> None:
-    store = _copy(SCENARIOS[0], tmp_path)
+    store = _store_with_records_in_first_segment(tmp_path, 4)
     seg = sorted((store / "commitlog").iterdir())[0]
     records = list(walk_segments(store / "commitlog"))
     victim = records[3]

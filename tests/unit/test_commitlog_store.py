@@ -14,7 +14,7 @@ from quarry.formats.segment_walk import WalkResult, list_segments, walk_segments
 from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound, ReadOnly
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
-from tests.conftest import golden_root
+from tests.vectors import glob, golden_cases
 
 
 def _open(d: Path, **kw: object) -> CommitLogStore:
@@ -150,21 +150,26 @@ def test_mid_log_crc_corruption_is_reported_not_silently_skipped(tmp_path: Path)
     again.close()
 
 
-def test_read_only_open_of_a_rocketmq_store_changes_no_byte(tmp_path: Path) -> None:
-    for scenario in sorted((golden_root() / "messages").glob("*/commitlog")):
-        store_dir = tmp_path / scenario.parent.name
-        shutil.copytree(scenario, store_dir / "commitlog")
-        before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (store_dir / "commitlog").iterdir()}
-        listing = sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*"))
-        seg_size = (store_dir / "commitlog" / sorted(before)[0]).stat().st_size
-        store = CommitLogStore(StoreConfig(store_dir=store_dir, segment_size=seg_size, read_only=True))
-        offsets = [r.physical_offset for r in walk_segments(store_dir / "commitlog")]
-        assert [store.read(o).physical_offset for o in offsets] == offsets
-        with pytest.raises(ReadOnly):
-            store.append(_msg(1))
-        store.close()
-        assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (store_dir / "commitlog").iterdir()} == before
-        assert sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*")) == listing
+def _golden_stores(root: Path) -> list[object]:
+    return [pytest.param(p, id=p.parent.name) for p in glob("messages/*/commitlog")]
+
+
+@golden_cases("scenario", _golden_stores)
+def test_read_only_open_of_a_rocketmq_store_changes_no_byte(scenario: Path, tmp_path: Path) -> None:
+    store_dir = tmp_path / scenario.parent.name
+    shutil.copytree(scenario, store_dir / "commitlog")
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (store_dir / "commitlog").iterdir()}
+    listing = sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*"))
+    seg_size = (store_dir / "commitlog" / sorted(before)[0]).stat().st_size
+    store = CommitLogStore(StoreConfig(store_dir=store_dir, segment_size=seg_size, read_only=True))
+    offsets = [r.physical_offset for r in walk_segments(store_dir / "commitlog")]
+    assert offsets, f"{scenario} holds no record"
+    assert [store.read(o).physical_offset for o in offsets] == offsets
+    with pytest.raises(ReadOnly):
+        store.append(_msg(1))
+    store.close()
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (store_dir / "commitlog").iterdir()} == before
+    assert sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*")) == listing
 
 
 def test_reads_at_bad_offsets_never_decode_garbage(tmp_path: Path) -> None:
