@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup gen run test bench lint clean
+.PHONY: setup gen run test bench lint release-contract clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/buf lint
+
+# Only when a contract change is released: the image `buf breaking` compares protos/ against
+# (tests/contract/test_protos.py). Commit it with the release, never to silence a failing check.
+release-contract: setup
+	$(VENV)/bin/buf lint
+	$(VENV)/bin/buf breaking --against protos/quarry.v1.binpb || \
+	  (echo "breaking change against the released contract: needs a new package version (quarry.v2)"; exit 1)
+	$(VENV)/bin/buf build -o protos/quarry.v1.binpb
 
 clean:
 	rm -rf $(VENV) quarry/v1/*_pb2*.py quarry/v1/*_pb2*.pyi

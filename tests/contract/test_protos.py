@@ -1,6 +1,7 @@
 """The wire contracts: every service and RPC exists with its types, everything is documented, buf lint passes."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -146,16 +147,50 @@ def test_buf_lint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_buf_breaking_against_previous_commit_of_main() -> None:
-    """Changes are additive: compare protos/ with main's previous commit (skipped before one exists)."""
-    probe = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD~1"], cwd=REPO, capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip("no previous commit to compare with")
-    has_protos = subprocess.run(["git", "cat-file", "-e", "HEAD~1:buf.yaml"], cwd=REPO, capture_output=True)
-    if has_protos.returncode != 0:
-        pytest.skip("previous commit has no buf module")
-    result = subprocess.run(
-        [_buf(), "breaking", "--against", f"{REPO / '.git'}#ref=HEAD~1"],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
-    )
+RELEASED = REPO / "protos" / "quarry.v1.binpb"  # the released contract; `make release-contract` rewrites it
+
+
+def _breaking(module: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_buf(), "breaking", "--against", str(RELEASED)], cwd=module, capture_output=True, text=True, timeout=180)
+
+
+def test_buf_breaking_against_the_released_contract() -> None:
+    """protos/ may only grow (buf FILE rules) beyond the committed image of the released contract.
+
+    The image is a file in the tree, so a depth-1 clone checks exactly what a full one does."""
+    assert RELEASED.is_file(), f"{RELEASED} is missing: run `make release-contract` when a contract is released"
+    result = _breaking(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_released_image_is_the_quarry_v1_package() -> None:
+    fds = descriptor_pb2.FileDescriptorSet()
+    fds.ParseFromString(RELEASED.read_bytes())
+    ours = {f.name for f in fds.file if f.package == "quarry.v1"}
+    assert ours and ours <= {f"quarry/v1/{p.name}" for p in (REPO / "protos" / "quarry" / "v1").glob("*.proto")}
+
+
+def _module_copy(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / "protos" / "quarry", tmp_path / "protos" / "quarry")
+    shutil.copy(REPO / "buf.yaml", tmp_path / "buf.yaml")
+    return tmp_path
+
+
+def test_additions_pass_and_a_removal_fails_against_the_released_image(tmp_path: Path) -> None:
+    module = _module_copy(tmp_path)
+    common = module / "protos" / "quarry" / "v1" / "common.proto"
+    text = common.read_text()
+    added = text + """
+// Added after the release: a new message is not a breaking change.
+message ReleaseProbe {
+  // A new field.
+  string note = 1;
+}
+"""
+    common.write_text(added)
+    assert _breaking(module).returncode == 0
+    removed = re.sub(r"\n  int32 body_crc = 19;\n", "\n", text, count=1)
+    assert removed != text
+    common.write_text(removed)
+    result = _breaking(module)
+    assert result.returncode == 100 and "body_crc" in result.stdout + result.stderr, result.stdout + result.stderr  # 100: breaking
