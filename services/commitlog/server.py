@@ -13,10 +13,12 @@ from typing import AsyncIterator
 
 import grpc
 
+from quarry.formats import scheduled, tag_expression
 from quarry.formats.record import Record
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
 from quarry.services import metrics
+from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
@@ -93,6 +95,7 @@ def to_new_message(m: common_pb2.MessageInput, peer: tuple[str, int]) -> NewMess
 def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
     """A decoded record as the wire's StoredMessage (every MessageExt field)."""
     props = rec.properties
+    schedule = scheduled.schedule_of(rec.topic, props, rec.store_timestamp)
     return common_pb2.StoredMessage(
         topic=rec.topic, flag=rec.flag, body=rec.body,
         properties=[common_pb2.Property(name=n, value=v) for n, v in rec.properties_pairs],
@@ -104,6 +107,8 @@ def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
         store_host=common_pb2.HostAddress(ip=rec.store_host[0], port=rec.store_host[1]),
         reconsume_times=rec.reconsume_times, prepared_transaction_offset=rec.prepared_transaction_offset,
         body_crc=rec.body_crc, offset_msg_id=rec.offset_msg_id, broker_name=broker_name,
+        scheduled=schedule is not None, deliver_timestamp=schedule.deliver_timestamp if schedule else 0,
+        real_topic=schedule.real_topic if schedule else "",
     )
 
 
@@ -260,6 +265,52 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             await self.flushed.wait(event, TAIL_IDLE_S)
             if self.store.committed_offset <= offset and not self.stopping.is_set():
                 yield commitlog_pb2.TailResponse(next_offset=offset, max_offset=self.store.committed_offset)
+
+    async def SearchOffsetByTime(self, request: commitlog_pb2.SearchOffsetByTimeRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SearchOffsetByTimeResponse:
+        try:
+            validate_topic(request.topic)
+        except TopicError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if request.queue_id < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "queue_id: must be >= 0")
+        if request.timestamp < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "timestamp: must be >= 0 (epoch milliseconds)")
+        queues = self.store.topics.get(request.topic)
+        if queues is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")
+        if request.queue_id >= queues:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"queue {request.queue_id} does not exist: topic {request.topic} has queues 0..{queues - 1}")
+        cq = self.store.cqs.existing(request.topic, request.queue_id)
+        if cq is None:
+            return commitlog_pb2.SearchOffsetByTimeResponse()
+        boundary = UPPER if request.boundary == common_pb2.BOUNDARY_TYPE_UPPER else LOWER
+        offset = await asyncio.to_thread(search_offset_by_time, self.store, cq, request.timestamp, boundary)
+        return commitlog_pb2.SearchOffsetByTimeResponse(queue_offset=offset, min_queue_offset=cq.min_offset, max_queue_offset=cq.max_offset)
+
+    async def BrowseMessages(self, request: commitlog_pb2.BrowseMessagesRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.BrowseMessagesResponse:
+        try:
+            validate_topic(request.topic)
+            tags = tag_expression.parse(request.tag_expression)
+        except (TopicError, tag_expression.TagExpressionError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        req = BrowseRequest(
+            topic=request.topic, begin=request.begin_timestamp, end=request.end_timestamp, tags=tags,
+            newest_first=not request.oldest_first, max_count=request.max_count,
+            cursors={(c.topic, c.queue_id): c.next_offset for c in request.cursors},
+            done={(c.topic, c.queue_id) for c in request.done},
+            queue_ids=list(request.queue_ids) or None, include_parked=not request.queue_ids,
+        )
+        try:
+            # Off the loop: a window can take many reads, and sends must keep being served.
+            page = await asyncio.to_thread(browse, self.store, req)
+        except StoreError as exc:
+            await _abort(context, exc)
+            raise
+        return commitlog_pb2.BrowseMessagesResponse(
+            messages=[to_stored(b.record, self.broker_name) for b in page.records],
+            queues=[commitlog_pb2.BrowseQueueState(topic=q.topic, queue_id=q.queue_id, window_begin_offset=q.window_begin,
+                                                   window_end_offset=q.window_end, exhausted=q.exhausted) for q in page.queues],
+        )
 
     async def GetStoreStatus(self, request: commitlog_pb2.GetStoreStatusRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.GetStoreStatusResponse:
         st = self.store.status()

@@ -26,6 +26,8 @@ EXPECTED_RPCS = {
         "PullMessages": ("PullMessagesRequest", "PullMessagesResponse", False, False),
         "Tail": ("TailRequest", "TailResponse", False, True),
         "GetStoreStatus": ("GetStoreStatusRequest", "GetStoreStatusResponse", False, False),
+        "SearchOffsetByTime": ("SearchOffsetByTimeRequest", "SearchOffsetByTimeResponse", False, False),
+        "BrowseMessages": ("BrowseMessagesRequest", "BrowseMessagesResponse", False, False),
     },
     "quarry.v1.IndexerService": {
         "QueryMessage": ("QueryMessageRequest", "QueryMessageResponse", False, False),
@@ -41,6 +43,8 @@ EXPECTED_RPCS = {
         "QueryMsgByUniqueKey": ("QueryMsgByUniqueKeyRequest", "QueryMsgByUniqueKeyResponse", False, False),
         "QueryMsgById": ("QueryMsgByIdRequest", "QueryMsgByIdResponse", False, False),
         "QueryMsgByOffset": ("QueryMsgByOffsetRequest", "QueryMsgByOffsetResponse", False, False),
+        "BrowseTopic": ("BrowseTopicRequest", "BrowseTopicResponse", False, False),
+        "SearchOffset": ("SearchOffsetRequest", "SearchOffsetResponse", False, False),
     },
 }
 
