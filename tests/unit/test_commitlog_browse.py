@@ -13,7 +13,7 @@ from quarry.formats import tag_expression
 from quarry.formats.java_hash import java_string_hash
 from quarry.formats.record import SCHEDULE_TOPIC
 from quarry.services.commitlog import browse as browse_mod
-from quarry.services.commitlog import store as store_mod
+from quarry.services.commitlog import append as append_mod
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog.errors import InvalidArgument, NotFound
 from quarry.services.commitlog.message_input import NewMessage
@@ -32,7 +32,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock(1_700_000_000_000)
     fake = types.SimpleNamespace(time=c.time, monotonic=time.monotonic, perf_counter=time.perf_counter)
-    monkeypatch.setattr(store_mod, "time", fake)
+    monkeypatch.setattr(append_mod, "time", fake)
     return c
 
 
