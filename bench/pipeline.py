@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench.runner import Result
-from quarry.formats.record import dispatch_info
+from quarry.formats.dispatch import dispatch_info
 from quarry.formats.segment_walk import walk_segments
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig

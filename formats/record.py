@@ -1,4 +1,7 @@
-"""The CommitLog record: RocketMQ 4.x's on-disk message layout, encoded and decoded.
+"""The CommitLog record codec: RocketMQ 4.x's on-disk message layout, encoded and decoded.
+
+What an index or queue needs of a record (the dispatch rule) is in `dispatch`; the body of a
+MessageBatch in `batch_body`.
 
 Layout (big-endian): TOTALSIZE i32, MAGIC i32, BODYCRC i32, QUEUEID i32, FLAG i32,
 QUEUEOFFSET i64 @20, PHYSICALOFFSET i64 @28, SYSFLAG i32 @36, BORNTIMESTAMP i64 @40,
@@ -12,13 +15,11 @@ from __future__ import annotations
 import functools
 import struct
 import zlib
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
-from quarry.formats.java_hash import tags_code as java_tags_code
 from quarry.formats.offset_msg_id import create as create_offset_msg_id
 from quarry.formats.offset_msg_id import ip_bytes, java_host_address
-from quarry.formats.properties import DELAY, KEYS, TAGS, UNIQ_KEY, decode_pairs, properties_map
+from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs, properties_map
 
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
@@ -41,11 +42,6 @@ QUEUE_OFFSET_POS = 20
 PHYSICAL_OFFSET_POS = 28
 SYSFLAG_POS = 36
 BORN_HOST_POS = 48
-
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-# RocketMQ's default messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
-DELAY_LEVEL_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
-                  420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000]
 
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -188,6 +184,7 @@ class Record:
     body: bytes
     topic: str
     properties_text: str
+    _properties: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def properties_pairs(self) -> list[tuple[str, str]]:
@@ -195,7 +192,11 @@ class Record:
 
     @property
     def properties(self) -> dict[str, str]:
-        return properties_map(self.properties_text)
+        """The properties as RocketMQ's reader sees them, parsed once per record (do not modify)."""
+        props = self._properties
+        if props is None:
+            props = self._properties = properties_map(self.properties_text)
+        return props
 
     @property
     def keys_text(self) -> str | None:
@@ -286,52 +287,9 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, physical_offset: int
     return Record(size, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared, body, topic, props)
 
 
-class DispatchInfo(NamedTuple):
-    """What an index or consume queue needs of a record (RocketMQ's DispatchRequest).
-
-    A NamedTuple: built once per record on the send path, where a frozen dataclass's
-    field-by-field __init__ cost more than the rest of the dispatch work."""
-
-    physical_offset: int
-    size: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    tags_code: int
-    keys: str | None
-    uniq_key: str | None
-    store_timestamp: int
-    sys_flag: int
-    prepared_transaction_offset: int
-
-
-def dispatch_info(rec: Record) -> DispatchInfo:
-    """DispatchRequest of a record, as RocketMQ's checkMessageAndReturnSize builds it.
-
-    keys is "" when the record has no properties at all and None when it has properties but
-    no KEYS; a delayed message's tagsCode is its deliver time.
-    """
-    props = rec.properties
-    keys = "" if not rec.properties_text else props.get(KEYS)
-    code = _dispatch_tags_code(rec.topic, props, rec.store_timestamp)
-    return DispatchInfo(rec.physical_offset, rec.store_size, rec.topic, rec.queue_id, rec.queue_offset, code, keys, props.get(UNIQ_KEY), rec.store_timestamp, rec.sys_flag, rec.prepared_transaction_offset)
-
-
-def _dispatch_tags_code(topic: str, props: dict[str, str], store_timestamp: int) -> int:
-    """ConsumeQueue tagsCode: hashCode of TAGS, or a delayed message's deliver time."""
-    code = java_tags_code(props.get(TAGS))
-    if topic == SCHEDULE_TOPIC and DELAY in props:
-        try:
-            level = min(int(props[DELAY]), len(DELAY_LEVEL_MS))
-            if level > 0:
-                code = store_timestamp + DELAY_LEVEL_MS[level - 1]
-        except ValueError:
-            pass
-    return code
-
-
-def decode_dispatch(buf: bytes | memoryview, pos: int, physical_offset: int) -> DispatchInfo:
-    """The DispatchInfo of the record at buf[pos:] without copying its body or checking its CRC.
+def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: int) -> tuple[int, str, int, int, int, int, int, str]:
+    """(size, topic, queue_id, queue_offset, store_timestamp, sys_flag, prepared_transaction_offset,
+    properties text) of the record at buf[pos:], without copying its body or checking its CRC.
 
     For streaming what is already in the log (Tail): the frame is still validated (magic,
     sizes, position), so garbage never passes as a record; CRC is checked by reads and recovery.
@@ -363,48 +321,4 @@ def decode_dispatch(buf: bytes | memoryview, pos: int, physical_offset: int) -> 
     if props_len < 0 or p + 2 + props_len != end:
         raise CorruptRecordError(physical_offset, f"PROPLEN {props_len} does not end at TOTALSIZE {size}")
     props_text = bytes(buf[p + 2:end]).decode("utf-8", errors="replace")
-    props = properties_map(props_text)
-    keys = "" if not props_text else props.get(KEYS)
-    code = _dispatch_tags_code(topic, props, store_ts)
-    return DispatchInfo(physical_offset, size, topic, queue_id, queue_offset, code, keys, props.get(UNIQ_KEY), store_ts, sys_flag, prepared)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchItem:
-    """One message inside a MessageBatch body."""
-
-    flag: int
-    body: bytes
-    properties: str
-
-
-def decode_batch_body(data: bytes) -> list[BatchItem]:
-    """Split a MessageBatch.encode() body: per message TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN+body, PROPLEN+props."""
-    items = []
-    pos = 0
-    while pos < len(data):
-        if len(data) - pos < 22:
-            raise ValueError(f"batch body: truncated message header at byte {pos}")
-        total, _magic, _crc, flag, body_len = struct.unpack_from(">iiiii", data, pos)
-        if total < 22 or pos + total > len(data) or body_len < 0 or 20 + body_len + 2 > total:
-            raise ValueError(f"batch body: bad sizes at byte {pos}")
-        body = data[pos + 20:pos + 20 + body_len]
-        (props_len,) = struct.unpack_from(">h", data, pos + 20 + body_len)
-        p = pos + 22 + body_len
-        if props_len < 0 or p + props_len != pos + total:
-            raise ValueError(f"batch body: bad PROPLEN at byte {pos}")
-        items.append(BatchItem(flag, body, data[p:p + props_len].decode("utf-8")))
-        pos += total
-    return items
-
-
-def batch_record_properties(message_properties: str, batch_properties: str) -> str:
-    """A batch record's properties: the message's, then the batch's (CLUSTER…) after \\x02.
-
-    The separator is added only when the message has properties not already ending in one.
-    """
-    if not batch_properties:
-        return message_properties
-    if message_properties and not message_properties.endswith("\x02"):
-        return message_properties + "\x02" + batch_properties
-    return message_properties + batch_properties
+    return size, topic, queue_id, queue_offset, store_ts, sys_flag, prepared, props_text

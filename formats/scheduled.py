@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from quarry.formats.properties import DELAY, REAL_TOPIC
-from quarry.formats.record import DELAY_LEVEL_MS, SCHEDULE_TOPIC
 
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ's default messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
+DELAY_LEVEL_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
+                  420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000]
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 PARKING_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
@@ -39,11 +42,20 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def deliver_time(props: Mapping[str, str], store_timestamp: int) -> int | None:
-    """When a message with these properties is due, or None when it carries no delay."""
-    level = _int(props.get(DELAY))
+def delay_level_deliver_time(level_text: str | None, store_timestamp: int) -> int | None:
+    """A 4.x delay level's deliver time: store time + the level's delay (levels past the last
+    use the last); None when the level is absent, not a number or not positive."""
+    level = _int(level_text)
     if level is not None and level > 0:
         return store_timestamp + DELAY_LEVEL_MS[min(level, len(DELAY_LEVEL_MS)) - 1]
+    return None
+
+
+def deliver_time(props: Mapping[str, str], store_timestamp: int) -> int | None:
+    """When a message with these properties is due, or None when it carries no delay."""
+    at = delay_level_deliver_time(props.get(DELAY), store_timestamp)
+    if at is not None:
+        return at
     for name in (TIMER_OUT_MS, TIMER_DELIVER_MS):
         at = _int(props.get(name))
         if at is not None and at > 0:

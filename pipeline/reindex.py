@@ -18,7 +18,8 @@ from typing import Iterable, Iterator
 
 from quarry.formats.index_file import IndexFile
 from quarry.formats.java_hash_batch import index_key_hashes
-from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info
+from quarry.formats.dispatch import dispatch_info
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 from quarry.pipeline.corrupt import CorruptPolicy
 from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
 from quarry.pipeline.planning import Split

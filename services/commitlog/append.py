@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from quarry.formats import offset_msg_id
 from quarry.formats.consume_queue import encode_unit
-from quarry.formats.record import BLANK_HEADER_SIZE, SCHEDULE_TOPIC, DispatchInfo, decode_dispatch, patch_record
+from quarry.formats.dispatch import DispatchInfo, build_dispatch
+from quarry.formats.record import BLANK_HEADER_SIZE, patch_record
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
 from quarry.services.commitlog.message_input import NewMessage, Prepared, prepare_many
 from quarry.services.commitlog.store_state import StoreState
@@ -139,11 +140,9 @@ class Appender:
             buf += p.record
             # the queue id is patched too: it may have been chosen here
             patch_record(buf, rec_at, queue_id, queue_offset, at, now, p.store_timestamp_pos)
-            if p.topic == SCHEDULE_TOPIC:  # a delayed message's tagsCode is its deliver time: the format's rule
-                info = decode_dispatch(buf, rec_at, at)
-            else:
-                info = DispatchInfo(at, size, p.topic, queue_id, queue_offset, p.tags_code, p.dispatch_keys,
-                                    p.unique_key or None, now, p.stored_sys_flag, p.prepared_transaction_offset)
+            info = build_dispatch(at, size, p.topic, queue_id, queue_offset, has_properties=p.has_properties, keys=p.keys,
+                                  tags=p.tags, unique_key=p.unique_key or None, delay_level=p.delay_level, store_timestamp=now,
+                                  sys_flag=p.stored_sys_flag, prepared_transaction_offset=p.prepared_transaction_offset)
             dispatched.append(info)
             if advances:
                 queue_next[key] = queue_offset + 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import threading
 
-from quarry.formats.record import DispatchInfo
+from quarry.formats.dispatch import DispatchInfo
 
 
 class DispatchCache:

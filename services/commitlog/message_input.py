@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from quarry.formats.java_hash import tags_code
-from quarry.formats.properties import PropertyError, message_properties
+from quarry.formats.properties import DELAY, PropertyError, message_properties
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, encode_record, store_timestamp_pos, stored_sys_flag, takes_queue_offset
+from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import InvalidArgument
 
@@ -40,13 +40,16 @@ class Prepared:
     topic: str
     queue_id: int  # -1: the store picks
     record: bytes
-    tags_code: int
     unique_key: str
     takes_queue_offset: bool  # prepared and rollback records do not advance their queue
     stored_sys_flag: int  # as encoded: transaction bits plus the IPv6 host bits
     store_timestamp_pos: int  # where the append patches the store time in (IPv4/IPv6 born host)
-    dispatch_keys: str | None  # KEYS as a reader of the record sees it: "" without properties, None without KEYS
     prepared_transaction_offset: int
+    # The dispatch rule's inputs, as a reader of the stored properties sees them (None: absent).
+    has_properties: bool
+    keys: str | None
+    tags: str | None
+    delay_level: str | None
 
 
 def prepare_many(msgs: list[NewMessage], max_message_size: int, store_host: tuple[str, int], now_ms: int) -> list[Prepared]:
@@ -104,7 +107,9 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
     except ValueError as exc:
         raise InvalidArgument(f"{field_prefix}born_host", str(exc)) from None
     stored_flag = stored_sys_flag(record)
-    dispatch_keys = " ".join(msg.keys) if msg.keys else ("" if not properties else None)
-    return Prepared(msg.topic, msg.queue_id, record, tags_code(msg.tags), msg.unique_key,
-                    takes_queue_offset(sys_flag), stored_flag, store_timestamp_pos(stored_flag), dispatch_keys,
-                    msg.prepared_transaction_offset)
+    # Only a delayed message's DELAY matters to dispatch; the last non-empty one is what a reader sees.
+    delay = next((v for n, v in reversed(msg.properties) if n == DELAY and v), None) if msg.topic == SCHEDULE_TOPIC else None
+    return Prepared(msg.topic, msg.queue_id, record, msg.unique_key,
+                    takes_queue_offset(sys_flag), stored_flag, store_timestamp_pos(stored_flag),
+                    msg.prepared_transaction_offset, bool(properties), " ".join(msg.keys) if msg.keys else None,
+                    msg.tags or None, delay)

@@ -5,9 +5,9 @@ written when they started (appends never rewrite a record).
 """
 from __future__ import annotations
 
+from quarry.formats.dispatch import DispatchInfo, decode_dispatch
 from quarry.formats.record import (
-    BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, DispatchInfo, Record,
-    decode_dispatch, decode_record, read_size_and_magic,
+    BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic,
 )
 from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.store_state import StoreState

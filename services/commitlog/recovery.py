@@ -10,7 +10,8 @@ import logging
 import time
 
 from quarry.formats.consume_queue import encode_unit
-from quarry.formats.record import Record, body_crc, dispatch_info, takes_queue_offset
+from quarry.formats.dispatch import dispatch_info
+from quarry.formats.record import Record, body_crc, takes_queue_offset
 from quarry.formats.segment_walk import WalkResult, walk_segments
 from quarry.services.commitlog.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
 from quarry.services.commitlog.store_state import ABORT_FILE, StoreState

@@ -257,7 +257,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                 add = response.records.add
                 for d in infos:
                     add(physical_offset=d.physical_offset, size=d.size, topic=d.topic, queue_id=d.queue_id,
-                        queue_offset=d.queue_offset, keys=d.keys or "", unique_key=d.uniq_key or "",
+                        queue_offset=d.queue_offset, keys=d.keys or "", unique_key=d.unique_key or "",
                         tags_code=d.tags_code, store_timestamp=d.store_timestamp, sys_flag=d.sys_flag)
                 yield response
                 continue

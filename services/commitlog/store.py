@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from quarry.formats.record import DispatchInfo, Record
+from quarry.formats.dispatch import DispatchInfo
+from quarry.formats.record import Record
 from quarry.services.commitlog import reads, retention
 from quarry.services.commitlog.append import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, AppendResult, Appender
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore

@@ -171,7 +171,7 @@ class IndexStore:
     @staticmethod
     def _names(d: Dispatch) -> list[str]:
         """`topic#UNIQ_KEY`, then `topic#k` for each non-empty KEYS token."""
-        uniq = getattr(d, "unique_key", None) or getattr(d, "uniq_key", None)
+        uniq = getattr(d, "unique_key", None)
         keys = getattr(d, "keys", None) or ""
         names = [f"{d.topic}#{uniq}"] if uniq else []
         names.extend(f"{d.topic}#{k}" for k in keys.split(" ") if k)

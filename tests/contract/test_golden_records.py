@@ -12,7 +12,9 @@ import pytest
 
 from quarry.formats import offset_msg_id
 from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
-from quarry.formats.record import batch_record_properties, decode_batch_body, decode_dispatch, decode_record, dispatch_info, encode_record
+from quarry.formats.batch_body import batch_record_properties, decode_batch_body
+from quarry.formats.dispatch import decode_dispatch, dispatch_info
+from quarry.formats.record import decode_record, encode_record
 from quarry.formats.segment_walk import SegmentEnd, WalkResult, list_segments, walk_buffer, walk_segments
 from tests.vectors import glob, golden_cases, golden_root, load_json
 
@@ -99,7 +101,7 @@ def test_decode_matches_golden_fields(scenario: str, message: dict, index: int, 
     assert dispatch["success"]
     assert (info.size, info.topic, info.queue_id, info.physical_offset, info.store_timestamp, info.queue_offset) == (
         dispatch["msg_size"], dispatch["topic"], dispatch["queue_id"], dispatch["commit_log_offset"], dispatch["store_timestamp"], dispatch["consume_queue_offset"])
-    assert (info.tags_code, info.keys, info.uniq_key, info.sys_flag, info.prepared_transaction_offset) == (
+    assert (info.tags_code, info.keys, info.unique_key, info.sys_flag, info.prepared_transaction_offset) == (
         dispatch["tags_code"], dispatch["keys"], dispatch["uniq_key"], dispatch["sys_flag"], dispatch["prepared_transaction_offset"])
 
 
@@ -111,7 +113,7 @@ def test_segment_walk_equals_recovery_walk(scenario_dir: Path) -> None:
     want = scenario["recovery_walk"]
     assert [
         {"physical_offset": g.physical_offset, "size": g.size, "topic": g.topic, "queue_id": g.queue_id, "consume_queue_offset": g.queue_offset,
-         "tags_code": g.tags_code, "keys": g.keys, "uniq_key": g.uniq_key, "store_timestamp": g.store_timestamp, "sys_flag": g.sys_flag}
+         "tags_code": g.tags_code, "keys": g.keys, "uniq_key": g.unique_key, "store_timestamp": g.store_timestamp, "sys_flag": g.sys_flag}
         for g in got
     ] == want
     assert result.corruption is None

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from quarry.formats.record import dispatch_info
+from quarry.formats.dispatch import dispatch_info
 from quarry.formats.segment_walk import WalkResult, walk_segments
 from quarry.pipeline.cli import build_parser, run
 from quarry.pipeline.corrupt import CorruptRecordError

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from quarry.formats.record import BLANK_MAGIC, SCHEDULE_TOPIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, dispatch_info, read_size_and_magic
+from quarry.formats.dispatch import dispatch_info
+from quarry.formats.record import BLANK_MAGIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, read_size_and_magic
+from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.segment_walk import WalkResult, list_segments, walk_segments
 from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound, ReadOnly
 from quarry.services.commitlog.message_input import NewMessage

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quarry.formats.record import SCHEDULE_TOPIC
+from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.services.commitlog import reads as store_module
 from quarry.services.commitlog.errors import Expired
 from quarry.services.commitlog.message_input import NewMessage

@@ -13,7 +13,8 @@ from quarry.formats import offset_msg_id, unique_key
 from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit
 from quarry.formats.index_file import HEADER_SIZE, IndexFile, IndexFileError, file_size
 from quarry.formats.properties import PropertyError, decode_pairs, properties_map, validate_pairs
-from quarry.formats.record import CorruptRecordError, decode_batch_body, decode_record, encode_record
+from quarry.formats.batch_body import decode_batch_body
+from quarry.formats.record import CorruptRecordError, decode_record, encode_record
 from quarry.formats.segment_walk import SegmentEnd, walk_buffer
 from quarry.services.query.merge import BadTokenError, decode_token, encode_token, PageToken
 
