@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -19,13 +20,40 @@ import grpc
 
 ACCESS_KEY_HEADER = "x-quarry-access-key"
 TIMESTAMP_HEADER = "x-quarry-timestamp"
+NONCE_HEADER = "x-quarry-nonce"
 SIGNATURE_HEADER = "x-quarry-signature"
+# A streamed request carries no digest in the call's signature: each message carries its own
+# signature (field `signature`), chained to the call's.
+STREAMED = "stream"
 
 
-def sign(secret_key: str, method: str, timestamp_ms: int, access_key: str) -> str:
-    """HMAC-SHA256 over the call's method, timestamp and access key (hex)."""
-    message = f"{method}\n{timestamp_ms}\n{access_key}".encode()
+def request_digest(serialized: bytes) -> str:
+    """SHA-256 (hex) of one serialized request: what the call's signature is bound to."""
+    return hashlib.sha256(serialized).hexdigest()
+
+
+def sign(secret_key: str, method: str, timestamp_ms: int, access_key: str, nonce: str, digest: str) -> str:
+    """HMAC-SHA256 (hex) over the method, timestamp, access key, nonce and the request's
+    digest (`request_digest`, or STREAMED for a streamed request)."""
+    message = f"{method}\n{timestamp_ms}\n{access_key}\n{nonce}\n{digest}".encode()
     return hmac.new(secret_key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def unsigned_bytes(message: Any) -> bytes:
+    """A streamed message serialized with its `signature` field empty: what that signature covers."""
+    if not message.signature:
+        return message.SerializeToString()
+    copy = type(message)()
+    copy.CopyFrom(message)
+    copy.signature = ""
+    return copy.SerializeToString()
+
+
+def sign_stream_item(secret_key: str, call_signature: str, index: int, message: Any) -> str:
+    """The signature of the `index`-th (from 0) message of a streamed call: bound to the call
+    (its signature), to the position (no reordering, no splicing) and to the message bytes."""
+    text = f"{call_signature}\n{index}\n{request_digest(unsigned_bytes(message))}".encode()
+    return hmac.new(secret_key.encode(), text, hashlib.sha256).hexdigest()
 
 
 class _CallDetails(NamedTuple):
@@ -38,32 +66,45 @@ class _CallDetails(NamedTuple):
 
 
 class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
-    """Adds access key, timestamp and signature metadata to every call."""
+    """Signs every call: access key, timestamp, a fresh nonce and a signature bound to the
+    request's bytes (a streamed request: each message signed in turn)."""
 
     def __init__(self, access_key: str, secret_key: str) -> None:
         self.access_key = access_key
         self.secret_key = secret_key
 
-    def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
+    def _details(self, details: grpc.ClientCallDetails, digest: str) -> tuple[_CallDetails, str]:
         ts = int(time.time() * 1000)
+        nonce = secrets.token_hex(8)
+        signature = sign(self.secret_key, details.method, ts, self.access_key, nonce, digest)
         metadata = list(details.metadata or []) + [
             (ACCESS_KEY_HEADER, self.access_key),
             (TIMESTAMP_HEADER, str(ts)),
-            (SIGNATURE_HEADER, sign(self.secret_key, details.method, ts, self.access_key)),
+            (NONCE_HEADER, nonce),
+            (SIGNATURE_HEADER, signature),
         ]
-        return _CallDetails(details.method, details.timeout, metadata, details.credentials, getattr(details, "wait_for_ready", None), getattr(details, "compression", None))
+        return _CallDetails(details.method, details.timeout, metadata, details.credentials, getattr(details, "wait_for_ready", None), getattr(details, "compression", None)), signature
+
+    def _signed_items(self, call_signature: str, request_iterator: Any) -> Any:
+        for index, message in enumerate(request_iterator):
+            signed = type(message)()
+            signed.CopyFrom(message)
+            signed.signature = sign_stream_item(self.secret_key, call_signature, index, message)
+            yield signed
 
     def intercept_unary_unary(self, continuation: Callable, details: grpc.ClientCallDetails, request: Any) -> Any:
-        return continuation(self._details(details), request)
+        return continuation(self._details(details, request_digest(request.SerializeToString()))[0], request)
 
     def intercept_unary_stream(self, continuation: Callable, details: grpc.ClientCallDetails, request: Any) -> Any:
-        return continuation(self._details(details), request)
+        return continuation(self._details(details, request_digest(request.SerializeToString()))[0], request)
 
     def intercept_stream_unary(self, continuation: Callable, details: grpc.ClientCallDetails, request_iterator: Any) -> Any:
-        return continuation(self._details(details), request_iterator)
+        signed, call_signature = self._details(details, STREAMED)
+        return continuation(signed, self._signed_items(call_signature, request_iterator))
 
     def intercept_stream_stream(self, continuation: Callable, details: grpc.ClientCallDetails, request_iterator: Any) -> Any:
-        return continuation(self._details(details), request_iterator)
+        signed, call_signature = self._details(details, STREAMED)
+        return continuation(signed, self._signed_items(call_signature, request_iterator))
 
 
 def _read(env: str) -> bytes | None:

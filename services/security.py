@@ -6,10 +6,15 @@
 
 ACL file: {"accounts": [{"access_key": "...", "secret_key": "...", "admin": false,
            "topics": {"OrderTopic": ["publish", "query"], "*": ["query"]}}]}
-A call carries x-quarry-access-key, x-quarry-timestamp (epoch ms, within 5 minutes) and
-x-quarry-signature = hex HMAC-SHA256(secret, "<method>\\n<timestamp>\\n<access key>").
-Unknown key, bad signature or stale timestamp → UNAUTHENTICATED; a missing permission →
-PERMISSION_DENIED. Secrets are never logged.
+A call carries x-quarry-access-key, x-quarry-timestamp (epoch ms, within 5 minutes),
+x-quarry-nonce and x-quarry-signature = hex HMAC-SHA256(secret,
+"<method>\\n<timestamp>\\n<access key>\\n<nonce>\\n<sha256 hex of the serialized request>"),
+so a signature opens only the request it was made for. A streamed request signs "stream" in
+place of the digest and each message carries its own signature in its `signature` field,
+chained to the call's (quarry.clients.channels.sign_stream_item). Each call signature is
+accepted once (ReplayGuard). Unknown key, bad signature, stale timestamp or a replay →
+UNAUTHENTICATED; a missing permission → PERMISSION_DENIED. Secrets and signatures are never
+logged.
 """
 from __future__ import annotations
 
@@ -24,8 +29,11 @@ from typing import Any, Callable, Iterable
 
 import grpc
 
-from quarry.clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from quarry.clients.channels import (
+    ACCESS_KEY_HEADER, NONCE_HEADER, SIGNATURE_HEADER, STREAMED, TIMESTAMP_HEADER, request_digest, sign, sign_stream_item,
+)
 from quarry.services.log import log_event
+from quarry.services.replay_guard import ReplayGuard
 
 log = logging.getLogger("quarry.security")
 MAX_SKEW_MS = 5 * 60 * 1000
@@ -95,15 +103,26 @@ class _Caller:
     access_key: str
     account: Account | None
     permission: str
+    timestamp_ms: int = 0
+    nonce: str = ""
+    signature: str = ""
     denied: tuple[grpc.StatusCode, str] | None = None
 
 
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+
+
 class _AclRules:
-    """Authentication and permission checks, shared by the thread-pool and asyncio servers."""
+    """Authentication and permission checks, shared by the thread-pool and asyncio servers.
+
+    Three steps: `authenticate` (headers only: key, timestamp), then once the request is
+    read `verify` (the signature over the request's digest, accepted once), and for a
+    streamed request `verify_item` on each message; `refusal` checks the permission."""
 
     def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
         self.accounts = accounts
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.replays = ReplayGuard(MAX_SKEW_MS, self.clock_ms)
 
     def authenticate(self, details: grpc.HandlerCallDetails) -> _Caller | None:
         """None for open services (health, reflection)."""
@@ -114,20 +133,45 @@ class _AclRules:
         access_key = md.get(ACCESS_KEY_HEADER, "")
         caller = _Caller(method, access_key, self.accounts.get(access_key), PERMISSIONS.get(method.rsplit("/", 1)[-1], "admin"))
         if caller.account is None:
-            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, "unknown or missing access key")
+            return self._deny(caller, UNAUTHENTICATED, "unknown or missing access key")
         try:
-            ts = int(md.get(TIMESTAMP_HEADER, ""))
+            caller.timestamp_ms = int(md.get(TIMESTAMP_HEADER, ""))
         except ValueError:
-            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: missing or not epoch milliseconds")
-        if abs(self.clock_ms() - ts) > MAX_SKEW_MS:
-            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: stale (more than 5 minutes from the server clock)")
-        if not hmac.compare_digest(md.get(SIGNATURE_HEADER, ""), sign(caller.account.secret_key, method, ts, access_key)):
-            return self._deny(caller, grpc.StatusCode.UNAUTHENTICATED, "bad signature")
+            return self._deny(caller, UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: missing or not epoch milliseconds")
+        if abs(self.clock_ms() - caller.timestamp_ms) > MAX_SKEW_MS:
+            return self._deny(caller, UNAUTHENTICATED, f"{TIMESTAMP_HEADER}: stale (more than 5 minutes from the server clock)")
+        caller.nonce = md.get(NONCE_HEADER, "")
+        caller.signature = md.get(SIGNATURE_HEADER, "")
+        if not caller.nonce or not caller.signature:
+            return self._deny(caller, UNAUTHENTICATED, f"{NONCE_HEADER} and {SIGNATURE_HEADER} are required")
         return caller
 
-    @staticmethod
-    def _deny(caller: _Caller, code: grpc.StatusCode, why: str) -> _Caller:
+    def verify(self, caller: _Caller, digest: str) -> str | None:
+        """Why the call's signature is refused for a request with this digest (or STREAMED), or None."""
+        assert caller.account is not None
+        expected = sign(caller.account.secret_key, caller.method, caller.timestamp_ms, caller.access_key, caller.nonce, digest)
+        if not hmac.compare_digest(caller.signature, expected):
+            return self._log_denied(caller, "bad signature (not made by this key for this method and request)")
+        if not self.replays.first_use(caller.signature, caller.timestamp_ms):
+            return self._log_denied(caller, "replayed signature (each signed call is accepted once)")
+        return None
+
+    def verify_item(self, caller: _Caller, index: int, message: Any) -> str | None:
+        """Why the `index`-th message of a streamed call is refused, or None."""
+        assert caller.account is not None
+        signature = getattr(message, "signature", None)
+        if signature is None:
+            return self._log_denied(caller, "this streamed request type cannot carry a signature")
+        if not hmac.compare_digest(signature, sign_stream_item(caller.account.secret_key, caller.signature, index, message)):
+            return self._log_denied(caller, f"bad signature on streamed message {index}")
+        return None
+
+    def _log_denied(self, caller: _Caller, why: str) -> str:
         log_event(log, "access denied", logging.WARNING, method=caller.method, access_key=caller.access_key or "-", reason=why)
+        return why
+
+    def _deny(self, caller: _Caller, code: grpc.StatusCode, why: str) -> _Caller:
+        self._log_denied(caller, why)
         caller.denied = (code, why)
         return caller
 
@@ -142,14 +186,28 @@ class _AclRules:
         return f"access key {caller.access_key} lacks {caller.permission} permission on {', '.join(topics) or '*'}"
 
 
+class _Digests:
+    """The request deserializer of one call, wrapped to keep the SHA-256 of the bytes received."""
+
+    def __init__(self, deserializer: Callable[[bytes], Any] | None) -> None:
+        self.inner = deserializer
+        self.last = ""
+
+    def __call__(self, raw: bytes) -> Any:
+        self.last = request_digest(raw)
+        return self.inner(raw) if self.inner is not None else raw
+
+
 class AclInterceptor(grpc.ServerInterceptor):
-    """Authenticates every call and checks its permission on the request's topics."""
+    """Authenticates every call, binds its signature to the request, and checks its permission
+    on the request's topics."""
 
     def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
         self.rules = _AclRules(accounts, clock_ms)
 
     def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        caller = self.rules.authenticate(details)
+        rules = self.rules
+        caller = rules.authenticate(details)
         if caller is None:
             return continuation(details)
         if caller.denied is not None:
@@ -162,38 +220,53 @@ class AclInterceptor(grpc.ServerInterceptor):
         handler = continuation(details)
         if handler is None:
             return handler
-        refusal = self.rules.refusal
+        digests = _Digests(handler.request_deserializer)
+        ser = handler.response_serializer
+
+        def check(request: Any, context: grpc.ServicerContext) -> None:
+            if (why := rules.verify(caller, digests.last)) is not None:
+                context.abort(UNAUTHENTICATED, why)
+            if (why := rules.refusal(caller, request)) is not None:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
             def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                if (why := refusal(caller, request)) is not None:
-                    context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+                check(request, context)
                 return inner(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(checked, handler.request_deserializer, handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(checked, digests, ser)
         if handler.unary_stream is not None:
             inner_us = handler.unary_stream
 
             def checked_stream(request: Any, context: grpc.ServicerContext) -> Any:
-                if (why := refusal(caller, request)) is not None:
-                    context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+                check(request, context)
                 yield from inner_us(request, context)
 
-            return grpc.unary_stream_rpc_method_handler(checked_stream, handler.request_deserializer, handler.response_serializer)
+            return grpc.unary_stream_rpc_method_handler(checked_stream, digests, ser)
         if handler.stream_unary is not None:
             inner_su = handler.stream_unary
 
             def checked_client_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+                if (why := rules.verify(caller, STREAMED)) is not None:
+                    context.abort(UNAUTHENTICATED, why)
+
                 def guarded() -> Any:
-                    for req in request_iterator:
-                        if (why := refusal(caller, req)) is not None:
+                    for index, req in enumerate(request_iterator):
+                        if (why := rules.verify_item(caller, index, req)) is not None:
+                            context.abort(UNAUTHENTICATED, why)
+                        if (why := rules.refusal(caller, req)) is not None:
                             context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
                         yield req
                 return inner_su(guarded(), context)
 
-            return grpc.stream_unary_rpc_method_handler(checked_client_stream, handler.request_deserializer, handler.response_serializer)
-        return handler
+            return grpc.stream_unary_rpc_method_handler(checked_client_stream, handler.request_deserializer, ser)
+
+        def uncovered(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "call shape not covered by access control")
+
+        return grpc.unary_unary_rpc_method_handler(uncovered)
 
 
 class AioAclInterceptor(grpc.aio.ServerInterceptor):
@@ -207,7 +280,8 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
         self.rules = _AclRules(accounts, clock_ms)
 
     async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        caller = self.rules.authenticate(details)
+        rules = self.rules
+        caller = rules.authenticate(details)
         if caller is None:
             return await continuation(details)
         handler = await continuation(details)
@@ -215,15 +289,24 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
             return _aio_refusing_handler(handler, *caller.denied)
         if handler is None:
             return handler
-        refusal = self.rules.refusal
+        digests = _Digests(handler.request_deserializer)
 
         async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
-            if (why := refusal(caller, request)) is not None:
+            if (why := rules.verify(caller, digests.last)) is not None:
+                await context.abort(UNAUTHENTICATED, why)
+            if (why := rules.refusal(caller, request)) is not None:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
 
         async def guarded(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+            if (why := rules.verify(caller, STREAMED)) is not None:
+                await context.abort(UNAUTHENTICATED, why)
+            index = 0
             async for req in request_iterator:
-                await check(req, context)
+                if (why := rules.verify_item(caller, index, req)) is not None:
+                    await context.abort(UNAUTHENTICATED, why)
+                if (why := rules.refusal(caller, req)) is not None:
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+                index += 1
                 yield req
 
         des, ser = handler.request_deserializer, handler.response_serializer
@@ -234,7 +317,7 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
                 await check(request, context)
                 return await uu(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(unary_unary, des, ser)
+            return grpc.unary_unary_rpc_method_handler(unary_unary, digests, ser)
         if handler.unary_stream is not None:
             us = handler.unary_stream
 
@@ -243,7 +326,7 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
                 async for item in us(request, context):
                     yield item
 
-            return grpc.unary_stream_rpc_method_handler(unary_stream, des, ser)
+            return grpc.unary_stream_rpc_method_handler(unary_stream, digests, ser)
         if handler.stream_unary is not None:
             su = handler.stream_unary
 

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import grpc
 import pytest
 
 from quarry.clients.admin import AdminClient
-from quarry.clients.channels import ACCESS_KEY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, open_channel, sign
+from quarry.clients.channels import (
+    ACCESS_KEY_HEADER, NONCE_HEADER, SIGNATURE_HEADER, STREAMED, TIMESTAMP_HEADER, open_channel, request_digest, sign, sign_stream_item,
+)
 from quarry.clients.producer import Producer
 from quarry.v1 import router_pb2, router_pb2_grpc
 from quarry.services.launcher import LocalCluster
@@ -84,9 +87,24 @@ def _call(address: str, fn: str, request: object, metadata: list[tuple[str, str]
             return exc.code()
 
 
-def _md(key: str, secret: str, method: str, ts: int | None = None) -> list[tuple[str, str]]:
+def _md(key: str, secret: str, method: str, request: Any, ts: int | None = None, nonce: str | None = None) -> list[tuple[str, str]]:
+    """Signed metadata for `request` (None: a streamed request), as SigningInterceptor makes it."""
     ts = ts if ts is not None else int(time.time() * 1000)
-    return [(ACCESS_KEY_HEADER, key), (TIMESTAMP_HEADER, str(ts)), (SIGNATURE_HEADER, sign(secret, method, ts, key))]
+    nonce = nonce or secrets.token_hex(8)
+    digest = STREAMED if request is None else request_digest(request.SerializeToString())
+    return [(ACCESS_KEY_HEADER, key), (TIMESTAMP_HEADER, str(ts)), (NONCE_HEADER, nonce), (SIGNATURE_HEADER, sign(secret, method, ts, key, nonce, digest))]
+
+
+def _signed_items(secret: str, md: list[tuple[str, str]], items: list[Any]) -> list[Any]:
+    """Copies of a streamed call's messages, each signed as SigningInterceptor signs them."""
+    call_signature = dict(md)[SIGNATURE_HEADER]
+    out = []
+    for index, item in enumerate(items):
+        signed = type(item)()
+        signed.CopyFrom(item)
+        signed.signature = sign_stream_item(secret, call_signature, index, item)
+        out.append(signed)
+    return out
 
 
 def test_access_control_authenticates_and_authorises_every_call(acl_router: tuple[str, Path]) -> None:
@@ -94,18 +112,18 @@ def test_access_control_authenticates_and_authorises_every_call(acl_router: tupl
     by_key = "/quarry.v1.QueryRouterService/QueryMsgByKey"
     q = router_pb2.QueryMsgByKeyRequest(topic="OrderTopic", key="k")
     assert _call(address, "QueryMsgByKey", q) == grpc.StatusCode.UNAUTHENTICATED
-    assert _call(address, "QueryMsgByKey", q, _md("nobody", "x", by_key)) == grpc.StatusCode.UNAUTHENTICATED
-    assert _call(address, "QueryMsgByKey", q, _md("reader", "wrong-secret", by_key)) == grpc.StatusCode.UNAUTHENTICATED
-    assert _call(address, "QueryMsgByKey", q, _md("reader", "reader-secret-456", by_key, ts=int(time.time() * 1000) - 600_000)) == grpc.StatusCode.UNAUTHENTICATED
+    assert _call(address, "QueryMsgByKey", q, _md("nobody", "x", by_key, q)) == grpc.StatusCode.UNAUTHENTICATED
+    assert _call(address, "QueryMsgByKey", q, _md("reader", "wrong-secret", by_key, q)) == grpc.StatusCode.UNAUTHENTICATED
+    assert _call(address, "QueryMsgByKey", q, _md("reader", "reader-secret-456", by_key, q, ts=int(time.time() * 1000) - 600_000)) == grpc.StatusCode.UNAUTHENTICATED
     # Allowed through the ACL: the router then says there is no route (no brokers) — not an ACL error.
-    assert _call(address, "QueryMsgByKey", q, _md("reader", "reader-secret-456", by_key)) == grpc.StatusCode.NOT_FOUND
+    assert _call(address, "QueryMsgByKey", q, _md("reader", "reader-secret-456", by_key, q)) == grpc.StatusCode.NOT_FOUND
     other = router_pb2.QueryMsgByKeyRequest(topic="OtherTopic", key="k")
-    assert _call(address, "QueryMsgByKey", other, _md("reader", "reader-secret-456", by_key)) == grpc.StatusCode.PERMISSION_DENIED
+    assert _call(address, "QueryMsgByKey", other, _md("reader", "reader-secret-456", by_key, other)) == grpc.StatusCode.PERMISSION_DENIED
     reg = router_pb2.RegisterBrokerRequest(broker_name="x", commitlog_addr="127.0.0.1:1", store_host="127.0.0.1:1")
-    assert _call(address, "RegisterBroker", reg, _md("reader", "reader-secret-456", "/quarry.v1.QueryRouterService/RegisterBroker")) == grpc.StatusCode.PERMISSION_DENIED
-    assert _call(address, "RegisterBroker", reg, _md("ops", "ops-secret-123", "/quarry.v1.QueryRouterService/RegisterBroker")) == grpc.StatusCode.OK
+    assert _call(address, "RegisterBroker", reg, _md("reader", "reader-secret-456", "/quarry.v1.QueryRouterService/RegisterBroker", reg)) == grpc.StatusCode.PERMISSION_DENIED
+    assert _call(address, "RegisterBroker", reg, _md("ops", "ops-secret-123", "/quarry.v1.QueryRouterService/RegisterBroker", reg)) == grpc.StatusCode.OK
     # A signature for one method does not open another.
-    assert _call(address, "RegisterBroker", reg, _md("ops", "ops-secret-123", by_key)) == grpc.StatusCode.UNAUTHENTICATED
+    assert _call(address, "RegisterBroker", reg, _md("ops", "ops-secret-123", by_key, reg)) == grpc.StatusCode.UNAUTHENTICATED
     log = log_path.read_text()
     assert "access denied" in log and "reader-secret-456" not in log and "ops-secret-123" not in log
 
@@ -160,17 +178,18 @@ def test_access_control_on_the_commitlog_covers_unary_and_streaming_calls(tmp_pa
 
     send = commitlog_pb2.SendMessageRequest(message=msg("OrderTopic"))
     assert code("SendMessage", send, None) == grpc.StatusCode.UNAUTHENTICATED
-    assert code("SendMessage", send, _md("orders", "wrong", svc + "SendMessage")) == grpc.StatusCode.UNAUTHENTICATED
-    assert code("SendMessage", send, _md("orders", "orders-secret-789", svc + "SendMessage")) == grpc.StatusCode.OK
+    assert code("SendMessage", send, _md("orders", "wrong", svc + "SendMessage", send)) == grpc.StatusCode.UNAUTHENTICATED
+    assert code("SendMessage", send, _md("orders", "orders-secret-789", svc + "SendMessage", send)) == grpc.StatusCode.OK
     other = commitlog_pb2.SendBatchRequest(messages=[msg("OtherTopic")])
-    assert code("SendBatch", other, _md("orders", "orders-secret-789", svc + "SendBatch")) == grpc.StatusCode.PERMISSION_DENIED
+    assert code("SendBatch", other, _md("orders", "orders-secret-789", svc + "SendBatch", other)) == grpc.StatusCode.PERMISSION_DENIED
     stream = [commitlog_pb2.SendStreamRequest(message=msg("OrderTopic")), commitlog_pb2.SendStreamRequest(message=msg("OtherTopic"))]
     assert code("SendStream", stream, None) == grpc.StatusCode.UNAUTHENTICATED
-    assert code("SendStream", stream, _md("orders", "orders-secret-789", svc + "SendStream")) == grpc.StatusCode.PERMISSION_DENIED
+    md = _md("orders", "orders-secret-789", svc + "SendStream", None)
+    assert code("SendStream", _signed_items("orders-secret-789", md, stream), md) == grpc.StatusCode.PERMISSION_DENIED
     tail = commitlog_pb2.TailRequest(from_offset=0)
     assert code("Tail", tail, None) == grpc.StatusCode.UNAUTHENTICATED
-    assert code("Tail", tail, _md("orders", "orders-secret-789", svc + "Tail")) == grpc.StatusCode.PERMISSION_DENIED
-    assert code("Tail", tail, _md("ops", "ops-secret-123", svc + "Tail")) == grpc.StatusCode.OK
+    assert code("Tail", tail, _md("orders", "orders-secret-789", svc + "Tail", tail)) == grpc.StatusCode.PERMISSION_DENIED
+    assert code("Tail", tail, _md("ops", "ops-secret-123", svc + "Tail", tail)) == grpc.StatusCode.OK
     # An unauthenticated caller learns nothing about which methods exist.
     with grpc.insecure_channel(cl.address) as ch:
         with pytest.raises(grpc.RpcError) as err:
@@ -178,3 +197,85 @@ def test_access_control_on_the_commitlog_covers_unary_and_streaming_calls(tmp_pa
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     log = cl.log_path.read_text()
     assert "access denied" in log and "orders-secret-789" not in log and "ops-secret-123" not in log
+
+
+def test_a_signature_opens_only_its_own_request_and_only_once(acl_router: tuple[str, Path]) -> None:
+    """Router (thread-pool server): a replayed call and a call with an altered body are refused
+    UNAUTHENTICATED, and the log names the reason without secrets or signatures."""
+    address, log_path = acl_router
+    by_key = "/quarry.v1.QueryRouterService/QueryMsgByKey"
+    signed = router_pb2.QueryMsgByKeyRequest(topic="OrderTopic", key="k")
+    md = _md("reader", "reader-secret-456", by_key, signed)
+    assert _call(address, "QueryMsgByKey", signed, md) == grpc.StatusCode.NOT_FOUND  # accepted; no broker holds the topic
+    assert _call(address, "QueryMsgByKey", signed, md) == grpc.StatusCode.UNAUTHENTICATED  # the same call again
+    altered = router_pb2.QueryMsgByKeyRequest(topic="OrderTopic", key="someone-else")
+    fresh = _md("reader", "reader-secret-456", by_key, signed)
+    assert _call(address, "QueryMsgByKey", altered, fresh) == grpc.StatusCode.UNAUTHENTICATED  # another body, same signature
+    assert _call(address, "QueryMsgByKey", signed, fresh) == grpc.StatusCode.NOT_FOUND  # the refusal did not spend it
+    log = log_path.read_text()
+    assert "replayed signature" in log and "bad signature" in log
+    for header in (md, fresh):
+        assert dict(header)[SIGNATURE_HEADER] not in log
+    assert "reader-secret-456" not in log
+
+
+def test_signed_sends_cannot_be_replayed_or_altered_on_the_commitlog(tmp_path: Path, launch: Launch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commitlog (asyncio server): unary and streamed sends, each replayed and altered."""
+    from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+
+    secret = "orders-secret-789"
+    (tmp_path / "acl.json").write_text(json.dumps({"accounts": [{"access_key": "orders", "secret_key": secret, "topics": {"OrderTopic": ["publish"]}}]}))
+    monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
+    cl = launch("commitlog", "--store-dir", str(tmp_path / "store"), "--segment-size", "65536")
+    monkeypatch.delenv("QUARRY_ACL_FILE")
+    svc = "/quarry.v1.CommitLogService/"
+
+    def send(fn: str, request: Any, md: list[tuple[str, str]]) -> tuple[grpc.StatusCode, Any]:
+        with grpc.insecure_channel(cl.address) as ch:
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+            try:
+                if fn == "SendStream":
+                    return grpc.StatusCode.OK, stub.SendStream(iter(request), timeout=5, metadata=md)
+                return grpc.StatusCode.OK, getattr(stub, fn)(request, timeout=5, metadata=md)
+            except grpc.RpcError as exc:
+                return exc.code(), None
+
+    def msg(body: bytes) -> common_pb2.MessageInput:
+        return common_pb2.MessageInput(topic="OrderTopic", body=body, queue_id=0)
+
+    request = commitlog_pb2.SendMessageRequest(message=msg(b"pay 10"))
+    md = _md("orders", secret, svc + "SendMessage", request)
+    assert send("SendMessage", request, md)[0] == grpc.StatusCode.OK
+    assert send("SendMessage", request, md)[0] == grpc.StatusCode.UNAUTHENTICATED
+    md2 = _md("orders", secret, svc + "SendMessage", request)
+    assert send("SendMessage", commitlog_pb2.SendMessageRequest(message=msg(b"pay 10000")), md2)[0] == grpc.StatusCode.UNAUTHENTICATED
+
+    items = [commitlog_pb2.SendStreamRequest(message=msg(b"stream %d" % i)) for i in range(3)]
+    smd = _md("orders", secret, svc + "SendStream", None)
+    signed = _signed_items(secret, smd, items)
+    code, resp = send("SendStream", signed, smd)
+    assert code == grpc.StatusCode.OK and len(resp.results) == 3
+    assert send("SendStream", signed, smd)[0] == grpc.StatusCode.UNAUTHENTICATED  # the whole stream again
+    smd2 = _md("orders", secret, svc + "SendStream", None)
+    tampered = _signed_items(secret, smd2, items)
+    tampered[1].message.body = b"stream altered"  # its signature was made for the original body
+    assert send("SendStream", tampered, smd2)[0] == grpc.StatusCode.UNAUTHENTICATED
+    smd3 = _md("orders", secret, svc + "SendStream", None)
+    swapped = _signed_items(secret, smd3, items)
+    swapped[0], swapped[1] = swapped[1], swapped[0]  # each message signed, but in another position
+    assert send("SendStream", swapped, smd3)[0] == grpc.StatusCode.UNAUTHENTICATED
+
+    # The signing channel clients use signs streamed calls message by message.
+    monkeypatch.setenv("QUARRY_ACCESS_KEY", "orders")
+    monkeypatch.setenv("QUARRY_SECRET_KEY", secret)
+    with open_channel(cl.address) as ch:
+        assert len(commitlog_pb2_grpc.CommitLogServiceStub(ch).SendStream(iter(items), timeout=5).results) == 3
+        assert commitlog_pb2_grpc.CommitLogServiceStub(ch).SendMessage(request, timeout=5).result.queue_offset > 0
+
+    # Nothing altered reached the log; the replays added nothing (page cache: visible at once).
+    data = b"".join(f.read_bytes() for f in sorted((tmp_path / "store" / "commitlog").iterdir()))
+    assert b"pay 10000" not in data and b"stream altered" not in data
+    assert data.count(b"pay 10") == 2 and data.count(b"stream 2") == 2
+    log = cl.log_path.read_text()
+    assert "replayed signature" in log and "bad signature on streamed message 1" in log
+    assert secret not in log and dict(md)[SIGNATURE_HEADER] not in log and dict(smd)[SIGNATURE_HEADER] not in log
