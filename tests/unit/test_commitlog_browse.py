@@ -11,7 +11,7 @@ import pytest
 
 from quarry.formats import tag_expression
 from quarry.formats.java_hash import java_string_hash
-from quarry.formats.record import SCHEDULE_TOPIC
+from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.services.commitlog import browse as browse_mod
 from quarry.services.commitlog import append as append_mod
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
