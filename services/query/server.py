@@ -14,6 +14,7 @@ from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
 from quarry.services import metrics
 from quarry.services.log import configure_logging, log_event
 from quarry.services.query.broker_clients import BrokerClients
+from quarry.services.query.browse import browse_topic, search_offset
 from quarry.services.query.queries import Answer, Queries, QueryError, QuerySettings
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
 from quarry.services.serving import Registration, start_server, wait_for_termination
@@ -160,6 +161,26 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
     def QueryMsgByOffset(self, request: router_pb2.QueryMsgByOffsetRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByOffsetResponse:
         answer = _run(context, "offset", lambda: self.queries.by_offset(request.topic, request.broker_name, request.queue_id, request.queue_offset, request.timeout_ms))
         return router_pb2.QueryMsgByOffsetResponse(result=_result(answer))
+
+    def BrowseTopic(self, request: router_pb2.BrowseTopicRequest, context: grpc.ServicerContext) -> router_pb2.BrowseTopicResponse:
+        answer = _run(context, "browse", lambda: browse_topic(
+            self.queries, request.topic, request.begin_timestamp, request.end_timestamp, request.tag_expression, request.oldest_first,
+            request.max_num, request.continuation_token, request.timeout_ms, request.broker_name,
+            request.queue_id if request.has_queue_id else None,
+        ))
+        return router_pb2.BrowseTopicResponse(result=_result(answer))
+
+    def SearchOffset(self, request: router_pb2.SearchOffsetRequest, context: grpc.ServicerContext) -> router_pb2.SearchOffsetResponse:
+        holder: list[router_pb2.SearchOffsetResponse] = []
+
+        def _search() -> Answer:
+            found, outcome = search_offset(self.queries, request.topic, request.broker_name, request.queue_id, request.timestamp, request.boundary, request.timeout_ms)
+            holder.append(router_pb2.SearchOffsetResponse(queue_offset=found.queue_offset, min_queue_offset=found.min_queue_offset,
+                                                          max_queue_offset=found.max_queue_offset, broker_name=request.broker_name))
+            return Answer(outcomes=[outcome])
+
+        _run(context, "search_offset", _search)
+        return holder[0]
 
 
 def serve(args: argparse.Namespace) -> int:
