@@ -15,7 +15,7 @@ from quarry.clients.channels import open_channel
 
 from quarry.clients.errors import from_rpc_error
 from quarry.clients.model import QueryResult
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2, router_pb2_grpc
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 
 T = TypeVar("T")
 
@@ -50,6 +50,23 @@ class AdminClient:
     def query_by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> QueryResult:
         r = self._call(self._router.QueryMsgByOffset, router_pb2.QueryMsgByOffsetRequest(topic=topic, broker_name=broker_name, queue_id=queue_id, queue_offset=queue_offset))
         return QueryResult.from_proto(r.result)
+
+    def browse_topic(self, topic: str, begin: int = 0, end: int = 0, tag_expression: str = "", oldest_first: bool = False,
+                     max_num: int = 0, continuation_token: str = "", broker_name: str = "", queue_id: int | None = None) -> QueryResult:
+        """One page of the topic's messages stored in [begin, end] (printMsg / printMsgByQueue);
+        pass result.next_token back for the next page."""
+        r = self._call(self._router.BrowseTopic, router_pb2.BrowseTopicRequest(
+            topic=topic, begin_timestamp=begin, end_timestamp=end, tag_expression=tag_expression, oldest_first=oldest_first,
+            max_num=max_num, continuation_token=continuation_token, broker_name=broker_name,
+            queue_id=queue_id or 0, has_queue_id=queue_id is not None))
+        return QueryResult.from_proto(r.result)
+
+    def search_offset(self, topic: str, broker_name: str, queue_id: int, timestamp: int, upper: bool = False) -> router_pb2.SearchOffsetResponse:
+        """RocketMQ's searchOffset: the first queue offset stored at or after `timestamp`
+        (with upper=True: the last one at or before it)."""
+        boundary = common_pb2.BOUNDARY_TYPE_UPPER if upper else common_pb2.BOUNDARY_TYPE_LOWER
+        return self._call(self._router.SearchOffset, router_pb2.SearchOffsetRequest(
+            topic=topic, broker_name=broker_name, queue_id=queue_id, timestamp=timestamp, boundary=boundary))
 
     def topic_route(self, topic: str) -> router_pb2.GetTopicRouteResponse:
         return self._call(self._router.GetTopicRoute, router_pb2.GetTopicRouteRequest(topic=topic))

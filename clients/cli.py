@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from quarry.clients.admin import AdminClient
+from quarry.clients.cli_browse import BrowseCommands
+from quarry.clients.cli_browse import add_parsers as add_browse_parsers
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
 from quarry.clients.model import Message, QueryResult
 from quarry.clients.producer import Producer
@@ -61,7 +63,7 @@ def report_incomplete(result: QueryResult, err: Any) -> None:
         print(f"WARNING: broker {b.broker_name} did not answer ({b.error_code}: {b.error_message}); the result may be incomplete", file=err)
 
 
-class Cli:
+class Cli(BrowseCommands):
     def __init__(self, args: argparse.Namespace, out: Any, err: Any) -> None:
         self.args, self.out, self.err = args, out, err
         self.admin = AdminClient(args.namesrv)
@@ -216,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("brokerStatus", "broker-status", "store status of each broker")
     s.add_argument("-b", "--broker", default="")
     add("clusterList", "cluster-list", "live brokers")
+    add_browse_parsers(add, parse_time)
     return p
 
 

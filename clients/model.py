@@ -33,6 +33,9 @@ class Message:
     body_crc: int
     offset_msg_id: str
     broker_name: str
+    scheduled: bool = False  # a delayed message (parked for real_topic, or carrying a delay)
+    deliver_timestamp: int = 0
+    real_topic: str = ""
 
     @classmethod
     def from_proto(cls, m: common_pb2.StoredMessage) -> "Message":
@@ -45,6 +48,7 @@ class Message:
             store_timestamp=m.store_timestamp, store_host=_host(m.store_host), reconsume_times=m.reconsume_times,
             prepared_transaction_offset=m.prepared_transaction_offset, body_crc=m.body_crc,
             offset_msg_id=m.offset_msg_id, broker_name=m.broker_name,
+            scheduled=m.scheduled, deliver_timestamp=m.deliver_timestamp, real_topic=m.real_topic,
         )
 
     def to_json(self, with_body: bool = True) -> dict[str, Any]:

@@ -1,0 +1,223 @@
+"""The browse-by-time, trace and id commands of the `quarry` CLI (mqadmin's printMsg,
+printMsgByQueue, queryMsgTraceById, DecodeMessageId, plus searchOffset).
+
+Exit codes as for every command: 0 found, 1 nothing found, 2 bad input, 3 unavailable,
+4 incomplete (some broker did not answer: the result may miss messages).
+"""
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+from datetime import datetime
+from typing import Any, Callable
+
+from quarry.clients.errors import InvalidArgumentError, NotFoundError
+from quarry.clients.model import Message, QueryResult
+from quarry.formats import message_id, message_trace
+
+EXIT_OK, EXIT_NOT_FOUND, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 2, 4
+DEFAULT_PAGE = 256
+TRACE_PAGE = 64
+
+
+def _ms(ms: int) -> str:
+    dt = datetime.fromtimestamp(ms / 1000)
+    return dt.strftime("%Y-%m-%d %H:%M:%S") + f",{ms % 1000:03d}"
+
+
+def _charset(name: str) -> str:
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        raise InvalidArgumentError("INVALID_ARGUMENT", f"-c/--charsetName: unknown charset {name!r} (e.g. UTF-8, GBK)") from None
+
+
+def message_line(m: Message, charset: str, print_body: bool) -> str:
+    """One message as mqadmin's printMsg prints it: MSGID, the MessageExt fields, BODY."""
+    props = "{" + ", ".join(f"{k}={v}" for k, v in m.property_pairs) + "}"
+    sched = f", scheduled=true, deliverTime={_ms(m.deliver_timestamp)}, realTopic={m.real_topic}" if m.scheduled else ""
+    body = m.body.decode(charset, errors="replace") if print_body else "NOT PRINT BODY"
+    return (f"MSGID: {m.unique_key or m.offset_msg_id} MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, "
+            f"storeSize={m.store_size}, queueOffset={m.queue_offset}, sysFlag={m.sys_flag}, bornTimestamp={_ms(m.born_timestamp)}, "
+            f"bornHost={m.born_host}, storeTimestamp={_ms(m.store_timestamp)}, storeHost={m.store_host}, "
+            f"msgId={m.offset_msg_id}, commitLogOffset={m.commit_log_offset}, bodyCRC={m.body_crc}, reconsumeTimes={m.reconsume_times}, "
+            f"topic={m.topic}, tags={m.tags}, keys={' '.join(m.keys)}, properties={props}{sched}] BODY: {body}")
+
+
+class BrowseCommands:
+    """Mixed into the CLI: needs self.args, self.out, self.err, self.admin."""
+
+    args: argparse.Namespace
+    out: Any
+    err: Any
+    admin: Any
+
+    def _browse(self, fetch: Callable[[str, int], QueryResult]) -> int:
+        """Fetch pages until the window is done, --max messages were printed, or a page is incomplete."""
+        charset = _charset(self.args.charset)
+        print_body = self.args.print_body.lower() != "false"
+        limit = self.args.max
+        token = self.args.token
+        shown: list[Message] = []
+        failed: dict[str, str] = {}
+        next_token, retry_token = "", ""
+        while True:
+            page_size = min(self.args.page_size, limit - len(shown)) if limit else self.args.page_size
+            result = fetch(token, page_size)
+            for m in result.messages:
+                if not self.args.json:
+                    print(message_line(m, charset, print_body), file=self.out)
+            shown += result.messages
+            next_token = result.next_token
+            if result.failed_brokers:
+                failed.update({b.broker_name: f"{b.error_code}: {b.error_message}" for b in result.failed_brokers})
+                retry_token = token  # this page again, once the brokers answer
+                break
+            if not next_token or (limit and len(shown) >= limit):
+                break
+            token = next_token
+        if self.args.json:
+            print(json.dumps({"messages": [_msg_json(m, charset, print_body) for m in shown], "complete": not failed,
+                              "failed_brokers": failed, "next_token": next_token, "retry_token": retry_token}, indent=1), file=self.out)
+        else:
+            if next_token and not failed:
+                print(f"more: --token {next_token}", file=self.out)
+        for name, why in failed.items():
+            print(f"WARNING: broker {name} did not answer ({why}); the result may be incomplete. "
+                  f"Retry this page with --token '{retry_token}'", file=self.err)
+        if failed:
+            return EXIT_INCOMPLETE
+        return EXIT_OK if shown else EXIT_NOT_FOUND
+
+    def printMsg(self) -> int:
+        a = self.args
+        return self._browse(lambda token, n: self.admin.browse_topic(a.topic, a.begin, a.end, a.sub_expression, a.oldest_first, n, token))
+
+    def printMsgByQueue(self) -> int:
+        a = self.args
+        return self._browse(lambda token, n: self.admin.browse_topic(a.topic, a.begin, a.end, a.sub_expression, a.oldest_first, n, token,
+                                                                     broker_name=a.broker_name, queue_id=a.queue_id))
+
+    def searchOffset(self) -> int:
+        a = self.args
+        r = self.admin.search_offset(a.topic, a.broker_name, a.queue_id, a.timestamp, a.upper)
+        data = {"broker_name": r.broker_name, "queue_offset": r.queue_offset, "min_queue_offset": r.min_queue_offset, "max_queue_offset": r.max_queue_offset}
+        print(json.dumps(data) if a.json else f"offset={r.queue_offset} (queue range [{r.min_queue_offset}, {r.max_queue_offset}))", file=self.out)
+        return EXIT_OK
+
+    def queryMsgTraceById(self) -> int:
+        """mqadmin's queryMsgTraceById: the trace topic's messages keyed by the id, decoded."""
+        a = self.args
+        contexts: list[message_trace.TraceContext] = []
+        problems: list[str] = []
+        token, failed = "", {}
+        while True:
+            try:
+                result = self.admin.query_by_key(a.trace_topic, a.msg_id, TRACE_PAGE, a.begin, a.end, token)
+            except NotFoundError:
+                break  # no broker holds the trace topic: no trace
+            for m in result.messages:
+                decoded = message_trace.contexts_for(m.body.decode("utf-8", errors="replace"), a.msg_id, m.born_host.rsplit(":", 1)[0].strip("[]"))
+                contexts += decoded.contexts
+                problems += [f"{m.offset_msg_id}: {p}" for p in decoded.problems]
+            failed.update({b.broker_name: f"{b.error_code}: {b.error_message}" for b in result.failed_brokers})
+            token = result.next_token
+            if not token or len(contexts) >= a.max_num > 0:
+                break
+        contexts.sort(key=lambda c: (c.timestamp, c.trace_type))
+        if a.json:
+            print(json.dumps({"msg_id": a.msg_id, "trace_topic": a.trace_topic, "contexts": [c.to_json() for c in contexts],
+                              "problems": problems, "complete": not failed, "failed_brokers": failed}, indent=1), file=self.out)
+        else:
+            print_trace(contexts, self.out)
+        for p in problems:
+            print(f"WARNING: trace record {p}", file=self.err)
+        for name, why in failed.items():
+            print(f"WARNING: broker {name} did not answer ({why}); the trace may be incomplete", file=self.err)
+        if failed:
+            return EXIT_INCOMPLETE
+        return EXIT_OK if contexts else EXIT_NOT_FOUND
+
+    def DecodeMessageId(self) -> int:
+        local = datetime.now().astimezone()
+        try:
+            info = message_id.describe(self.args.message_id, int(local.timestamp() * 1000), local.tzinfo)  # type: ignore[arg-type]
+        except message_id.MessageIdError as exc:
+            raise InvalidArgumentError("INVALID_ARGUMENT", f"-i/--messageId: {exc}") from None
+        if self.args.json:
+            print(json.dumps(info, indent=1), file=self.out)
+            return EXIT_OK
+        if "offset_msg_id" in info:
+            o = info["offset_msg_id"]
+            print(f"as offsetMsgId: storeHost={o.get('store_host', '?')} commitLogOffset={o.get('commit_log_offset', '?')}"
+                  + (f" ({o['error']})" if "error" in o else ""), file=self.out)
+        if "unique_key_v4" in info:
+            u = info["unique_key_v4"]
+            print(f"as unique key (4.x): ip={u['ip']} pid={u['pid']} classLoaderHash={u['class_loader_hash']} "
+                  f"date={_ms(u['nearly_time_ms'])} (month start + {u['ms_since_month_start']} ms, read in this machine's zone) counter={u['counter']}", file=self.out)
+        if "unique_key_v5" in info:
+            u = info["unique_key_v5"]
+            print(f"as unique key (5.x): mac={u['mac']} pid={u['pid']} date={_ms(u['time_ms_if_utc'])} "
+                  f"(if the producer ran in UTC; {u['seconds_since_2021']} s since 2021-01-01 in its zone) sequence={u['sequence']}", file=self.out)
+        return EXIT_OK
+
+
+def _msg_json(m: Message, charset: str, print_body: bool) -> dict[str, Any]:
+    out = m.to_json(with_body=False)
+    if print_body:
+        out["body"] = m.body.decode(charset, errors="replace")
+    return out
+
+
+def print_trace(contexts: list[message_trace.TraceContext], out: Any) -> None:
+    """The layout mqadmin prints: each Pub, then the SubAfter rows grouped by consumer group."""
+    row = "{:<10s} {:<20s} {:<20s} {:<20s} {:<10s} {:<10s}"
+    for c in contexts:
+        if c.trace_type == "Pub":
+            print(row.format("#Type", "#ProducerGroup", "#ClientHost", "#SendTime", "#CostTimes", "#Status"), file=out)
+            print(row.format("Pub", c.group, c.client_host, _ms(c.timestamp)[:19], f"{c.cost_time_ms}ms", "success" if c.success else "failed"), file=out)
+            print("", file=out)
+    groups: dict[str, list[message_trace.TraceContext]] = {}
+    for c in contexts:
+        if c.trace_type == "SubAfter":
+            groups.setdefault(c.group, []).append(c)
+    for group, rows in groups.items():
+        print(row.format("#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime", "#CostTimes", "#Status"), file=out)
+        for c in rows:
+            print(row.format("Sub", group, c.client_host, _ms(c.timestamp)[:19] if c.timestamp else "-", f"{c.cost_time_ms}ms", "success" if c.success else "failed"), file=out)
+        print("", file=out)
+
+
+def add_parsers(add: Callable[[str, str, str], argparse.ArgumentParser], parse_time: Callable[[str], int]) -> None:
+    """The subcommands, with mqadmin's short and long option names."""
+    for name, alias, help_text in (("printMsg", "print-msg", "every message of a topic stored in a time window, in store-time order"),
+                                   ("printMsgByQueue", "print-msg-by-queue", "every message of one broker's queue stored in a time window")):
+        s = add(name, alias, help_text)
+        s.add_argument("-t", "--topic", required=True, help="topic name")
+        if name == "printMsgByQueue":
+            s.add_argument("-a", "--brokerName", dest="broker_name", required=True, help="broker name")
+            s.add_argument("-i", "--queueId", dest="queue_id", type=int, required=True, help="queue id")
+        s.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time, default=0, help="earliest store time: epoch ms or ISO time (default 0)")
+        s.add_argument("-e", "--endTimestamp", dest="end", type=parse_time, default=0, help="latest store time, inclusive: epoch ms or ISO time (default now)")
+        s.add_argument("-s", "--subExpression", dest="sub_expression", default="*", help="tag expression: *, TagA, or 'TagA || TagB'")
+        s.add_argument("-c", "--charsetName", dest="charset", default="UTF-8", help="charset to print bodies with (default UTF-8)")
+        s.add_argument("-d", "--printBody", dest="print_body", default="true", help="print bodies: true (default) or false")
+        s.add_argument("--oldest-first", action="store_true", help="oldest store time first (default newest first)")
+        s.add_argument("--max", type=int, default=0, help="stop after this many messages and print the token to continue (default: all)")
+        s.add_argument("--page-size", type=int, default=DEFAULT_PAGE, help=f"messages per request, 1..1024 (default {DEFAULT_PAGE})")
+        s.add_argument("--token", default="", help="continue from this token (printed when more remain)")
+    s = add("searchOffset", "search-offset", "the queue offset of a store time (RocketMQ's searchOffset)")
+    s.add_argument("-t", "--topic", required=True, help="topic name")
+    s.add_argument("-a", "--brokerName", dest="broker_name", required=True, help="broker name")
+    s.add_argument("-i", "--queueId", dest="queue_id", type=int, required=True, help="queue id")
+    s.add_argument("-s", "--timestamp", type=parse_time, required=True, help="store time: epoch ms or ISO time")
+    s.add_argument("--upper", action="store_true", help="the last offset at or before the time (default: the first at or after)")
+    s = add("queryMsgTraceById", "query-msg-trace-by-id", "the send/consume trace of a message id")
+    s.add_argument("-i", "--msgId", dest="msg_id", required=True, help="message id (the producer's msgId)")
+    s.add_argument("-t", "--traceTopic", dest="trace_topic", default=message_trace.DEFAULT_TRACE_TOPIC, help=f"trace topic (default {message_trace.DEFAULT_TRACE_TOPIC})")
+    s.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time, default=0, help="earliest store time of trace records")
+    s.add_argument("-e", "--endTimestamp", dest="end", type=parse_time, default=0, help="latest store time of trace records (default now)")
+    s.add_argument("-c", "--maxNum", dest="max_num", type=int, default=0, help="stop after this many trace contexts (default: all)")
+    s = add("DecodeMessageId", "decode-message-id", "what an offsetMsgId or unique key holds (offline)")
+    s.add_argument("-i", "--messageId", dest="message_id", required=True, help="offsetMsgId or unique key")
