@@ -24,7 +24,6 @@ from quarry.formats.segment_walk import walk_segments
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
-from quarry.services.launcher import REPO_ROOT
 
 SLOTS = 5_000_000
 
@@ -38,7 +37,7 @@ def _build_store(root: Path, records: int, body: int) -> None:
 
 def _job(argv: list[str], summary: Path) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "quarry.pipeline", *argv, "--quiet", "--summary-json", str(summary)], cwd=REPO_ROOT, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "quarry.pipeline", *argv, "--quiet", "--summary-json", str(summary)], check=True, capture_output=True)
     return json.loads(summary.read_text()), time.perf_counter() - t0
 
 

@@ -21,7 +21,6 @@ import grpc
 from quarry.clients.channels import open_channel
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MODULES = {"commitlog": "quarry.services.commitlog", "indexer": "quarry.services.indexer", "router": "quarry.services.query"}
 
 
@@ -72,7 +71,8 @@ class ServiceProcess:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Run beside the log, not in a source tree: the installed package is all a service needs.
+        self.proc = subprocess.Popen(cmd, cwd=self.log_path.parent, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             self._wait(wait_s)
         except Exception:

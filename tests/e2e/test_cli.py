@@ -5,13 +5,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from quarry.clients.producer import Producer
-from quarry.services.launcher import REPO_ROOT, LocalCluster
+from quarry.services.launcher import LocalCluster
 from tests.e2e.conftest import wait_until
 
 
@@ -26,8 +27,9 @@ def cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyp
 
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     assert cluster.router is not None
-    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO_ROOT)
+    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address}
+    # Outside the source tree: the CLI runs from the installed package alone.
+    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
 
 
 def test_send_then_find_by_every_query(cluster: LocalCluster) -> None:

@@ -18,8 +18,8 @@ import pytest
 
 from quarry.clients.admin import AdminClient
 from quarry.clients.producer import Producer
-from quarry.services.launcher import REPO_ROOT
 from tests.contract.test_compose import compose_config
+from tests.vectors import REPO_ROOT
 from tests.e2e.conftest import wait_until
 from tests.e2e.pki import make_pki
 
@@ -67,10 +67,9 @@ class Topology:
         svc = self.services[name]
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")}
         env.update({k: self.rewrite(name, str(v)) for k, v in (svc.get("environment") or {}).items()})
-        env["PYTHONPATH"] = str(REPO_ROOT)
         log = open(self.root / f"{name}.log", "ab")
         cmd = [sys.executable, "-m", "quarry.services.entrypoint", *svc["command"]]
-        self.procs[name] = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.procs[name] = subprocess.Popen(cmd, env=env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         probe = [self.rewrite(name, a) for a in svc["healthcheck"]["test"][1:]]
         assert probe[:4] == ["python", "-m", "quarry.services.entrypoint", "probe"]
         probe[0] = sys.executable
@@ -78,7 +77,7 @@ class Topology:
         def healthy() -> bool:
             if self.procs[name].poll() is not None:
                 pytest.fail(f"{name} exited: {(self.root / f'{name}.log').read_text()[-2000:]}")
-            return subprocess.run(probe, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, timeout=30).returncode == 0
+            return subprocess.run(probe, cwd=self.root, capture_output=True, timeout=30).returncode == 0
 
         wait_until(healthy, timeout_s=60, what=f"{name} healthy by its compose probe")
 
