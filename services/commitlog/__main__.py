@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from quarry.services.commitlog.config import parse_args
-from quarry.services.commitlog.server import serve
+from quarry.services.commitlog.main import serve
 
 
 def main(argv: list[str] | None = None) -> int:

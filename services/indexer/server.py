@@ -1,8 +1,8 @@
 """The indexer's gRPC servicer: QueryMessage and status over the IndexFile list.
 
-It validates, asks the index for offsets, reads those records from its commitlog in one
-call, and maps errors to status codes. Formats live in `formats/`, storage in
-`index_store`.
+It validates, asks the index for offsets and reads those records from its commitlog in one
+call; it raises the services' errors, which services/status.py maps to status codes.
+Formats live in `formats/`, storage in `index_store`.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services import metrics
 from quarry.services.indexer.tailer import Tailer, TailState
 from quarry.services.log import configure_logging, log_event
+from quarry.services.errors import InvalidArgument, Unavailable
+from quarry.services.status import rpc_errors
 from quarry.services.serving import Registration, start_server, wait_for_termination
 
 log = logging.getLogger("quarry.indexer")
@@ -32,6 +34,7 @@ DEFAULT_MAX_NUM = 64
 UNIQUE_KEY_DEFAULT_MAX_NUM = 32  # the RocketMQ broker's default for unique-key queries
 
 
+@rpc_errors
 class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
     """QueryMessage + GetIndexStatus."""
 
@@ -48,20 +51,20 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         try:
             validate_topic(request.topic)
         except TopicError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise InvalidArgument(str(exc)) from None
         if not request.key:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "key: must not be empty")
+            raise InvalidArgument("key: must not be empty")
         if len(request.key.encode()) > MAX_KEY_BYTES:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"key: at most {MAX_KEY_BYTES} bytes")
+            raise InvalidArgument(f"key: at most {MAX_KEY_BYTES} bytes")
         if request.max_num < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_num: must be >= 0 (0 means the default)")
+            raise InvalidArgument("max_num: must be >= 0 (0 means the default)")
         if request.begin_timestamp < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "begin_timestamp: must be >= 0")
+            raise InvalidArgument("begin_timestamp: must be >= 0")
         end = request.end_timestamp or int(time.time() * 1000)
         if request.begin_timestamp > end:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"begin_timestamp: must be <= end_timestamp ({end})")
+            raise InvalidArgument(f"begin_timestamp: must be <= end_timestamp ({end})")
         if request.before_phy_offset < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "before_phy_offset: must be >= 0 (0 means no bound)")
+            raise InvalidArgument("before_phy_offset: must be >= 0 (0 means no bound)")
         max_num = request.max_num or (UNIQUE_KEY_DEFAULT_MAX_NUM if request.unique_key_flag else DEFAULT_MAX_NUM)
         with self.lock:
             offsets = self.index.query(request.topic, request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None)
@@ -77,7 +80,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             )
         except grpc.RpcError as exc:
             # Never an empty success when the messages cannot be read.
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"commitlog of {self.broker_name} did not answer: {exc.code().name}: {exc.details()}")  # type: ignore[attr-defined]
+            raise Unavailable(f"commitlog of {self.broker_name} did not answer: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
         for msg in got.messages:
             msg.broker_name = self.broker_name
         response.messages.extend(got.messages)

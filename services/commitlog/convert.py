@@ -1,0 +1,88 @@
+"""Between the commitlog's protobuf messages and the store's types (no RPC logic here)."""
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import grpc
+
+from quarry.formats import scheduled
+from quarry.formats.record import Record
+from quarry.v1 import common_pb2
+from quarry.services.commitlog.append import AppendResult
+from quarry.services.commitlog.message_input import NewMessage
+
+
+def parse_host(text: str) -> tuple[str, int]:
+    """'ip:port' or '[v6]:port' → (ip, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected ip:port, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def resolve_store_host(advertise: str) -> tuple[str, int]:
+    """The IP and port offsetMsgIds carry: a host name is resolved, a wildcard replaced by
+    this host's address (an id must hold an IP the router can match)."""
+    host, port = parse_host(advertise)
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostbyname(socket.gethostname())
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        host = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+    return host, port
+
+
+def peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
+    peer = context.peer() or ""
+    try:
+        _, _, rest = peer.partition(":")
+        host, port = parse_host(rest.replace("%25", "%"))
+        return host.split("%")[0], port
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+def to_new_message(m: common_pb2.MessageInput, peer: tuple[str, int]) -> NewMessage:
+    """The store's message; an empty born host means the caller's address (`peer`)."""
+    # Positional and with each field read once: a batch converts thousands of these.
+    bh = m.born_host
+    return NewMessage(
+        m.topic, m.body, m.keys[:], m.tags, m.unique_key,
+        [(p.name, p.value) for p in m.properties] if m.properties else [],
+        m.flag, m.queue_id, m.born_timestamp, (bh.ip, bh.port) if bh.ip else peer, m.sys_flag,
+        m.reconsume_times, m.prepared_transaction_offset,
+    )
+
+
+def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
+    """A decoded record as the wire's StoredMessage (every MessageExt field)."""
+    props = rec.properties
+    schedule = scheduled.schedule_of(rec.topic, props, rec.store_timestamp)
+    return common_pb2.StoredMessage(
+        topic=rec.topic, flag=rec.flag, body=rec.body,
+        properties=[common_pb2.Property(name=n, value=v) for n, v in rec.properties_pairs],
+        keys=rec.keys, tags=props.get("TAGS", ""), unique_key=props.get("UNIQ_KEY", ""),
+        queue_id=rec.queue_id, queue_offset=rec.queue_offset, commit_log_offset=rec.physical_offset,
+        store_size=rec.store_size, sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,
+        born_host=common_pb2.HostAddress(ip=rec.born_host[0], port=rec.born_host[1]),
+        store_timestamp=rec.store_timestamp,
+        store_host=common_pb2.HostAddress(ip=rec.store_host[0], port=rec.store_host[1]),
+        reconsume_times=rec.reconsume_times, prepared_transaction_offset=rec.prepared_transaction_offset,
+        body_crc=rec.body_crc, offset_msg_id=rec.offset_msg_id, broker_name=broker_name,
+        scheduled=schedule is not None, deliver_timestamp=schedule.deliver_timestamp if schedule else 0,
+        real_topic=schedule.real_topic if schedule else "",
+    )
+
+
+def result_fields(r: AppendResult, broker: str) -> dict[str, object]:
+    return dict(
+        status=common_pb2.SEND_STATUS_SEND_OK if r.flushed else common_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT,
+        unique_key=r.unique_key, offset_msg_id=r.offset_msg_id, queue_id=r.queue_id,
+        queue_offset=r.queue_offset, physical_offset=r.physical_offset, topic=r.topic, broker_name=broker,
+    )
+
+
+def send_result(r: AppendResult, broker: str) -> common_pb2.SendResult:
+    return common_pb2.SendResult(**result_fields(r, broker))  # type: ignore[arg-type]

@@ -1,0 +1,74 @@
+"""The commitlog process: open the store, serve the RPCs, heartbeat to the router, stop cleanly."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
+from quarry.services import metrics
+from quarry.services.commitlog.convert import resolve_store_host
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.registration import Heartbeat, registration_request
+from quarry.services.commitlog.server import CommitLogServicer
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.log import configure_logging, log_event
+from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
+
+log = logging.getLogger("quarry.commitlog")
+
+
+def serve(args: argparse.Namespace) -> int:
+    configure_logging()
+    asyncio.run(_serve(args))
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    store = CommitLogStore(
+        StoreConfig(
+            store_dir=Path(args.store_dir), store_host=resolve_store_host(args.advertise), segment_size=args.segment_size,
+            cq_units_per_file=args.cq_units_per_file, flush_mode=args.flush_mode, flush_interval_ms=args.flush_interval_ms,
+            sync_flush_timeout_ms=args.sync_flush_timeout_ms, auto_create_topics=args.auto_create_topics,
+            default_queues=args.default_queues, max_message_size=args.max_message_size,
+            file_reserved_hours=args.file_reserved_hours, read_only=args.read_only,
+            dispatch_cache_records=args.tail_cache_records,
+        )
+    )
+    stopping = threading.Event()
+    metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
+    flushed = FlushSignal(asyncio.get_running_loop())
+    store.add_flush_listener(flushed.fire)
+    servicer = CommitLogServicer(store, args.broker_name, stopping, flushed)
+    name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
+    # Bodies above the limit are refused by gRPC before the payload is buffered.
+    running = await start_aio_server(
+        "commitlog", args.bind,
+        [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)],
+        max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
+    )
+    heartbeat = None
+    if args.router:
+        def _registration() -> router_pb2.RegisterBrokerRequest:
+            return registration_request(args.broker_name, args.advertise, args.indexer_addr, args.cluster_name,
+                                        args.heartbeat_interval_ms, store.config.store_host, store.topics)
+
+        heartbeat = Heartbeat(args.router, _registration, args.heartbeat_interval_ms).start()
+        servicer.on_topic_created = heartbeat.beat_now
+    log_event(log, "store ready", dir=args.store_dir, end=store.write_offset, recovered=store.recovered, flush_mode=args.flush_mode)
+
+    def _stop() -> None:
+        stopping.set()
+        if heartbeat is not None:
+            # No unregister: until it expires, the router keeps reporting this broker as not
+            # answering instead of silently leaving its messages out of answers.
+            heartbeat.stop(unregister=False)
+        store.close()
+
+    def _before_grace() -> None:
+        stopping.set()  # lets Tail streams end so the grace period is not spent on them
+        flushed.fire()
+
+    await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace)
