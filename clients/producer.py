@@ -20,10 +20,10 @@ import grpc
 from quarry.clients.channels import open_channel
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from quarry.clients.errors import InvalidArgumentError, QuarryError, UnavailableError, from_rpc_error
+from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError, from_rpc_error
 from quarry.clients.model import MessageQueue, SendResult
 from quarry.formats.properties import PropertyError, message_properties
-from quarry.formats.topic import TopicError, validate_topic
+from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY, DEFAULT_TOPIC_QUEUE_NUMS, TopicError, validate_topic
 from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 
@@ -60,7 +60,10 @@ class Producer:
         self.max_message_size = max_message_size
         self._channels: dict[str, grpc.Channel] = {}
         self._routes: dict[str, list[tuple[MessageQueue, str]]] = {}
-        self._counter = itertools.count()
+        # Round robin starts at a random queue, as RocketMQ's ThreadLocalIndex: producers
+        # that each send a few messages (a CLI run) spread over the queues and brokers
+        # instead of all starting on the first one.
+        self._counter = itertools.count(random.randrange(1 << 16))
         self._lock = threading.Lock()
 
     # -- channels and routes --------------------------------------------------------------
@@ -73,7 +76,7 @@ class Producer:
 
     def route(self, topic: str, refresh: bool = False) -> list[tuple[MessageQueue, str]]:
         """(queue, commitlog address) pairs of a topic; a topic no broker holds yet goes to
-        every live broker (they create it on first send, with 4 queues)."""
+        every broker that creates topics on first send (see _auto_create_route)."""
         if not refresh and topic in self._routes:
             return self._routes[topic]
         router = router_pb2_grpc.QueryRouterServiceStub(self._channel(self.router_addr))
@@ -83,14 +86,25 @@ class Producer:
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
                 raise from_rpc_error(exc) from None
-            brokers = router.ListBrokers(router_pb2.ListBrokersRequest(), timeout=self.timeout_s).brokers
-            queues = [(MessageQueue(topic, b.broker_name, q), b.commitlog_addr) for b in brokers for q in range(4)]
+            queues = self._auto_create_route(router, topic)
         if not queues:
             raise UnavailableError("UNAVAILABLE", f"no live broker to send topic {topic} to")
         # Interleave brokers (a0, b0, a1, b1, …) so round robin spreads load from the first send.
         queues.sort(key=lambda q: (q[0].queue_id, q[0].broker_name))
         self._routes[topic] = queues
         return queues
+
+    def _auto_create_route(self, router: router_pb2_grpc.QueryRouterServiceStub, topic: str) -> list[tuple[MessageQueue, str]]:
+        """A topic no broker holds yet goes along TBW102's route, as RocketMQ's producer does:
+        to every broker that creates topics on first send (each then holds it), using at most
+        DEFAULT_TOPIC_QUEUE_NUMS queues of each."""
+        try:
+            resp = router.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=AUTO_CREATE_TOPIC_KEY), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                raise NotFoundError("NOT_FOUND", f"topic {topic} does not exist and no live broker creates topics on first send") from None
+            raise from_rpc_error(exc) from None
+        return [(MessageQueue(topic, b.broker_name, q), b.commitlog_addr) for b in resp.brokers for q in range(min(DEFAULT_TOPIC_QUEUE_NUMS, b.queue_count))]
 
     # -- sending --------------------------------------------------------------------------
     def _input(self, topic: str, body: bytes, keys: str | Sequence[str] | None, tags: str, properties: dict[str, str] | None, unique_key: str | None, flag: int) -> common_pb2.MessageInput:

@@ -5,6 +5,13 @@ import re
 
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_BYTES = 127  # TOPICLEN is a signed byte
+# RocketMQ's TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC: a broker that creates topics on first
+# send registers this topic (with its default queue count), and a producer sends a topic no
+# broker holds yet along this topic's route, i.e. to the brokers that will create it.
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+# Queues per broker a producer uses for a topic it auto-creates (DefaultMQProducer's
+# defaultTopicQueueNums), at most the broker's own default.
+DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 
 class TopicError(ValueError):

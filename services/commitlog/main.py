@@ -11,7 +11,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
 from quarry.services import metrics
 from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.registration import Heartbeat, registration_request
+from quarry.services.commitlog.registration import Heartbeat, registration_request, announced_topics
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.log import configure_logging, log_event
@@ -53,7 +53,8 @@ async def _serve(args: argparse.Namespace) -> None:
     if args.router:
         def _registration() -> router_pb2.RegisterBrokerRequest:
             return registration_request(args.broker_name, args.advertise, args.indexer_addr, args.cluster_name,
-                                        args.heartbeat_interval_ms, store.config.store_host, store.topics)
+                                        args.heartbeat_interval_ms, store.config.store_host,
+                                        announced_topics(store.topics, args.auto_create_topics, args.default_queues))
 
         heartbeat = Heartbeat(args.router, _registration, args.heartbeat_interval_ms).start()
         servicer.on_topic_created = heartbeat.beat_now

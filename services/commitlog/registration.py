@@ -13,10 +13,20 @@ import grpc
 
 from quarry.clients.channels import open_channel
 
+from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY
 from quarry.v1 import router_pb2, router_pb2_grpc
 from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.heartbeat")
+
+
+def announced_topics(topics: dict[str, int], auto_create: bool, default_queues: int) -> dict[str, int]:
+    """The topics a broker registers: its own, plus TBW102 with its default queue count when
+    it creates topics on first send (RocketMQ's marker: producers send new topics along
+    TBW102's route, so only to brokers that will create them)."""
+    if not auto_create:
+        return dict(topics)
+    return {AUTO_CREATE_TOPIC_KEY: default_queues, **topics}
 
 
 class Heartbeat:

@@ -13,7 +13,9 @@ import pytest
 
 from quarry.clients.errors import InvalidArgumentError
 from quarry.clients.model import MessageQueue, SendResult
+from quarry.clients import producer as producer_module
 from quarry.clients.producer import Producer, unique_key_generator
+from quarry.clients.errors import NotFoundError
 from quarry.formats import unique_key
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 
@@ -58,8 +60,9 @@ def world() -> Iterator[tuple[str, Broker, Broker]]:
         s.stop(0)
 
 
-def test_unavailable_broker_is_retried_on_another_with_the_same_unique_key(world) -> None:  # type: ignore[no-untyped-def]
+def test_unavailable_broker_is_retried_on_another_with_the_same_unique_key(world, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     router, down, up = world
+    monkeypatch.setattr(producer_module.random, "randrange", lambda n: 0)
     with Producer(router, retries=2) as p:
         r = p.send("T", b"x", keys="k")  # round robin starts at broker-a's first queue
     assert r.message_queue.broker_name == "broker-b"
@@ -105,3 +108,55 @@ def test_generated_unique_keys_have_the_4x_layout_and_decode_to_now() -> None:
 def test_send_result_prints_like_rocketmq() -> None:
     r = SendResult("SEND_OK", "AB", "CD", MessageQueue("T", "broker-a", 3), 7)
     assert str(r) == "SendResult [sendStatus=SEND_OK, msgId=AB, offsetMsgId=CD, messageQueue=MessageQueue [topic=T, brokerName=broker-a, queueId=3], queueOffset=7]"
+
+
+def test_round_robin_starts_at_a_random_queue(world, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """RocketMQ's ThreadLocalIndex: a new producer's first send does not always hit the first queue."""
+    router, down, up = world
+    down.fail = None
+    monkeypatch.setattr(producer_module.random, "randrange", lambda n: 3)
+    with Producer(router) as p:
+        # Queues interleave brokers: a0 b0 a1 b1; the count starts at 3, so b1 then a0.
+        picked = [p.send("T", b"x").message_queue for _ in range(2)]
+    assert [(q.broker_name, q.queue_id) for q in picked] == [("broker-b", 1), ("broker-a", 0)]
+    monkeypatch.undo()
+    starts = set()
+    for _ in range(40):  # fresh producers, as 40 CLI runs: (1/4)^39 odds of one queue only
+        with Producer(router) as p:
+            q = p.send("T", b"x").message_queue
+            starts.add((q.broker_name, q.queue_id))
+    assert len(starts) > 1
+
+
+class AutoCreateRouter(router_pb2_grpc.QueryRouterServiceServicer):
+    """Knows no topic but TBW102, held by the brokers that create topics on first send."""
+
+    def __init__(self, auto_create: dict[str, tuple[str, int]]) -> None:
+        self.auto_create = auto_create
+
+    def GetTopicRoute(self, request, context):  # type: ignore[no-untyped-def]
+        if request.topic != "TBW102" or not self.auto_create:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no route for topic {request.topic}")
+        return router_pb2.GetTopicRouteResponse(topic=request.topic, brokers=[
+            router_pb2.BrokerQueues(broker_name=n, commitlog_addr=a, queue_count=q) for n, (a, q) in self.auto_create.items()])
+
+
+def test_a_new_topic_goes_to_the_brokers_that_create_topics_with_at_most_four_queues_each() -> None:
+    a, b = Broker("broker-a"), Broker("broker-b")
+    s1, a1 = _serve(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(a, s))
+    s2, a2 = _serve(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(b, s))
+    router = AutoCreateRouter({"broker-a": (a1, 8), "broker-b": (a2, 2)})
+    s3, a3 = _serve(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(router, s))
+    try:
+        with Producer(a3) as p:
+            route = p.route("NewTopic")
+            for _ in range(len(route)):
+                p.send("NewTopic", b"x")
+        assert sorted((q.broker_name, q.queue_id) for q, _ in route) == [("broker-a", i) for i in range(4)] + [("broker-b", 0), ("broker-b", 1)]
+        assert len(a.seen) == 4 and len(b.seen) == 2  # every broker of the route got (and so created) the topic
+        router.auto_create.clear()
+        with Producer(a3) as p, pytest.raises(NotFoundError, match="no live broker creates topics"):
+            p.send("OtherTopic", b"x")
+    finally:
+        for s in (s1, s2, s3):
+            s.stop(0)
