@@ -85,3 +85,9 @@ def schedule_of(topic: str, props: Mapping[str, str], store_timestamp: int) -> S
 def belongs_to(topic: str, props: Mapping[str, str], wanted: str) -> bool:
     """True when a record is a message of `wanted`: stored under it, or parked for it."""
     return topic == wanted or (topic in PARKING_TOPICS and props.get(REAL_TOPIC) == wanted)
+
+
+def index_topics(topic: str) -> tuple[str, ...]:
+    """The topics a key of `topic` is indexed under: its own and, for messages parked before
+    delivery, the parking topics (an IndexFile names a record by the topic it is stored under)."""
+    return (topic,) if topic in PARKING_TOPICS else (topic, *PARKING_TOPICS)

@@ -220,6 +220,14 @@ class IndexStore:
                 break
         return list(dict.fromkeys(out))
 
+    def query_topics(self, topics: Sequence[str], key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
+        """query() over several topics (a topic and its parking topics): the newest offsets of
+        all, highest first, capped; each list is already its own newest, so the cap is exact."""
+        if len(topics) == 1:
+            return self.query(topics[0], key, max_num, begin, end, below)
+        merged = {off for t in topics for off in self.query(t, key, max_num, begin, end, below)}
+        return sorted(merged, reverse=True)[:min(max_num, self.config.max_msgs_num_batch)]
+
     def file_infos(self) -> list[FileInfo]:
         return [
             FileInfo(f.path.name, f.header.begin_timestamp, f.header.end_timestamp, f.header.begin_phy_offset,

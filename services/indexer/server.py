@@ -16,6 +16,7 @@ import grpc
 
 from quarry.clients.channels import open_channel
 
+from quarry.formats import scheduled
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 from quarry.services.indexer.checkpoint import IndexCheckpoint
@@ -67,7 +68,8 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             raise InvalidArgument("before_phy_offset: must be >= 0 (0 means no bound)")
         max_num = request.max_num or (UNIQUE_KEY_DEFAULT_MAX_NUM if request.unique_key_flag else DEFAULT_MAX_NUM)
         with self.lock:
-            offsets = self.index.query(request.topic, request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None)
+            # Delayed messages parked before delivery are indexed under the parking topics.
+            offsets = self.index.query_topics(scheduled.index_topics(request.topic), request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None)
             last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
         response = indexer_pb2.QueryMessageResponse(index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off)
         if not offsets:

@@ -11,16 +11,22 @@ import json
 from dataclasses import dataclass
 from typing import Iterable
 
+from quarry.formats.scheduled import PARKING_TOPICS
 from quarry.v1 import common_pb2
+
+
+def of_topic(msg: common_pb2.StoredMessage, topic: str) -> bool:
+    """Stored under `topic`, or a delayed message parked for it (marked by the commitlog)."""
+    return msg.topic == topic or (msg.topic in PARKING_TOPICS and msg.real_topic == topic)
 
 
 def key_matches(msg: common_pb2.StoredMessage, topic: str, key: str) -> bool:
     """True when the message is of `topic` and one of its KEYS tokens is exactly `key`."""
-    return msg.topic == topic and key in msg.keys
+    return of_topic(msg, topic) and key in msg.keys
 
 
 def unique_key_matches(msg: common_pb2.StoredMessage, topic: str, unique_key: str) -> bool:
-    return msg.topic == topic and msg.unique_key == unique_key
+    return of_topic(msg, topic) and msg.unique_key == unique_key
 
 
 def order_key(msg: common_pb2.StoredMessage) -> tuple[int, str, int]:

@@ -15,7 +15,7 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.fanout import FanOut, Outcome, call_with_retry
-from quarry.services.query.merge import BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
+from quarry.services.query.merge import of_topic, BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError
 from quarry.services.query.unique_key_window import search_window
 
@@ -195,7 +195,7 @@ class Queries:
             answer = self._view(broker, decoded.offset, timeout_s)
         except QueryError:
             return None
-        if answer.messages and answer.messages[0].topic == topic:
+        if answer.messages and of_topic(answer.messages[0], topic):
             answer.copies = 1
             return answer
         return None

@@ -1,0 +1,215 @@
+"""printMsg / printMsgByQueue / searchOffset / queryMsgTraceById / DecodeMessageId through the
+CLI on two brokers: windows of 0, 1 and thousands of messages, tag filters, delayed messages
+parked for their topic, trace records in RocketMQ's format, and a broker killed mid-browse.
+The killing test runs last in this module (it stops broker-b)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from quarry.clients.channels import open_channel
+from quarry.clients.producer import unique_key_generator
+from quarry.services.launcher import REPO_ROOT, LocalCluster
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from tests.e2e.conftest import wait_until
+
+MANY = 6000
+C, F = "\x01", "\x02"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(root=tmp_path_factory.mktemp("browse"), commitlog_args=["--segment-size", str(8 << 20)],
+                     indexer_args=["--hash-slots", "1001", "--index-num", "40000", "--flush-interval-ms", "100"])
+    try:
+        c.start_router()
+        c.add_broker("broker-a", "127.0.0.21")
+        c.add_broker("broker-b", "127.0.0.22")
+        yield c
+    finally:
+        c.stop()
+
+
+def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    assert cluster.router is not None
+    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=120, cwd=REPO_ROOT)
+
+
+def send(cluster: LocalCluster, broker: str, msgs: list[common_pb2.MessageInput]) -> list[common_pb2.SendResult]:
+    with open_channel(cluster.brokers[broker].commitlog.address) as ch:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+        out: list[common_pb2.SendResult] = []
+        for i in range(0, len(msgs), 1000):
+            out += stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs[i:i + 1000]), timeout=30).results
+        return list(out)
+
+
+def _json(p: subprocess.CompletedProcess[str]) -> Any:
+    assert "Traceback" not in p.stderr, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.fixture(scope="module")
+def many(cluster: LocalCluster) -> dict[str, Any]:
+    """MANY messages of ManyT over both brokers: tag TagA for i % 3 == 0, TagB for 1, none for 2."""
+    begin = int(time.time() * 1000) - 1
+    tags = ["TagA", "TagB", ""]
+    for broker, parity in (("broker-a", 0), ("broker-b", 1)):
+        send(cluster, broker, [common_pb2.MessageInput(topic="ManyT", body=f"many-{i}".encode(), tags=tags[i % 3], queue_id=-1)
+                               for i in range(MANY) if i % 2 == parity])
+    end = int(time.time() * 1000) + 1
+    return {"begin": begin, "end": end}
+
+
+def test_a_window_of_thousands_is_complete_and_ordered_both_ways(cluster: LocalCluster, many: dict[str, Any]) -> None:
+    b, e = str(many["begin"]), str(many["end"])
+    newest = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--page-size", "500")
+    assert newest.returncode == 0, newest.stderr
+    data = _json(newest)
+    bodies = [m["body"] for m in data["messages"]]
+    assert sorted(bodies) == sorted(f"many-{i}" for i in range(MANY)) and data["complete"] and data["next_token"] == ""
+    times = [m["store_timestamp"] for m in data["messages"]]
+    assert times == sorted(times, reverse=True)
+    oldest = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--oldest-first", "-d", "false"))
+    assert [m["store_timestamp"] for m in oldest["messages"]] == sorted(times) and "body" not in oldest["messages"][0]
+    assert {m["broker_name"] for m in oldest["messages"]} == {"broker-a", "broker-b"}
+
+
+def test_tag_filter_and_plain_output(cluster: LocalCluster, many: dict[str, Any]) -> None:
+    b, e = str(many["begin"]), str(many["end"])
+    a = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "-s", "TagA"))
+    assert sorted(m["body"] for m in a["messages"]) == sorted(f"many-{i}" for i in range(0, MANY, 3))
+    ab = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "-s", "TagA || TagB"))
+    assert len(ab["messages"]) == len([i for i in range(MANY) if i % 3 != 2])
+    plain = quarry(cluster, "printMsg", "-t", "ManyT", "-b", b, "-e", e, "-s", "TagB", "--max", "5")
+    lines = plain.stdout.splitlines()
+    assert plain.returncode == 0 and len(lines) == 6 and all(line.startswith("MSGID: ") and " BODY: many-" in line for line in lines[:5])
+    assert lines[5].startswith("more: --token ")
+    rest = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "-s", "TagB", "--token", lines[5].split()[-1]))
+    assert len(rest["messages"]) == len(range(1, MANY, 3)) - 5
+
+
+def test_windows_of_zero_and_one_message_and_bad_input(cluster: LocalCluster, many: dict[str, Any]) -> None:
+    (r,) = send(cluster, "broker-a", [common_pb2.MessageInput(topic="OneT", body=b"only one", queue_id=-1)])
+    everything = _json(quarry(cluster, "--json", "printMsg", "-t", "OneT"))
+    (msg,) = everything["messages"]
+    ts = msg["store_timestamp"]
+    exact = _json(quarry(cluster, "--json", "printMsg", "-t", "OneT", "-b", str(ts), "-e", str(ts)))
+    assert [m["offset_msg_id"] for m in exact["messages"]] == [r.offset_msg_id]
+    empty = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", "1000", "-e", "2000")
+    assert empty.returncode == 1 and _json(empty)["messages"] == []
+    after = quarry(cluster, "printMsg", "-t", "OneT", "-b", str(ts + 1), "-e", str(ts + 10_000))
+    assert after.returncode == 1 and after.stdout == ""
+    for args, field in ((["-s", "||"], "tag_expression"), (["--token", "bogus"], "continuation_token"), (["-b", "9", "-e", "5"], "end_timestamp"),
+                        (["--page-size", "5000"], "max_num"), (["-c", "NOPE-CHARSET"], "charset")):
+        bad = quarry(cluster, "printMsg", "-t", "OneT", *args)
+        assert bad.returncode == 2 and field in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
+    assert quarry(cluster, "printMsg", "-t", "NoSuchTopic").returncode == 1
+    assert quarry(cluster, "printMsgByQueue", "-t", "OneT", "-a", "broker-z", "-i", "0").returncode == 1
+
+
+def test_print_msg_by_queue_and_search_offset(cluster: LocalCluster, many: dict[str, Any]) -> None:
+    with open_channel(cluster.brokers["broker-a"].commitlog.address) as ch:
+        status = commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10)
+    count = next(t for t in status.topics if t.topic == "ManyT").max_queue_offsets[1]
+    q = _json(quarry(cluster, "--json", "printMsgByQueue", "-t", "ManyT", "-a", "broker-a", "-i", "1", "--oldest-first"))
+    assert [m["queue_offset"] for m in q["messages"]] == list(range(count))
+    assert {(m["broker_name"], m["queue_id"]) for m in q["messages"]} == {("broker-a", 1)}
+    mid = q["messages"][count // 2]
+    found = _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", str(mid["store_timestamp"])))
+    first_at = next(m["queue_offset"] for m in q["messages"] if m["store_timestamp"] >= mid["store_timestamp"])
+    assert found == {"broker_name": "broker-a", "queue_offset": first_at, "min_queue_offset": 0, "max_queue_offset": count}
+    last = _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", str(mid["store_timestamp"]), "--upper"))
+    assert last["queue_offset"] == max(m["queue_offset"] for m in q["messages"] if m["store_timestamp"] <= mid["store_timestamp"])
+    assert _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", "0"))["queue_offset"] == 0
+    assert quarry(cluster, "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "99", "-s", "0").returncode == 1
+
+
+def test_delayed_message_is_found_before_delivery_under_its_real_topic(cluster: LocalCluster) -> None:
+    uid = unique_key_generator().next_id()
+    for broker in ("broker-a", "broker-b"):
+        send(cluster, broker, [common_pb2.MessageInput(topic="DelayT", body=f"now-{broker}".encode(), queue_id=0)])
+    # What a RocketMQ broker stores for a message sent to DelayT with delay level 3: parked under
+    # SCHEDULE_TOPIC_XXXX queue 2, its topic and queue kept in REAL_TOPIC / REAL_QID.
+    (parked,) = send(cluster, "broker-a", [common_pb2.MessageInput(
+        topic="SCHEDULE_TOPIC_XXXX", body=b"later", queue_id=2, keys=["order-77"], tags="Pay", unique_key=uid,
+        properties=[common_pb2.Property(name="DELAY", value="3"), common_pb2.Property(name="REAL_TOPIC", value="DelayT"),
+                    common_pb2.Property(name="REAL_QID", value="0")])])
+    data = _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT"))
+    by_body = {m["body"]: m for m in data["messages"]}
+    assert set(by_body) == {"now-broker-a", "now-broker-b", "later"}
+    later = by_body["later"]
+    assert later["scheduled"] and later["real_topic"] == "DelayT" and later["deliver_timestamp"] == later["store_timestamp"] + 10_000
+    assert not by_body["now-broker-a"]["scheduled"]
+    assert [m["body"] for m in _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT", "-s", "Pay"))["messages"]] == ["later"]
+    plain = quarry(cluster, "printMsg", "-t", "DelayT", "-s", "Pay")
+    assert "scheduled=true" in plain.stdout and "realTopic=DelayT" in plain.stdout
+    by_key = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgByKey", "-t", "DelayT", "-k", "order-77")) and _json(p)["messages"] and p, what="parked message indexed")
+    (m,) = _json(by_key)["messages"]
+    assert m["offset_msg_id"] == parked.offset_msg_id and m["scheduled"]
+    by_uid = _json(quarry(cluster, "--json", "queryMsgByUniqueKey", "-t", "DelayT", "-i", uid))
+    assert [x["offset_msg_id"] for x in by_uid["messages"]] == [parked.offset_msg_id]
+    assert quarry(cluster, "queryMsgByKey", "-t", "Elsewhere", "-k", "order-77").stdout.count("order") == 0
+
+
+def _trace_msg(body: str, keys: list[str], host: str) -> common_pb2.MessageInput:
+    return common_pb2.MessageInput(topic="RMQ_SYS_TRACE_TOPIC", body=body.encode(), keys=keys, queue_id=-1,
+                                   born_host=common_pb2.HostAddress(ip=host, port=50123))
+
+
+def test_message_trace_is_decoded_into_the_send_and_consume_timeline(cluster: LocalCluster) -> None:
+    mid, other = "0A0000090BB818B4AAC2172AE1C70001", "0A0000090BB818B4AAC2172AE1C70002"
+    pub = C.join(["Pub", "1700000000123", "DefaultRegion", "PG-orders", "Orders", mid, "TagA", "k1", "10.0.0.1:10911", "42", "7", "0",
+                  "0A00000100002A9F0000000000000100", "true"]) + F
+    pub_other = C.join(["Pub", "1700000000124", "DefaultRegion", "PG-orders", "Orders", other, "TagA", "k2", "10.0.0.1:10911", "1", "1", "0", "X", "true"]) + F
+    sub = lambda group, req, ok, ts: (C.join(["SubBefore", str(ts), "DefaultRegion", group, req, mid, "0", "k1"]) + F
+                                       + C.join(["SubAfter", req, mid, "15", ok, "k1", "0", str(ts + 15), group]) + F)
+    send(cluster, "broker-b", [_trace_msg(pub + pub_other, [mid, "k1", other, "k2"], "10.9.8.7")])
+    send(cluster, "broker-a", [_trace_msg(sub("CG-billing", "r1", "true", 1700000001000), [mid, "k1"], "10.9.8.8"),
+                               _trace_msg(sub("CG-audit", "r2", "false", 1700000002000), [mid, "k1"], "10.9.8.9")])
+    got = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgTraceById", "-i", mid)) and len(_json(p)["contexts"]) == 5 and p, what="trace indexed")
+    data = _json(got)
+    kinds = [(c["trace_type"], c["group"], c["client_host"], c["success"]) for c in data["contexts"]]
+    assert kinds == [("Pub", "PG-orders", "10.9.8.7", True), ("SubBefore", "CG-billing", "10.9.8.8", True), ("SubAfter", "CG-billing", "10.9.8.8", True),
+                     ("SubBefore", "CG-audit", "10.9.8.9", True), ("SubAfter", "CG-audit", "10.9.8.9", False)]
+    assert data["contexts"][0]["offset_msg_id"] == "0A00000100002A9F0000000000000100" and data["complete"]
+    table = quarry(cluster, "queryMsgTraceById", "-i", mid)
+    assert table.returncode == 0
+    lines = [line.split() for line in table.stdout.splitlines() if line.strip()]
+    assert lines[0][:3] == ["#Type", "#ProducerGroup", "#ClientHost"] and lines[1][:3] == ["Pub", "PG-orders", "10.9.8.7"] and lines[1][-2:] == ["7ms", "success"]
+    subs = [line for line in lines if line[0] == "Sub"]
+    assert [(s[1], s[-1]) for s in subs] == [("CG-billing", "success"), ("CG-audit", "failed")]
+    assert quarry(cluster, "queryMsgTraceById", "-i", "0A0000090BB818B4AAC2172AE1C7FFFF").returncode == 1
+    assert quarry(cluster, "queryMsgTraceById", "-i", mid, "-t", "MyTraceTopic").returncode == 1
+
+
+def test_decode_message_id_offline(cluster: LocalCluster) -> None:
+    (r,) = send(cluster, "broker-b", [common_pb2.MessageInput(topic="OneT", body=b"id", queue_id=-1, unique_key=unique_key_generator().next_id())])
+    out = _json(quarry(cluster, "--json", "DecodeMessageId", "-i", r.offset_msg_id))
+    assert out["offset_msg_id"]["store_host"].startswith("127.0.0.22:") and out["offset_msg_id"]["commit_log_offset"] == r.physical_offset
+    uk = _json(quarry(cluster, "--json", "DecodeMessageId", "-i", r.unique_key))["unique_key_v4"]
+    assert uk["pid"] == os.getpid() & 0xFFFF and abs(uk["nearly_time_ms"] - time.time() * 1000) < 3_600_000
+    assert quarry(cluster, "DecodeMessageId", "-i", "xyz").returncode == 2
+
+
+def test_broker_killed_mid_browse_is_reported_and_the_page_can_be_retried(cluster: LocalCluster, many: dict[str, Any]) -> None:
+    b, e = str(many["begin"]), str(many["end"])
+    first = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--max", "1000"))
+    assert len(first["messages"]) == 1000 and first["next_token"]
+    cluster.brokers["broker-b"].commitlog.kill()
+    second = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--max", "1000", "--token", first["next_token"])
+    assert second.returncode == 4, second.stderr
+    data = _json(second)
+    assert not data["complete"] and "broker-b" in data["failed_brokers"] and data["retry_token"] == first["next_token"]
+    assert data["messages"] and {m["broker_name"] for m in data["messages"]} == {"broker-a"}
+    assert "broker-b" in second.stderr and "--token" in second.stderr
+    seen = {m["body"] for m in first["messages"]}
+    assert not seen & {m["body"] for m in data["messages"]}  # the page continues, it does not repeat
