@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,7 +17,7 @@ import pytest
 
 from quarry.clients.channels import open_channel
 from quarry.clients.producer import unique_key_generator
-from quarry.services.launcher import REPO_ROOT, LocalCluster
+from quarry.services.launcher import LocalCluster
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests.e2e.conftest import wait_until
 
@@ -39,8 +40,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     assert cluster.router is not None
-    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=120, cwd=REPO_ROOT)
+    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address}
+    # Outside the source tree: the CLI runs from the installed package alone.
+    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=120, cwd=tempfile.gettempdir())
 
 
 def send(cluster: LocalCluster, broker: str, msgs: list[common_pb2.MessageInput]) -> list[common_pb2.SendResult]:
