@@ -14,7 +14,7 @@ from quarry.formats import tag_expression
 from quarry.services.commitlog import append as append_mod
 from quarry.services.commitlog.browse import BrowseRequest, browse
 from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.server import to_stored
+from quarry.services.commitlog.convert import to_stored
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, decode_token, encode_token, merge_page
 from quarry.v1 import commitlog_pb2
