@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,8 +62,9 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
 
 
 def test_dockerfile_entry_point_and_probe_are_the_ones_compose_uses() -> None:
-    dockerfile = (REPO / "Dockerfile").read_text()
-    entry = json.loads(re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    from tests import dockerfile
+
+    entry = json.loads(dockerfile.stages()[-1].all("ENTRYPOINT")[-1])  # the default target: services
     assert entry == ["python", "-m", "quarry.services.entrypoint"]
     cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
     for name, svc in cfg["services"].items():
