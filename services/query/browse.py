@@ -9,7 +9,8 @@ from quarry.formats import tag_expression
 from quarry.v1 import commitlog_pb2, common_pb2
 from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, browse_digest, decode_token, encode_token, merge_page
 from quarry.services.query.fanout import Outcome
-from quarry.services.query.queries import Answer, Queries, QueryError, _check_topic, _raise_unless_ok, _timeout_s
+from quarry.services.errors import InvalidArgument, NotFound
+from quarry.services.query.queries import Answer, Queries, _check_topic, _raise_unless_ok, _timeout_s
 from quarry.services.query.registry import Broker, UnknownBrokerError
 
 DEFAULT_PAGE = 64
@@ -24,34 +25,34 @@ def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest
     try:
         tag_expression.parse(tags)
     except tag_expression.TagExpressionError as exc:
-        raise QueryError("INVALID_ARGUMENT", str(exc)) from exc
+        raise InvalidArgument(str(exc)) from exc
     if not 0 <= max_num <= MAX_PAGE:
-        raise QueryError("INVALID_ARGUMENT", f"max_num: must be 0..{MAX_PAGE} (0 means {DEFAULT_PAGE})")
+        raise InvalidArgument(f"max_num: must be 0..{MAX_PAGE} (0 means {DEFAULT_PAGE})")
     max_num = max_num or DEFAULT_PAGE
     if begin < 0:
-        raise QueryError("INVALID_ARGUMENT", "begin_timestamp: must be >= 0")
+        raise InvalidArgument("begin_timestamp: must be >= 0")
     if end < 0:
-        raise QueryError("INVALID_ARGUMENT", "end_timestamp: must be >= 0 (0 means now)")
+        raise InvalidArgument("end_timestamp: must be >= 0 (0 means now)")
     if queue_id is not None and queue_id < 0:
-        raise QueryError("INVALID_ARGUMENT", "queue_id: must be >= 0")
+        raise InvalidArgument("queue_id: must be >= 0")
     if queue_id is not None and not broker_name:
-        raise QueryError("INVALID_ARGUMENT", "queue_id: needs broker_name (a queue id names a queue of one broker)")
+        raise InvalidArgument("queue_id: needs broker_name (a queue id names a queue of one broker)")
     digest = browse_digest(topic, begin, end, tags.strip(), oldest_first, broker_name, queue_id)
     notes: list[str] = []
     if token_text:
         try:
             token = decode_token(token_text, digest)
         except BadBrowseTokenError as exc:
-            raise QueryError("INVALID_ARGUMENT", str(exc)) from exc
+            raise InvalidArgument(str(exc)) from exc
     else:
         resolved_end = end or q.clock_ms()
         if resolved_end < begin:
-            raise QueryError("INVALID_ARGUMENT", f"end_timestamp: must be >= begin_timestamp ({begin})")
+            raise InvalidArgument(f"end_timestamp: must be >= begin_timestamp ({begin})")
         if broker_name:
             try:
                 brokers = [q.registry.get(broker_name)]
             except UnknownBrokerError as exc:
-                raise QueryError("NOT_FOUND", f"broker_name: {exc}") from exc
+                raise NotFound(f"broker_name: {exc}") from exc
         else:
             brokers = q._holding(topic)
         token = BrowseToken(digest, resolved_end, {b.name: BrokerPlace() for b in brokers})
@@ -97,17 +98,17 @@ def search_offset(q: Queries, topic: str, broker_name: str, queue_id: int, times
     """RocketMQ's admin searchOffset on one broker's queue."""
     _check_topic(topic)
     if queue_id < 0:
-        raise QueryError("INVALID_ARGUMENT", "queue_id: must be >= 0")
+        raise InvalidArgument("queue_id: must be >= 0")
     if timestamp < 0:
-        raise QueryError("INVALID_ARGUMENT", "timestamp: must be >= 0 (epoch milliseconds)")
+        raise InvalidArgument("timestamp: must be >= 0 (epoch milliseconds)")
     if boundary not in (common_pb2.BOUNDARY_TYPE_UNSPECIFIED, common_pb2.BOUNDARY_TYPE_LOWER, common_pb2.BOUNDARY_TYPE_UPPER):
-        raise QueryError("INVALID_ARGUMENT", f"boundary: unknown value {boundary}")
+        raise InvalidArgument(f"boundary: unknown value {boundary}")
     if not broker_name:
-        raise QueryError("INVALID_ARGUMENT", "broker_name: must not be empty")
+        raise InvalidArgument("broker_name: must not be empty")
     try:
         broker = q.registry.get(broker_name)
     except UnknownBrokerError as exc:
-        raise QueryError("NOT_FOUND", f"broker_name: {exc}") from exc
+        raise NotFound(f"broker_name: {exc}") from exc
     stub = q.clients.commitlog(broker.commitlog_addr)
     request = commitlog_pb2.SearchOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp, boundary=boundary)  # type: ignore[arg-type]
     timeout_s = _timeout_s(timeout_ms, q.settings)

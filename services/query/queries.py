@@ -1,8 +1,8 @@
 """The four queries of the router: by key, by unique key, by offsetMsgId, by queue offset.
 
 Orchestration only: the registry says whom to ask, `fanout` asks them, `merge` filters
-and orders, formats decode ids. Errors are `QueryError(code, message)`; the server maps
-them to gRPC status codes.
+and orders, formats decode ids. Errors are the services' own (services/errors.py); services/status.py
+maps them to gRPC status codes.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import Callable
 from quarry.formats import offset_msg_id
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
+from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unavailable
+from quarry.services.status import error_from_status
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.fanout import FanOut, Outcome, call_with_retry
 from quarry.services.query.merge import of_topic, BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
@@ -22,15 +24,6 @@ from quarry.services.query.unique_key_window import search_window
 MAX_NUM_CAP = 64
 UNIQUE_KEY_MAX_NUM = 32  # as the RocketMQ broker does for unique-key queries
 MAX_KEY_BYTES = 4096
-
-
-class QueryError(Exception):
-    """A query that cannot be answered: code is a gRPC status code name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -68,20 +61,20 @@ def _raise_unless_ok(outcome: Outcome, broker: Broker) -> None:
     if outcome.ok:
         return
     if outcome.error_code in ("NOT_FOUND", "OUT_OF_RANGE", "INVALID_ARGUMENT"):
-        raise QueryError(outcome.error_code, f"broker {broker.name}: {outcome.error_message}")
-    raise QueryError("UNAVAILABLE", f"broker {broker.name} did not answer: {outcome.error_code}: {outcome.error_message}")
+        raise error_from_status(outcome.error_code, f"broker {broker.name}: {outcome.error_message}")
+    raise Unavailable(f"broker {broker.name} did not answer: {outcome.error_code}: {outcome.error_message}")
 
 
 def _check_topic(topic: str) -> None:
     try:
         validate_topic(topic)
     except TopicError as exc:
-        raise QueryError("INVALID_ARGUMENT", str(exc)) from exc
+        raise InvalidArgument(str(exc)) from exc
 
 
 def _timeout_s(timeout_ms: int, settings: QuerySettings) -> float:
     if timeout_ms < 0:
-        raise QueryError("INVALID_ARGUMENT", "timeout_ms: must be >= 0 (0 means the router default)")
+        raise InvalidArgument("timeout_ms: must be >= 0 (0 means the router default)")
     return (timeout_ms or settings.query_timeout_ms) / 1000.0
 
 
@@ -100,27 +93,27 @@ class Queries:
         _check_topic(topic)
         _timeout_s(timeout_ms, self.settings)  # validated before any broker is asked
         if not key:
-            raise QueryError("INVALID_ARGUMENT", "key: must not be empty")
+            raise InvalidArgument("key: must not be empty")
         if " " in key:
-            raise QueryError("INVALID_ARGUMENT", "key: must not contain a space (KEYS are split on spaces)")
+            raise InvalidArgument("key: must not contain a space (KEYS are split on spaces)")
         if len(key.encode()) > MAX_KEY_BYTES:
-            raise QueryError("INVALID_ARGUMENT", f"key: at most {MAX_KEY_BYTES} bytes")
+            raise InvalidArgument(f"key: at most {MAX_KEY_BYTES} bytes")
         if max_num < 0 or max_num > MAX_NUM_CAP:
-            raise QueryError("INVALID_ARGUMENT", f"max_num: must be 0..{MAX_NUM_CAP} (0 means {MAX_NUM_CAP})")
+            raise InvalidArgument(f"max_num: must be 0..{MAX_NUM_CAP} (0 means {MAX_NUM_CAP})")
         max_num = max_num or MAX_NUM_CAP
         if begin < 0:
-            raise QueryError("INVALID_ARGUMENT", "begin_timestamp: must be >= 0")
+            raise InvalidArgument("begin_timestamp: must be >= 0")
         # The token binds the window as asked: "until now" stays "until now" across pages.
         digest = query_digest(topic, key, begin, end)
         end = end or self.clock_ms()
         if end < begin:
-            raise QueryError("INVALID_ARGUMENT", f"end_timestamp: must be >= begin_timestamp ({begin})")
+            raise InvalidArgument(f"end_timestamp: must be >= begin_timestamp ({begin})")
         after = None
         if token:
             try:
                 after = decode_token(token, digest)
             except BadTokenError as exc:
-                raise QueryError("INVALID_ARGUMENT", str(exc)) from exc
+                raise InvalidArgument(str(exc)) from exc
         brokers = self._holding(topic)
         if after is not None:
             brokers = [b for b in brokers if after.bounds.get(b.name, 0) != -1]
@@ -148,10 +141,10 @@ class Queries:
     def by_unique_key(self, topic: str, unique_key: str, return_all: bool = False, timeout_ms: int = 0) -> Answer:
         _check_topic(topic)
         if not unique_key:
-            raise QueryError("INVALID_ARGUMENT", "unique_key: must not be empty")
+            raise InvalidArgument("unique_key: must not be empty")
         _timeout_s(timeout_ms, self.settings)
         if len(unique_key) > 128:
-            raise QueryError("INVALID_ARGUMENT", "unique_key: at most 128 characters")
+            raise InvalidArgument("unique_key: at most 128 characters")
         timeout_s = _timeout_s(timeout_ms, self.settings)
         notes: list[str] = []
         direct = self._try_as_offset_msg_id(topic, unique_key, timeout_s)
@@ -179,8 +172,8 @@ class Queries:
         if not copies:
             failed = [f"{o.key} ({o.error_code}: {o.error_message})" for o in outcomes if not o.ok]
             if failed:
-                raise QueryError("UNAVAILABLE", f"unique key {unique_key} not found on the brokers that answered; no answer from: {', '.join(failed)}")
-            raise QueryError("NOT_FOUND", f"no message with unique key {unique_key} in topic {topic} (searched store times {window.begin}..{window.end})")
+                raise Unavailable(f"unique key {unique_key} not found on the brokers that answered; no answer from: {', '.join(failed)}")
+            raise NotFound(f"no message with unique key {unique_key} in topic {topic} (searched store times {window.begin}..{window.end})")
         return answer
 
     def _try_as_offset_msg_id(self, topic: str, text: str, timeout_s: float) -> Answer | None:
@@ -193,7 +186,7 @@ class Queries:
             return None
         try:
             answer = self._view(broker, decoded.offset, timeout_s)
-        except QueryError:
+        except ServiceError:
             return None
         if answer.messages and of_topic(answer.messages[0], topic):
             answer.copies = 1
@@ -203,14 +196,14 @@ class Queries:
     # -- by offsetMsgId -------------------------------------------------------------------
     def by_id(self, msg_id: str, timeout_ms: int = 0) -> Answer:
         if not msg_id:
-            raise QueryError("INVALID_ARGUMENT", "offset_msg_id: must not be empty")
+            raise InvalidArgument("offset_msg_id: must not be empty")
         try:
             decoded = offset_msg_id.decode(msg_id)
         except ValueError as exc:
-            raise QueryError("INVALID_ARGUMENT", f"offset_msg_id: {exc}") from exc
+            raise InvalidArgument(f"offset_msg_id: {exc}") from exc
         broker = self.registry.by_store_host(decoded.ip, decoded.port)
         if broker is None:
-            raise QueryError("NOT_FOUND", f"offset_msg_id {msg_id}: no registered broker advertises store host {decoded.ip}:{decoded.port}")
+            raise NotFound(f"offset_msg_id {msg_id}: no registered broker advertises store host {decoded.ip}:{decoded.port}")
         return self._view(broker, decoded.offset, _timeout_s(timeout_ms, self.settings))
 
     def _view(self, broker: Broker, offset: int, timeout_s: float) -> Answer:
@@ -230,15 +223,15 @@ class Queries:
     def by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> Answer:
         _check_topic(topic)
         if queue_id < 0:
-            raise QueryError("INVALID_ARGUMENT", "queue_id: must be >= 0")
+            raise InvalidArgument("queue_id: must be >= 0")
         if queue_offset < 0:
-            raise QueryError("INVALID_ARGUMENT", "queue_offset: must be >= 0")
+            raise InvalidArgument("queue_offset: must be >= 0")
         if not broker_name:
-            raise QueryError("INVALID_ARGUMENT", "broker_name: must not be empty")
+            raise InvalidArgument("broker_name: must not be empty")
         try:
             broker = self.registry.get(broker_name)
         except UnknownBrokerError as exc:
-            raise QueryError("NOT_FOUND", f"broker_name: {exc}") from exc
+            raise NotFound(f"broker_name: {exc}") from exc
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.PullMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=1)
         outcome = self.fanout.run(
@@ -249,9 +242,7 @@ class Queries:
         _raise_unless_ok(outcome, broker)
         pulled: commitlog_pb2.PullMessagesResponse = outcome.value
         if not pulled.messages:
-            raise QueryError(
-                "NOT_FOUND",
-                f"no message at queue offset {queue_offset} of {topic}/{broker.name}/{queue_id}; valid range is "
+            raise NotFound(f"no message at queue offset {queue_offset} of {topic}/{broker.name}/{queue_id}; valid range is "
                 f"[{pulled.min_queue_offset}, {pulled.max_queue_offset})",
             )
         msg = pulled.messages[0]
@@ -263,7 +254,7 @@ class Queries:
     def _holding(self, topic: str) -> list[Broker]:
         brokers = self.registry.holding(topic)
         if not brokers:
-            raise QueryError("NOT_FOUND", f"no route for topic {topic}: no live broker holds it")
+            raise NotFound(f"no route for topic {topic}: no live broker holds it")
         return brokers
 
     def _ask_indexers(self, brokers: list[Broker], requests: dict[str, indexer_pb2.QueryMessageRequest], timeout_ms: int) -> list[Outcome]:

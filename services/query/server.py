@@ -1,5 +1,6 @@
-"""The query router's gRPC servicer: validates, calls the registry and the query engine,
-maps errors to status codes. No format logic lives here."""
+"""The query router's gRPC servicer: validates, calls the registry and the query engine. Errors
+are raised as the services' own and mapped to status codes by services/status.py. No format
+logic lives here."""
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,10 @@ from quarry.services import metrics
 from quarry.services.log import configure_logging, log_event
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.browse import browse_topic, search_offset
-from quarry.services.query.queries import Answer, Queries, QueryError, QuerySettings
+from quarry.services.errors import InvalidArgument, NotFound, ServiceError
+from quarry.services.query.queries import Answer, Queries, QuerySettings
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
+from quarry.services.status import rpc_errors, status_code
 from quarry.services.serving import Registration, start_server, wait_for_termination
 
 log = logging.getLogger("quarry.router")
@@ -51,11 +54,11 @@ def _run(context: grpc.ServicerContext, kind: str, fn: Callable[[], Answer]) -> 
     t0 = time.perf_counter()
     try:
         answer = fn()
-    except QueryError as exc:
-        metrics.QUERIES.labels(kind, exc.code.lower()).inc()
-        log_event(log, "query failed", kind=kind, code=exc.code, detail=exc.message)
-        context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
-        raise  # unreachable: abort raises
+    except ServiceError as exc:
+        code = status_code(exc).name
+        metrics.QUERIES.labels(kind, code.lower()).inc()
+        log_event(log, "query failed", kind=kind, code=code, detail=exc.message)
+        raise
     metrics.QUERY_LATENCY.labels(kind).observe(time.perf_counter() - t0)
     metrics.QUERIES.labels(kind, "ok" if answer.complete else "incomplete").inc()
     for o in answer.outcomes:
@@ -65,6 +68,7 @@ def _run(context: grpc.ServicerContext, kind: str, fn: Callable[[], Answer]) -> 
     return answer
 
 
+@rpc_errors
 class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
     """Registry RPCs and the four queries."""
 
@@ -74,19 +78,19 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
 
     def RegisterBroker(self, request: router_pb2.RegisterBrokerRequest, context: grpc.ServicerContext) -> router_pb2.RegisterBrokerResponse:
         if not request.broker_name:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "broker_name: must not be empty")
+            raise InvalidArgument("broker_name: must not be empty")
         if not request.commitlog_addr:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "commitlog_addr: must not be empty (host:port)")
+            raise InvalidArgument("commitlog_addr: must not be empty (host:port)")
         if not request.store_host or ":" not in request.store_host:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "store_host: must be ip:port (the address in offsetMsgIds)")
+            raise InvalidArgument("store_host: must be ip:port (the address in offsetMsgIds)")
         topics: dict[str, int] = {}
         for i, t in enumerate(request.topics):
             try:
                 validate_topic(t.topic, f"topics[{i}].topic")
             except TopicError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise InvalidArgument(str(exc)) from None
             if t.queue_count <= 0:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"topics[{i}].queue_count: must be > 0")
+                raise InvalidArgument(f"topics[{i}].queue_count: must be > 0")
             topics[t.topic] = t.queue_count
         known = {b.name: b for b in self.registry.live()}
         old = known.get(request.broker_name)
@@ -108,7 +112,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         try:
             self.registry.unregister(request.broker_name)
         except UnknownBrokerError as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"broker_name: {exc}")
+            raise NotFound(f"broker_name: {exc}") from None
         log_event(log, "broker unregistered", broker=request.broker_name)
         return router_pb2.UnregisterBrokerResponse()
 
@@ -116,10 +120,10 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         try:
             validate_topic(request.topic)
         except TopicError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise InvalidArgument(str(exc)) from None
         brokers = [b for b in self.registry.holding(request.topic) if request.topic in b.topics]
         if not brokers:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no route for topic {request.topic}")
+            raise NotFound(f"no route for topic {request.topic}")
         return router_pb2.GetTopicRouteResponse(
             topic=request.topic,
             brokers=[router_pb2.BrokerQueues(broker_name=b.name, commitlog_addr=b.commitlog_addr, queue_count=b.topics[request.topic]) for b in brokers],
