@@ -1,14 +1,17 @@
 """One-line-per-event structured logging for every Quarry process.
 
-QUARRY_LOG_FORMAT=kv (default) prints `ts=… level=… logger=… event=… key=value`;
-QUARRY_LOG_FORMAT=json prints one JSON object per line. QUARRY_LOG_LEVEL sets the level.
+--log-format kv (default; env QUARRY_LOG_FORMAT) prints `ts=… level=… logger=… event=… key=value`,
+json prints one JSON object per line; --log-level (QUARRY_LOG_LEVEL) sets the level. A value
+holding a space, quote, `=` or any unprintable character (newline, tab, …) is written as a JSON
+string, so an event never spans two lines whatever an error message or a peer sends; uncaught
+exceptions (main thread and others) and warnings are logged as events too, not as tracebacks.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -39,19 +42,34 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 
 def _kv(value: Any) -> str:
     text = str(value)
-    if not text or any(c in text for c in ' "='):
+    if not text or any(c in ' "=' or not c.isprintable() for c in text):
         return json.dumps(text)
     return text
 
 
-def configure_logging() -> None:
-    """Install the one-line formatter on the root logger (idempotent)."""
+def configure_logging(fmt: str = "kv", level: str = "INFO") -> None:
+    """Install the one-line formatter on the root logger (idempotent). `fmt` and `level` come
+    from the service's settings (--log-format, --log-level), validated there."""
     root = logging.getLogger()
-    fmt = os.environ.get("QUARRY_LOG_FORMAT", "kv").lower()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if fmt == "json" else _KeyValueFormatter())
     root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("QUARRY_LOG_LEVEL", "INFO").upper())
+    root.setLevel(level.upper())
+    logging.captureWarnings(True)
+    crash = logging.getLogger("quarry.crash")
+
+    def _uncaught(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        crash.critical("uncaught exception", exc_info=(exc_type, exc, tb))
+
+    def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        thread = args.thread.name if args.thread is not None else "?"
+        crash.error("uncaught exception in thread", exc_info=(args.exc_type, args.exc_value, args.exc_traceback),  # type: ignore[arg-type]
+                    extra={"kv": {"thread": thread}})
+
+    sys.excepthook = _uncaught
+    threading.excepthook = _uncaught_in_thread
 
 
 def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **kv: Any) -> None:

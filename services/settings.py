@@ -1,23 +1,72 @@
 """Flags that fall back to environment variables, so every setting works in a container.
 
 Each option is `--flag` on the command line, else `$ENV_NAME`, else the default; `--help`
-shows all three.
+shows all three. A value is checked the same way wherever it came from: one conversion, one
+list of choices, one minimum (`Setting.check`), and an error names the flag, its variable
+and the rule, so `QUARRY_FLUSH_MODE=sometimes` stops the service exactly as
+`--flush-mode sometimes` does.
 """
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+
+class _Given(str):
+    """A raw value typed on the command line (checked after parsing, like one from the environment)."""
+
+
+class _StoreGiven(argparse.Action):
+    """Stores the flag's raw string marked as given. Only called for flags on the command line
+    (argparse would also pass string defaults through a `type`, hiding where a value came from)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, _Given(values))
+
+
+_RULES = {int: "must be an integer", float: "must be a number"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its flag, variable, default, and the rule every raw value must pass."""
+
+    flag: str
+    env: str
+    dest: str
+    default: Any
+    help: str
+    convert: Callable[[str], Any]
+    choices: tuple[str, ...] | None
+    minimum: float | None
+
+    def check(self, raw: str) -> Any:
+        """Convert and validate one raw string; ValueError says the rule that failed."""
+        try:
+            value = self.convert(raw)
+        except (ValueError, TypeError) as exc:
+            rule = _RULES.get(self.convert)  # type: ignore[call-overload]
+            raise ValueError(f"{rule}, got {raw!r}" if rule else str(exc)) from None
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"must be one of {', '.join(self.choices)}, got {raw!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be >= {self.minimum:g}, got {value}")
+        return value
 
 
 class EnvArgumentParser(argparse.ArgumentParser):
-    """argparse with `add_setting(flag, env, default, help, type)`."""
+    """argparse with `add_setting(flag, env, default, help, type, choices, minimum)`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
-        self.env_names: dict[str, str] = {}
-        self.minimums: dict[str, tuple[str, float]] = {}  # dest -> (flag, smallest allowed value)
+        self.settings: dict[str, Setting] = {}  # dest -> setting, in the order added
+
+    @property
+    def env_names(self) -> dict[str, str]:
+        return {dest: s.env for dest, s in self.settings.items()}
 
     def add_setting(
         self,
@@ -26,31 +75,31 @@ class EnvArgumentParser(argparse.ArgumentParser):
         default: Any,
         help: str,
         type: Callable[[str], Any] = str,
-        choices: list[str] | None = None,
+        choices: Sequence[str] | None = None,
         minimum: float | None = None,
     ) -> None:
-        """`minimum`: values below it (from the flag or the environment) are refused at start."""
-        raw = os.environ.get(env)
-        if raw is not None and raw != "":
-            try:
-                value = type(raw)
-            except ValueError as exc:
-                self.error(f"environment variable {env}={raw!r}: {exc}")
-        else:
-            value = default
+        """Declare a setting; its value is checked after parsing (see `Setting.check`)."""
         dest = flag.lstrip("-").replace("-", "_")
-        self.env_names[dest] = env
-        if minimum is not None:
-            self.minimums[dest] = (flag, minimum)
-        self.add_argument(flag, dest=dest, default=value, type=type, choices=choices, help=f"{help} [env {env}]")
-
+        setting = Setting(flag, env, dest, default, help, type, tuple(choices) if choices else None, minimum)
+        self.settings[dest] = setting
+        metavar = "{" + ",".join(setting.choices) + "}" if setting.choices else None
+        # argparse only captures the raw string; conversion happens in one place for both sources.
+        self.add_argument(flag, dest=dest, default=default, action=_StoreGiven, metavar=metavar, help=f"{help} [env {env}]")
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:  # type: ignore[override]
         parsed, rest = super().parse_known_args(args, namespace)
-        for dest, (flag, minimum) in self.minimums.items():
-            value = getattr(parsed, dest, None)
-            if value is not None and value < minimum:
-                self.error(f"{flag} [env {self.env_names[dest]}]: must be >= {minimum:g}, got {value}")
+        for dest, setting in self.settings.items():
+            given = getattr(parsed, dest, None)
+            if isinstance(given, _Given):
+                raw, source = str(given), ""
+            elif os.environ.get(setting.env, "") != "":
+                raw, source = os.environ[setting.env], f" (from environment variable {setting.env})"
+            else:
+                continue  # the default, as declared
+            try:
+                setattr(parsed, dest, setting.check(raw))
+            except ValueError as exc:
+                self.error(f"{setting.flag} [env {setting.env}]: {exc}{source}")
         return parsed, rest
 
 
@@ -62,3 +111,9 @@ def parse_bool(text: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"expected true or false, got {text!r}")
+
+
+def add_logging_settings(p: EnvArgumentParser) -> None:
+    """--log-format / --log-level, shared by every service (configure_logging takes them)."""
+    p.add_setting("--log-format", "QUARRY_LOG_FORMAT", "kv", "log line format: kv (key=value) or json", str.lower, ["kv", "json"])
+    p.add_setting("--log-level", "QUARRY_LOG_LEVEL", "INFO", "log level", str.upper, ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from quarry.services.settings import EnvArgumentParser, parse_bool
+from quarry.services.settings import EnvArgumentParser, add_logging_settings, parse_bool
 
 
 def build_parser() -> EnvArgumentParser:
@@ -28,6 +28,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--tail-cache-records", "QUARRY_TAIL_CACHE_RECORDS", 32768, "newest records Tail serves from memory (0: always read the log)", int, minimum=0)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
+    add_logging_settings(p)
     return p
 
 

@@ -21,7 +21,7 @@ log = logging.getLogger("quarry.commitlog")
 
 
 def serve(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging(args.log_format, args.log_level)
     asyncio.run(_serve(args))
     return 0
 

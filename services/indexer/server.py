@@ -129,7 +129,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
 
 
 def serve(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging(args.log_format, args.log_level)
     index_dir = Path(args.index_dir)
     config = IndexStoreConfig(
         hash_slot_num=args.hash_slots, index_num=args.index_num, max_msgs_num_batch=args.max_msgs_num_batch,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from quarry.services.settings import EnvArgumentParser
+from quarry.services.settings import EnvArgumentParser, add_logging_settings
 
 
 def build_parser() -> EnvArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--clock-skew-ms", "QUARRY_CLOCK_SKEW_MS", 3_600_000, "producer/broker clock skew tolerated by unique-key queries", int, minimum=0)
     p.add_setting("--fallback-window-ms", "QUARRY_FALLBACK_WINDOW_MS", 7 * 24 * 3_600_000, "window searched when a unique key's time cannot be trusted", int, minimum=1)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
+    add_logging_settings(p)
     return p
 
 

@@ -188,7 +188,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
 
 
 def serve(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging(args.log_format, args.log_level)
     metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats)
     for broker in parse_static_brokers(args.static_brokers):

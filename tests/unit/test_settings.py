@@ -39,3 +39,61 @@ def test_out_of_range_environment_is_refused_too(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(SystemExit):
         commitlog_args([])
     assert "QUARRY_SEGMENT_SIZE]: must be >= 4096, got 10" in capsys.readouterr().err
+
+
+PARSERS = {"commitlog": commitlog_args, "indexer": indexer_args, "router": router_args}
+BAD_VALUES = [
+    ("--flush-mode", "QUARRY_FLUSH_MODE", "sometimes", "must be one of ASYNC, SYNC, got 'sometimes'"),
+    ("--segment-size", "QUARRY_SEGMENT_SIZE", "abc", "must be an integer, got 'abc'"),
+    ("--segment-size", "QUARRY_SEGMENT_SIZE", "10", "must be >= 4096, got 10"),
+    ("--read-only", "QUARRY_READ_ONLY", "maybe", "expected true or false, got 'maybe'"),
+    ("--file-reserved-hours", "QUARRY_FILE_RESERVED_HOURS", "soon", "must be a number, got 'soon'"),
+    ("--log-format", "QUARRY_LOG_FORMAT", "xml", "must be one of kv, json, got 'xml'"),
+    ("--log-level", "QUARRY_LOG_LEVEL", "loud", "must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'loud'"),
+]
+
+
+@pytest.mark.parametrize(("flag", "env", "raw", "rule"), BAD_VALUES)
+def test_environment_and_flag_are_checked_by_one_rule(flag: str, env: str, raw: str, rule: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same bad value is refused with the same rule whether it came as a flag or a variable
+    (QUARRY_FLUSH_MODE=sometimes once started a commitlog in mode SOMETIMES)."""
+    with pytest.raises(SystemExit) as by_flag:
+        commitlog_args([flag, raw])
+    flag_err = capsys.readouterr().err
+    monkeypatch.setenv(env, raw)
+    with pytest.raises(SystemExit) as by_env:
+        commitlog_args([])
+    env_err = capsys.readouterr().err
+    assert by_flag.value.code == by_env.value.code == 2
+    assert f"{flag} [env {env}]: {rule}" in flag_err
+    assert f"{flag} [env {env}]: {rule} (from environment variable {env})" in env_err
+
+
+def test_environment_values_are_converted_like_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUARRY_FLUSH_MODE", "sync")
+    monkeypatch.setenv("QUARRY_READ_ONLY", "yes")
+    args = commitlog_args([])
+    assert (args.flush_mode, args.read_only) == ("SYNC", True)
+    assert commitlog_args(["--flush-mode", "async"]).flush_mode == "ASYNC"  # the flag still wins
+
+
+@pytest.mark.parametrize("service", sorted(PARSERS))
+def test_every_setting_of_every_service_refuses_a_bad_environment_value(service: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Generic over the parsers' own declarations: a typed or restricted setting given nonsense in
+    its variable stops the service naming the flag and the variable."""
+    from quarry.services.commitlog.config import build_parser as cl
+    from quarry.services.indexer.config import build_parser as ix
+    from quarry.services.query.config import build_parser as rt
+
+    parser = {"commitlog": cl, "indexer": ix, "router": rt}[service]()
+    checked = 0
+    for setting in parser.settings.values():
+        if setting.convert is str and setting.choices is None:
+            continue  # free text (addresses, names, paths)
+        monkeypatch.setenv(setting.env, "\u2603nonsense")
+        with pytest.raises(SystemExit):
+            PARSERS[service]([])
+        assert f"{setting.flag} [env {setting.env}]:" in capsys.readouterr().err
+        monkeypatch.delenv(setting.env)
+        checked += 1
+    assert checked >= 5

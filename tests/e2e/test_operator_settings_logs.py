@@ -1,0 +1,56 @@
+"""Operator-facing behaviour of the service processes: settings from the environment are
+refused exactly like flags, and every log event stays on one line whatever a peer sends."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from quarry.services.launcher import MODULES, REPO_ROOT
+from quarry.v1 import router_pb2, router_pb2_grpc
+from tests.e2e.conftest import Launch, wait_until
+
+
+@pytest.mark.parametrize(("kind", "env", "value", "message"), [
+    ("commitlog", "QUARRY_FLUSH_MODE", "sometimes", "--flush-mode [env QUARRY_FLUSH_MODE]: must be one of ASYNC, SYNC, got 'sometimes'"),
+    ("indexer", "QUARRY_INDEX_HASH_SLOTS", "many", "--hash-slots [env QUARRY_INDEX_HASH_SLOTS]: must be an integer, got 'many'"),
+    ("router", "QUARRY_LOG_FORMAT", "xml", "--log-format [env QUARRY_LOG_FORMAT]: must be one of kv, json, got 'xml'"),
+])
+def test_a_bad_environment_value_stops_the_service_at_start(kind: str, env: str, value: str, message: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", MODULES[kind], "--bind", "127.0.0.1:0"], cwd=tmp_path,
+        env={**os.environ, env: value}, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and f"(from environment variable {env})" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "var").exists()  # nothing was created before the refusal
+
+
+def _lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("fmt", ["kv", "json"])
+def test_a_newline_sent_by_a_peer_cannot_forge_a_log_line(fmt: str, launch: Launch) -> None:
+    """A broker name is logged as the peer sent it; its newline is escaped, so every line of the
+    log is one event starting with its timestamp (kv) or one JSON object (json)."""
+    router = launch("router", "--log-format", fmt)
+    forged = "evil\nforged-line\u2028and-more"  # no space, quote or '=': only the newline needs escaping
+    with grpc.insecure_channel(router.address) as ch:
+        stub = router_pb2_grpc.QueryRouterServiceStub(ch)
+        stub.RegisterBroker(router_pb2.RegisterBrokerRequest(broker_name=forged, commitlog_addr="127.0.0.1:1", store_host="127.0.0.1:1"), timeout=5)
+    wait_until(lambda: "broker registered" in router.log_path.read_text(), what="the registration logged")
+    lines = _lines(router.log_path)
+    if fmt == "kv":
+        assert all(line.startswith("ts=") for line in lines), lines
+        assert any('broker="evil\\nforged-line\\u2028and-more"' in line for line in lines)
+    else:
+        import json
+
+        events = [json.loads(line) for line in lines]
+        assert any(e.get("broker") == forged for e in events)
