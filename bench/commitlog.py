@@ -16,7 +16,7 @@ import grpc
 
 from bench.runner import Result
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from quarry.services.launcher import ServiceProcess, free_port
+from scripts.launcher import ServiceProcess, free_port
 
 BODY = b"x" * 1024
 

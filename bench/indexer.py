@@ -20,7 +20,7 @@ from bench.runner import Result
 from quarry.formats.index_file import IndexFile
 from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
-from quarry.services.launcher import ServiceProcess, free_port
+from scripts.launcher import ServiceProcess, free_port
 
 
 def _pct(values: list[float], p: float) -> float:

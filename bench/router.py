@@ -19,7 +19,7 @@ import grpc
 from bench.runner import Result
 from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 
 TOPIC = "BenchTopic"
 HOSTS = {"broker-a": "127.0.0.2", "broker-b": "127.0.0.3", "broker-c": "127.0.0.4"}

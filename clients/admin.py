@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 
 import grpc
 
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 
 from quarry.clients.errors import from_rpc_error
 from quarry.clients.model import QueryResult

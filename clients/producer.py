@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import grpc
 
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError, from_rpc_error

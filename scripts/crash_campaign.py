@@ -23,7 +23,7 @@ from quarry.clients.admin import AdminClient
 from quarry.clients.errors import QuarryError
 from quarry.clients.producer import Producer
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
-from quarry.services.launcher import LocalCluster, ServiceProcess
+from scripts.launcher import LocalCluster, ServiceProcess
 
 TOPIC = "CrashTopic"
 

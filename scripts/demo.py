@@ -12,7 +12,7 @@ from pathlib import Path
 
 from quarry.clients.cli import main as quarry
 from quarry.clients.producer import Producer
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 
 TOPIC = "DemoTopic"
 

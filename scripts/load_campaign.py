@@ -20,7 +20,7 @@ from pathlib import Path
 from quarry.clients.admin import AdminClient
 from quarry.clients.errors import NotFoundError, QuarryError
 from quarry.clients.producer import Producer
-from quarry.services.launcher import LocalCluster, ServiceProcess
+from scripts.launcher import LocalCluster, ServiceProcess
 
 TOPIC = "LoadTopic"
 BACK_PRESSURE = {"RESOURCE_EXHAUSTED"}  # the documented refusal; everything else is an error

@@ -11,7 +11,7 @@ x-quarry-nonce and x-quarry-signature = hex HMAC-SHA256(secret,
 "<method>\\n<timestamp>\\n<access key>\\n<nonce>\\n<sha256 hex of the serialized request>"),
 so a signature opens only the request it was made for. A streamed request signs "stream" in
 place of the digest and each message carries its own signature in its `signature` field,
-chained to the call's (quarry.clients.channels.sign_stream_item). Each call signature is
+chained to the call's (quarry.signing.sign_stream_item). Each call signature is
 accepted once (ReplayGuard). Unknown key, bad signature, stale timestamp or a replay →
 UNAUTHENTICATED; a missing permission → PERMISSION_DENIED. Secrets and signatures are never
 logged.
@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 
 import grpc
 
-from quarry.clients.channels import (
+from quarry.signing import (
     ACCESS_KEY_HEADER, NONCE_HEADER, SIGNATURE_HEADER, STREAMED, TIMESTAMP_HEADER, request_digest, sign, sign_stream_item,
 )
 from quarry.services.log import log_event

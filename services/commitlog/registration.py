@@ -11,7 +11,7 @@ from typing import Callable
 
 import grpc
 
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 
 from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY
 from quarry.v1 import router_pb2, router_pb2_grpc

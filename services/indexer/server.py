@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 
 from quarry.formats import scheduled
 from quarry.formats.topic import TopicError, validate_topic

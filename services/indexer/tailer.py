@@ -14,7 +14,7 @@ from typing import Callable, Protocol, Sequence
 
 import grpc
 
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2

@@ -5,7 +5,7 @@ import threading
 
 import grpc
 
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from quarry.services.launcher import LocalCluster, ServiceProcess, free_port
+from scripts.launcher import LocalCluster, ServiceProcess, free_port
 
 Launch = Callable[..., ServiceProcess]
 
@@ -50,7 +50,7 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 20.0, what: s
 @pytest.fixture
 def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., "LocalCluster"]]:
     """cluster_factory(commitlog_args=[...], indexer_args=[...]) → a LocalCluster stopped after the test."""
-    from quarry.services.launcher import LocalCluster
+    from scripts.launcher import LocalCluster
 
     made: list[LocalCluster] = []
 

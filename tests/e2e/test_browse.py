@@ -15,9 +15,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 from quarry.clients.producer import unique_key_generator
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests.e2e.conftest import wait_until
 

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 from quarry.clients.producer import Producer
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from tests.e2e.conftest import wait_until
 
 

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
-from quarry.services.launcher import free_port
+from scripts.launcher import free_port
 from tests.e2e.conftest import Launch, wait_until
 
 

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
-from quarry.services.launcher import free_port
+from scripts.launcher import free_port
 from tests.e2e.conftest import Launch, wait_until
 
 HOST = "127.0.0.6"

@@ -8,7 +8,8 @@ import grpc
 import pytest
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
-from quarry.services.launcher import LocalCluster, wait_healthy
+from quarry.services.probe import wait_healthy
+from scripts.launcher import LocalCluster
 
 T128 = "T" * 128
 UNICODE = "订单\u0000\U0001F600\u200b"  # CJK, NUL, an astral character, a zero-width space

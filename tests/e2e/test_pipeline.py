@@ -161,7 +161,7 @@ def test_large_store_reindex_export_and_lookup_agree_with_the_services(tmp_path:
     import random
 
     from quarry.clients.admin import AdminClient
-    from quarry.services.launcher import LocalCluster
+    from scripts.launcher import LocalCluster
 
     cluster: LocalCluster = cluster_factory(commitlog_args=["--segment-size", str(4 << 20)], indexer_args=["--hash-slots", "50021", "--index-num", "400000"])
     cluster.start_router()

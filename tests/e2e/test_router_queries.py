@@ -16,7 +16,7 @@ import pytest
 
 from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from tests.e2e.conftest import wait_until
 
 TOPIC = "OrderTopic"

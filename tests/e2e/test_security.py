@@ -11,12 +11,13 @@ import grpc
 import pytest
 
 from quarry.clients.admin import AdminClient
-from quarry.clients.channels import (
-    ACCESS_KEY_HEADER, NONCE_HEADER, SIGNATURE_HEADER, STREAMED, TIMESTAMP_HEADER, open_channel, request_digest, sign, sign_stream_item,
+from quarry.channels import open_channel
+from quarry.signing import (
+    ACCESS_KEY_HEADER, NONCE_HEADER, SIGNATURE_HEADER, STREAMED, TIMESTAMP_HEADER, request_digest, sign, sign_stream_item,
 )
 from quarry.clients.producer import Producer
 from quarry.v1 import router_pb2, router_pb2_grpc
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from tests.e2e.conftest import Launch, wait_until
 from tests.e2e.pki import make_pki
 

@@ -1,7 +1,8 @@
 """Start Quarry services as real processes and wait until they are healthy.
 
-Used by the demo, the benchmarks and the end-to-end tests, so all three start services
-exactly the same way (`python -m quarry.services.<name> --flags`).
+A testing and demo tool, not part of the installed package: the demo (`make run`), the
+benchmarks, the campaigns and the end-to-end tests use it (run from the repository root), so
+all of them start services exactly the same way (`python -m quarry.services.<name> --flags`).
 """
 from __future__ import annotations
 
@@ -16,10 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import grpc
-
-from quarry.clients.channels import open_channel
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from quarry.channels import open_channel
+from quarry.services.probe import wait_healthy
 
 MODULES = {"commitlog": "quarry.services.commitlog", "indexer": "quarry.services.indexer", "router": "quarry.services.query"}
 
@@ -29,29 +28,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def wait_healthy(address: str, deadline_s: float = 20.0, service: str = "") -> None:
-    """Wait until the gRPC health service says SERVING, or raise TimeoutError at the deadline.
-
-    `wait_for_ready` makes each call wait for the connection itself, so no sleep is needed
-    while the process starts; only a NOT_SERVING answer is re-asked after a short pause.
-    """
-    end = time.monotonic() + deadline_s
-    last: Exception | str = "no answer"
-    pause = threading.Event()
-    with open_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while (remaining := end - time.monotonic()) > 0:
-            try:
-                resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=remaining, wait_for_ready=True)
-                if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-                last = f"status {resp.status}"
-                pause.wait(min(0.05, max(0.0, end - time.monotonic())))
-            except grpc.RpcError as exc:
-                last = exc
-    raise TimeoutError(f"{address} not SERVING after {deadline_s}s: {last}")
 
 
 @dataclass

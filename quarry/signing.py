@@ -1,19 +1,13 @@
-"""Every outgoing Quarry channel: plaintext, TLS or mutual TLS, plus ACL credentials.
-
-Chosen by environment, so services and tools in one deployment share it:
-  QUARRY_TLS_CA            CA bundle to verify servers (set → TLS)
-  QUARRY_TLS_CLIENT_CERT   client certificate, QUARRY_TLS_CLIENT_KEY its key (mutual TLS)
-  QUARRY_TLS_SERVER_NAME   expected server name when addresses are IPs
-  QUARRY_ACCESS_KEY / QUARRY_SECRET_KEY   ACL credentials: every call is signed
+"""Request signing, shared by the callers that sign (every outgoing channel) and the services
+that verify (services/security.py): the headers, the call signature bound to the request's
+bytes, the chained signature of each streamed message, and the client interceptor.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import time
-from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 import grpc
@@ -105,25 +99,3 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
     def intercept_stream_stream(self, continuation: Callable, details: grpc.ClientCallDetails, request_iterator: Any) -> Any:
         signed, call_signature = self._details(details, STREAMED)
         return continuation(signed, self._signed_items(call_signature, request_iterator))
-
-
-def _read(env: str) -> bytes | None:
-    path = os.environ.get(env)
-    return Path(path).read_bytes() if path else None
-
-
-def open_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
-    """A channel to `address` with the deployment's TLS and ACL settings (see module doc)."""
-    opts = list(options or [])
-    ca = _read("QUARRY_TLS_CA")
-    if ca is not None:
-        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=_read("QUARRY_TLS_CLIENT_KEY"), certificate_chain=_read("QUARRY_TLS_CLIENT_CERT"))
-        if os.environ.get("QUARRY_TLS_SERVER_NAME"):
-            opts.append(("grpc.ssl_target_name_override", os.environ["QUARRY_TLS_SERVER_NAME"]))
-        channel = grpc.secure_channel(address, creds, options=opts)
-    else:
-        channel = grpc.insecure_channel(address, options=opts)
-    access, secret = os.environ.get("QUARRY_ACCESS_KEY"), os.environ.get("QUARRY_SECRET_KEY")
-    if access and secret:
-        return grpc.intercept_channel(channel, SigningInterceptor(access, secret))
-    return channel

@@ -1,0 +1,40 @@
+"""Every outgoing Quarry channel: plaintext, TLS or mutual TLS, plus ACL credentials.
+
+Shared by the services (calls between them) and the clients: neither owns it. Chosen by
+environment, so services and tools in one deployment share it:
+  QUARRY_TLS_CA            CA bundle to verify servers (set → TLS)
+  QUARRY_TLS_CLIENT_CERT   client certificate, QUARRY_TLS_CLIENT_KEY its key (mutual TLS)
+  QUARRY_TLS_SERVER_NAME   expected server name when addresses are IPs
+  QUARRY_ACCESS_KEY / QUARRY_SECRET_KEY   ACL credentials: every call is signed (quarry.signing)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from quarry.signing import SigningInterceptor
+
+
+def _read(env: str) -> bytes | None:
+    path = os.environ.get(env)
+    return Path(path).read_bytes() if path else None
+
+
+def open_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
+    """A channel to `address` with the deployment's TLS and ACL settings (see module doc)."""
+    opts = list(options or [])
+    ca = _read("QUARRY_TLS_CA")
+    if ca is not None:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=_read("QUARRY_TLS_CLIENT_KEY"), certificate_chain=_read("QUARRY_TLS_CLIENT_CERT"))
+        if os.environ.get("QUARRY_TLS_SERVER_NAME"):
+            opts.append(("grpc.ssl_target_name_override", os.environ["QUARRY_TLS_SERVER_NAME"]))
+        channel = grpc.secure_channel(address, creds, options=opts)
+    else:
+        channel = grpc.insecure_channel(address, options=opts)
+    access, secret = os.environ.get("QUARRY_ACCESS_KEY"), os.environ.get("QUARRY_SECRET_KEY")
+    if access and secret:
+        return grpc.intercept_channel(channel, SigningInterceptor(access, secret))
+    return channel
