@@ -26,7 +26,7 @@ from quarry.services.commitlog import append as append_mod
 from quarry.services.commitlog.browse import BrowseRequest, browse, store_timestamp_at
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
-from quarry.services.launcher import ServiceProcess, free_port
+from scripts.launcher import ServiceProcess, free_port
 
 BASE_MS = 1_700_000_000_000
 BATCH = 1000

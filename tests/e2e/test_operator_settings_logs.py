@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from quarry.services.launcher import MODULES
+from scripts.launcher import MODULES
 from quarry.v1 import router_pb2, router_pb2_grpc
 from tests.e2e.conftest import Launch, wait_until
 
