@@ -57,10 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("reindex", help="rebuild IndexFiles + checkpoint from CommitLog segments, in parallel",
                        description="Read brokers' CommitLog segments in parallel and build RocketMQ IndexFiles in parallel. "
-                       "Writes OUT/<broker>/index/ and OUT/<broker>/checkpoint: start the indexer with "
+                       "Writes OUT/<broker>/index/ and OUT/<broker>/quarry-index-checkpoint.json: start the indexer with "
                        "--index-dir OUT/<broker> and it continues tailing from where the rebuild ended.")
     _store_arg(r)
-    r.add_argument("--out", required=True, help="output directory (OUT/<broker>/index/, OUT/<broker>/checkpoint)")
+    r.add_argument("--out", required=True, help="output directory (OUT/<broker>/index/, OUT/<broker>/quarry-index-checkpoint.json)")
     r.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile (must match the indexer's)", int)
     r.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile, holds index-num - 1 (must match the indexer's)", int)
     r.add_argument("--overwrite", action="store_true", help="replace an existing OUT/<broker>/ index and checkpoint")

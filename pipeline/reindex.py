@@ -25,7 +25,7 @@ from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, distribu
 from quarry.pipeline.planning import Split
 from quarry.pipeline.progress import StageCounters, human_bytes
 from quarry.pipeline.reader import SplitWalker
-from quarry.services.indexer.checkpoint import IndexCheckpoint
+from quarry.services.indexer.checkpoint import FILE_NAME as CHECKPOINT_FILE, IndexCheckpoint, foreign_files
 from quarry.services.indexer.index_store import IndexStore
 
 FILES_PER_SPLIT = 1000  # name slots per split: file names are base + split index * 1000 + n (ms)
@@ -107,6 +107,8 @@ def run_reindex(ctx: JobContext) -> None:
     for store in stores:
         target = out / store.broker
         if target.exists() and any(target.iterdir()):
+            if foreign := foreign_files(target):
+                raise JobError(f"--out {target}: holds files Quarry did not create ({'; '.join(foreign)}); not touched", usage=True)
             if not args.overwrite:
                 raise JobError(f"--out {target}: exists and is not empty (use --overwrite to replace it)", usage=True)
             shutil.rmtree(target)
@@ -124,7 +126,7 @@ def run_reindex(ctx: JobContext) -> None:
         mine = sorted((r for r in results if r.broker == store.broker), key=lambda r: r.split_index)
         last = mine[-1] if mine else SplitIndex(-1, store.broker)
         stamp = max((r.last_store_timestamp for r in mine), default=0)
-        IndexCheckpoint(out / store.broker / "checkpoint").save(last.end_offset, stamp)
+        IndexCheckpoint(out / store.broker / CHECKPOINT_FILE).save(last.end_offset, stamp)
         files = sum(len(r.files) for r in mine)
         entries += sum(r.entries for r in mine)
         ctx.summary.details.append((store.broker, f"{files} IndexFiles, {sum(r.entries for r in mine):,} entries, checkpoint {last.end_offset} → start the indexer with --index-dir {out / store.broker}"))

@@ -19,7 +19,7 @@ from quarry.channels import open_channel
 from quarry.formats import scheduled
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
-from quarry.services.indexer.checkpoint import IndexCheckpoint
+from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoint, open_checkpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services import metrics
 from quarry.services.indexer.tailer import Tailer, TailState
@@ -131,6 +131,11 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     index_dir = Path(args.index_dir)
+    try:
+        checkpoint = open_checkpoint(index_dir, read_only=args.read_only)  # before anything is written there
+    except ForeignStoreError as exc:
+        log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
+        return 2
     config = IndexStoreConfig(
         hash_slot_num=args.hash_slots, index_num=args.index_num, max_msgs_num_batch=args.max_msgs_num_batch,
         read_only=args.read_only, max_files=args.max_files,
@@ -139,7 +144,6 @@ def serve(args: argparse.Namespace) -> int:
     for problem in index.problems:
         log_event(log, "index problem", logging.WARNING, problem=problem)
     metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
-    checkpoint = IndexCheckpoint(index_dir / "checkpoint")
     if checkpoint.problem:
         index.problems.append(checkpoint.problem)
     lock = threading.Lock()

@@ -50,7 +50,7 @@ def test_reindex_equals_sequential_indexing_of_every_golden_store(scenario: Path
     keys = {(r.topic, n.split("#", 1)[1]) for r in records for n in IndexStore._names(r)}
     for topic, key in sorted(keys):
         assert sorted(rebuilt.query(topic, key, 64, 0, 2**62)) == sorted(sequential.query(topic, key, 64, 0, 2**62)), (topic, key)
-    checkpoint = json.loads((tmp_path / "out" / "b" / "checkpoint").read_text())
+    checkpoint = json.loads((tmp_path / "out" / "b" / "quarry-index-checkpoint.json").read_text())
     assert checkpoint["next_offset"] == walked.end_offset
     sequential.close()
     rebuilt.close()

@@ -171,3 +171,30 @@ def test_a_corrupt_middle_file_is_rebuilt_from_the_last_good_one(tmp_path: Path)
             again.index_record(D(off * 10, keys="k"))
     assert again.query("T", "k", 64, 0, 2**62) == [off * 10 for off in range(15, -1, -1)]
     again.close()
+
+
+def test_open_checkpoint_migrates_quarrys_old_file_and_refuses_a_foreign_one(tmp_path: Path) -> None:
+    import json
+
+    import pytest
+
+    from quarry.services.indexer.checkpoint import FILE_NAME, ForeignStoreError, open_checkpoint
+
+    (tmp_path / "checkpoint").write_text(json.dumps({"next_offset": 77, "timestamp": 5}))
+    cp = open_checkpoint(tmp_path)
+    assert (cp.offset, cp.path.name) == (77, FILE_NAME) and not (tmp_path / "checkpoint").exists()
+    # A crash after the new file was written but before the old one went: the new one wins.
+    (tmp_path / "checkpoint").write_text(json.dumps({"next_offset": 1, "timestamp": 1}))
+    assert open_checkpoint(tmp_path).offset == 77 and not (tmp_path / "checkpoint").exists()
+    # Read-only reads an old file where it is and writes nothing.
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "checkpoint").write_text(json.dumps({"next_offset": 9, "timestamp": 1}))
+    assert open_checkpoint(ro, read_only=True).offset == 9 and sorted(p.name for p in ro.iterdir()) == ["checkpoint"]
+    # Anything else named `checkpoint` (RocketMQ's is a binary page) is not Quarry's: refused, untouched.
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "checkpoint").write_bytes(bytes(4096))
+    with pytest.raises(ForeignStoreError, match="not a Quarry checkpoint"):
+        open_checkpoint(foreign)
+    assert (foreign / "checkpoint").read_bytes() == bytes(4096) and sorted(p.name for p in foreign.iterdir()) == ["checkpoint"]
