@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from quarry.services.launcher import MODULES, free_port
+from scripts.launcher import MODULES, free_port
 from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 from tests.e2e.conftest import Launch
 
