@@ -119,3 +119,22 @@ def _raise_separator_error(keys: list[str], tags: str, unique_key: str, properti
             raise PropertyError(f"{field_prefix}{name}: must not contain \\x01 or \\x02 (property separators)")
     validate_pairs(list(properties), f"{field_prefix}properties")
     raise AssertionError("separator count mismatch without a separator")  # pragma: no cover
+
+
+# Names RocketMQ reserves for itself (MessageConst.STRING_HASH_SET): a user property may not
+# take one, or the broker would read the user's value as its own.
+SHARDING_KEY = "__SHARDINGKEY"
+BORN_HOST = "__BORNHOST"
+BORN_TIMESTAMP = "BORN_TIMESTAMP"
+PRODUCER_GROUP = "PGROUP"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+SYSTEM_PROPERTY_NAMES = frozenset({
+    "TRACE_ON", "MSG_REGION", KEYS, TAGS, "WAIT", DELAY, "RETRY_TOPIC", REAL_TOPIC, REAL_QID, TRAN_MSG,
+    PRODUCER_GROUP, "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", UNIQ_KEY, "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", CLUSTER,
+    "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", TIMER_DELIVER_MS,
+    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
+    "TIMER_DELAY_LEVEL", BORN_HOST, BORN_TIMESTAMP, "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
+})

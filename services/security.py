@@ -46,7 +46,10 @@ PERMISSIONS = {
     "ListTopics": "query", "ListBrokers": "query",
     "RegisterBroker": "admin", "UnregisterBroker": "admin", "Tail": "admin", "GetStoreStatus": "admin", "GetIndexStatus": "admin",
 }
-OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+# Not checked here: health and reflection are open; RocketMQ 5's MessagingService carries its
+# own signature (MQv2-HMAC-SHA1) and answers refusals in-band, so it checks the same accounts
+# itself (quarry.services.rmq5.auth).
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/")
 
 
 def server_credentials() -> grpc.ServerCredentials | None:
@@ -365,16 +368,17 @@ def _aio_refusing_handler(handler: grpc.RpcMethodHandler | None, code: grpc.Stat
 
 
 def acl_interceptors() -> list[grpc.ServerInterceptor]:
-    accounts = _configured_accounts()
+    accounts = configured_accounts()
     return [AclInterceptor(accounts)] if accounts is not None else []
 
 
 def aio_acl_interceptors() -> list[grpc.aio.ServerInterceptor]:
-    accounts = _configured_accounts()
+    accounts = configured_accounts()
     return [AioAclInterceptor(accounts)] if accounts is not None else []
 
 
-def _configured_accounts() -> dict[str, Account] | None:
+def configured_accounts() -> dict[str, Account] | None:
+    """The accounts of QUARRY_ACL_FILE, or None when access control is off."""
     path = os.environ.get("QUARRY_ACL_FILE")
     if not path:
         return None

@@ -15,6 +15,12 @@ from quarry.services.commitlog.registration import Heartbeat, registration_reque
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.log import configure_logging, log_event
+from quarry.services.rmq5.auth import Authenticator
+from quarry.services.rmq5.commitlog_servicer import CommitLogMessagingServicer
+from quarry.services.rmq5.contract import SERVICE_NAME as RMQ5_SERVICE
+from quarry.services.rmq5.contract import service_grpc as rmq5_grpc
+from quarry.services.rmq5.telemetry import ServerPolicy
+from quarry.services.security import configured_accounts
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.commitlog")
@@ -43,10 +49,13 @@ async def _serve(args: argparse.Namespace) -> None:
     store.add_flush_listener(flushed.fire)
     servicer = CommitLogServicer(store, args.broker_name, stopping, flushed)
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
+    # RocketMQ 5 SDKs send here too (local mode), on the same port: see services/rmq5.
+    rmq5 = CommitLogMessagingServicer(servicer, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size))
     # Bodies above the limit are refused by gRPC before the payload is buffered.
     running = await start_aio_server(
         "commitlog", args.bind,
-        [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)],
+        [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name),
+         Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
     )
     heartbeat = None
@@ -54,7 +63,8 @@ async def _serve(args: argparse.Namespace) -> None:
         def _registration() -> router_pb2.RegisterBrokerRequest:
             return registration_request(args.broker_name, args.advertise, args.indexer_addr, args.cluster_name,
                                         args.heartbeat_interval_ms, store.config.store_host,
-                                        announced_topics(store.topics, args.auto_create_topics, args.default_queues))
+                                        announced_topics(store.topics, args.auto_create_topics, args.default_queues),
+                                        rmq5_endpoint=args.rmq5_advertise)
 
         heartbeat = Heartbeat(args.router, _registration, args.heartbeat_interval_ms).start()
         servicer.on_topic_created = heartbeat.beat_now
@@ -70,6 +80,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
     def _before_grace() -> None:
         stopping.set()  # lets Tail streams end so the grace period is not spent on them
+        rmq5.close()  # and the SDKs' Telemetry streams
         flushed.fire()
 
     await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace)

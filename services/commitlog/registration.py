@@ -81,12 +81,12 @@ class Heartbeat:
 
 
 def registration_request(broker_name: str, advertise: str, indexer_addr: str, cluster_name: str, heartbeat_interval_ms: int,
-                         store_host: tuple[str, int], topics: dict[str, int]) -> router_pb2.RegisterBrokerRequest:
+                         store_host: tuple[str, int], topics: dict[str, int], rmq5_endpoint: str = "") -> router_pb2.RegisterBrokerRequest:
     """What a broker tells the router about itself (sent by every heartbeat)."""
     ip, port = store_host
     return router_pb2.RegisterBrokerRequest(
         broker_name=broker_name, commitlog_addr=advertise, indexer_addr=indexer_addr,
         store_host=f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}", cluster_name=cluster_name,
-        heartbeat_interval_ms=heartbeat_interval_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms, rmq5_endpoint=rmq5_endpoint,
         topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(topics.items())],
     )

@@ -46,11 +46,17 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.on_topic_created = lambda: None
 
     async def _append(self, msgs: list[NewMessage], context: grpc.aio.ServicerContext, rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True) -> list[AppendResult]:
-        """Store, count, announce new topics and (SYNC, unless told otherwise) await the fsync."""
+        return await self.append_flushed(msgs, rpc, abort_prefix, wait_flush)
+
+    async def append_flushed(self, msgs: list[NewMessage], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
+                             same_topic: bool = True) -> list[AppendResult]:
+        """Store, count, announce new topics and (SYNC, unless told otherwise) await the fsync.
+        A StoreError propagates: each protocol answers it in its own terms (the RocketMQ 5
+        servicer in-band, services/rmq5)."""
         topics_before = len(self.store.topics)
         t0 = time.perf_counter()
         try:
-            results = self.store.append_many(msgs, wait_flush=False)
+            results = self.store.append_many(msgs, same_topic=same_topic, wait_flush=False)
         except StoreError as exc:
             metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
             raise exc.prefixed(abort_prefix)

@@ -16,6 +16,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--broker-call-timeout-ms", "QUARRY_BROKER_CALL_TIMEOUT_MS", 1000, "deadline of one call to a broker", int, minimum=1)
     p.add_setting("--clock-skew-ms", "QUARRY_CLOCK_SKEW_MS", 3_600_000, "producer/broker clock skew tolerated by unique-key queries", int, minimum=0)
     p.add_setting("--fallback-window-ms", "QUARRY_FALLBACK_WINDOW_MS", 7 * 24 * 3_600_000, "window searched when a unique key's time cannot be trusted", int, minimum=1)
+    p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body, announced to RocketMQ 5 SDKs (set it as the commitlogs')", int, minimum=1)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_logging_settings(p)
     return p

@@ -24,6 +24,7 @@ class Broker:
     topics: dict[str, int] = field(default_factory=dict)
     last_heartbeat_ms: int = 0
     static: bool = False
+    rmq5_endpoint: str = ""  # where RocketMQ 5 SDKs reach it; empty: commitlog_addr
 
 
 class UnknownBrokerError(LookupError):

@@ -20,6 +20,12 @@ from quarry.services.errors import InvalidArgument, NotFound, ServiceError
 from quarry.services.query.queries import Answer, Queries, QuerySettings
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
 from quarry.services.status import rpc_errors, status_code
+from quarry.services.rmq5.auth import Authenticator
+from quarry.services.rmq5.contract import SERVICE_NAME as RMQ5_SERVICE
+from quarry.services.rmq5.contract import service_grpc as rmq5_grpc
+from quarry.services.rmq5.router_servicer import RouterMessagingServicer
+from quarry.services.rmq5.telemetry import ServerPolicy
+from quarry.services.security import configured_accounts
 from quarry.services.serving import Registration, start_server, wait_for_termination
 
 log = logging.getLogger("quarry.router")
@@ -83,6 +89,8 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             raise InvalidArgument("commitlog_addr: must not be empty (host:port)")
         if not request.store_host or ":" not in request.store_host:
             raise InvalidArgument("store_host: must be ip:port (the address in offsetMsgIds)")
+        if request.rmq5_endpoint and not request.rmq5_endpoint.rpartition(":")[2].isdigit():
+            raise InvalidArgument("rmq5_endpoint: must be host:port (or empty)")
         topics: dict[str, int] = {}
         for i, t in enumerate(request.topics):
             try:
@@ -102,6 +110,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
                 store_host=request.store_host,
                 cluster_name=request.cluster_name or "DefaultCluster",
                 topics=topics,
+                rmq5_endpoint=request.rmq5_endpoint,
             )
         )
         if old is None or old.commitlog_addr != request.commitlog_addr or old.store_host != request.store_host:
@@ -140,6 +149,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
                     store_host=b.store_host,
                     topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(b.topics.items())],
                     last_heartbeat_ms=b.last_heartbeat_ms,
+                    rmq5_endpoint=b.rmq5_endpoint,
                 )
                 for b in self.registry.live()
             ]
@@ -206,7 +216,12 @@ def serve(args: argparse.Namespace) -> int:
     )
     servicer = QueryRouterServicer(registry, queries)
     name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
-    running = start_server("router", args.bind, [Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name)])
+    # The RocketMQ 5 SDKs' access point, on the same port: see services/rmq5.
+    rmq5 = RouterMessagingServicer(registry, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size))
+    running = start_server("router", args.bind, [
+        Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
+        Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
+    ])
 
     def _stop() -> None:
         queries.close()

@@ -1,0 +1,67 @@
+"""The client-lifecycle RPCs every endpoint answers (router and commitlogs alike):
+Heartbeat, NotifyClientTermination and the Telemetry handshake's checks. Plain functions over
+(auth, sessions, request, metadata), so the thread-pool and asyncio servicers share them.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from quarry.services.log import log_event
+from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
+from quarry.services.rmq5.contract import Code, service, v2
+from quarry.services.rmq5.sessions import Sessions
+from quarry.services.rmq5.status import RmqError, ok, status_of
+
+log = logging.getLogger("quarry.rmq5")
+
+
+def metadata(context: Any) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def parse_peer(peer: str) -> tuple[str, int]:
+    """gRPC's 'ipv4:1.2.3.4:5' / 'ipv6:[::1]:5' as (ip, port); ('127.0.0.1', 0) when unknown."""
+    _, _, rest = (peer or "").partition(":")
+    host, sep, port = rest.replace("%25", "%").rpartition(":")
+    if not sep or not port.isdigit():
+        return "127.0.0.1", 0
+    return host.strip("[]").split("%")[0], int(port)
+
+
+def heartbeat(auth: Authenticator, sessions: Sessions, request: service.HeartbeatRequest, md: Mapping[str, str]) -> service.HeartbeatResponse:
+    try:
+        auth.check(md, "Heartbeat", None)
+        client_id = md.get(CLIENT_ID, "")
+        if not client_id:
+            raise RmqError(Code.CLIENT_ID_REQUIRED, f"{CLIENT_ID}: header required on Heartbeat")
+    except RmqError as exc:
+        return service.HeartbeatResponse(status=status_of(exc))
+    sessions.heartbeat(client_id, request.client_type)
+    return service.HeartbeatResponse(status=ok())
+
+
+def terminate(auth: Authenticator, sessions: Sessions, request: service.NotifyClientTerminationRequest, md: Mapping[str, str], peer: str) -> service.NotifyClientTerminationResponse:
+    try:
+        auth.check(md, "NotifyClientTermination", None)
+    except RmqError as exc:
+        return service.NotifyClientTerminationResponse(status=status_of(exc))
+    client_id = md.get(CLIENT_ID, "")
+    known = sessions.terminate(client_id)
+    log_event(log, "client terminated", client_id=client_id or "-", known=known, peer=peer)
+    return service.NotifyClientTerminationResponse(status=ok())
+
+
+def telemetry_refusal(auth: Authenticator, md: Mapping[str, str]) -> service.TelemetryCommand | None:
+    """The status a Telemetry stream is refused with (then ended), or None to proceed."""
+    try:
+        auth.check(md, "Telemetry", None)
+    except RmqError as exc:
+        return service.TelemetryCommand(status=status_of(exc))
+    return None
+
+
+def internal(exc: Exception, rpc: str) -> v2.Status:
+    """An unexpected failure: logged with its trace, answered INTERNAL_SERVER_ERROR."""
+    log.exception("rmq5 %s failed", rpc)
+    return v2.Status(code=Code.INTERNAL_SERVER_ERROR, message=f"{rpc}: internal error ({type(exc).__name__}: {exc})")

@@ -1,0 +1,142 @@
+"""MessagingService at a commitlog: SendMessage and EndTransaction for this broker's queues,
+plus the client lifecycle RPCs. asyncio flavour: it runs on the commitlog's event loop and
+stores through the quarry.v1 servicer's append path (same store, same fsync wait, same
+metrics), translating the store's errors to in-band codes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+from quarry.services.commitlog.errors import StoreError
+from quarry.services.rmq5 import client_calls, telemetry
+from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
+from quarry.services.rmq5.contract import Code, service, service_grpc, v2
+from quarry.services.rmq5.send import receipt, to_new_message
+from quarry.services.rmq5.sessions import Sessions
+from quarry.services.rmq5.status import RmqError, from_store_error, ok, status_of
+from quarry.services.rmq5.transaction import Transactions, half_message
+from quarry.services.rmq5.unsupported import fill_unsupported
+
+log = logging.getLogger("quarry.rmq5")
+MAX_MESSAGES = 1024
+
+
+class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
+    def __init__(self, core: Any, auth: Authenticator, policy: telemetry.ServerPolicy) -> None:
+        """`core`: the commitlog's CommitLogServicer (store + append_flushed)."""
+        self.core = core
+        self.auth = auth
+        self.policy = policy
+        self.sessions = Sessions()
+        self.transactions = Transactions(core.store)
+        self._closing = asyncio.Event()
+
+    def close(self) -> None:
+        """End open Telemetry streams (they would otherwise hold the stop's grace period)."""
+        self._closing.set()
+
+    async def QueryRoute(self, request: service.QueryRouteRequest, context: Any) -> service.QueryRouteResponse:
+        return service.QueryRouteResponse(status=v2.Status(
+            code=Code.ILLEGAL_ACCESS_POINT,
+            message="this is a broker endpoint: point the SDK's endpoints at the router (the access point, host:port of quarry-router)"))
+
+    async def SendMessage(self, request: service.SendMessageRequest, context: Any) -> service.SendMessageResponse:
+        try:
+            messages = request.messages
+            if not messages:
+                raise RmqError(Code.BAD_REQUEST, "messages: must not be empty")
+            if len(messages) > MAX_MESSAGES:
+                raise RmqError(Code.BAD_REQUEST, f"messages: at most {MAX_MESSAGES}, got {len(messages)}")
+            topic = messages[0].topic.name
+            for i, m in enumerate(messages):
+                if m.topic.name != topic:
+                    raise RmqError(Code.MESSAGE_CORRUPTED, f"messages[{i}].topic.name: one request holds one topic ({topic!r})")
+            self.auth.check(client_calls.metadata(context), "SendMessage", "publish", [topic])
+            peer = client_calls.parse_peer(context.peer())
+            msgs, halves = [], []
+            for i, m in enumerate(messages):
+                is_half = m.system_properties.message_type == v2.MessageType.TRANSACTION
+                msgs.append(half_message(m, peer, f"messages[{i}]") if is_half else to_new_message(m, peer, f"messages[{i}]"))
+                halves.append(is_half)
+            results = await self.core.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
+        except RmqError as exc:
+            return service.SendMessageResponse(status=status_of(exc))
+        except StoreError as exc:
+            return service.SendMessageResponse(status=status_of(from_store_error(exc)))
+        except Exception as exc:  # never an unanswered call
+            return service.SendMessageResponse(status=client_calls.internal(exc, "SendMessage"))
+        response = service.SendMessageResponse()
+        timed_out = False
+        for r, is_half in zip(results, halves):
+            entry = receipt(r.unique_key, r.queue_offset, r.offset_msg_id if is_half else "")
+            if not r.flushed:
+                timed_out = True
+                entry.status.CopyFrom(v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="stored, but not flushed to disk within the SYNC flush timeout"))
+            response.entries.append(entry)
+        response.status.CopyFrom(v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="not flushed within the SYNC flush timeout") if timed_out else ok())
+        return response
+
+    async def EndTransaction(self, request: service.EndTransactionRequest, context: Any) -> service.EndTransactionResponse:
+        half = None
+        try:
+            self.auth.check(client_calls.metadata(context), "EndTransaction", "publish", [request.topic.name])
+            if request.resolution not in (v2.TransactionResolution.COMMIT, v2.TransactionResolution.ROLLBACK):
+                raise RmqError(Code.BAD_REQUEST, "resolution: must be COMMIT or ROLLBACK")
+            half = self.transactions.claim(request)
+            commit = request.resolution == v2.TransactionResolution.COMMIT
+            await self.core.append_flushed(Transactions.resolution(half, commit), rpc="rmq5.EndTransaction", same_topic=False)
+        except RmqError as exc:
+            return service.EndTransactionResponse(status=status_of(exc))
+        except StoreError as exc:
+            if half is not None:
+                self.transactions.release(half)
+            return service.EndTransactionResponse(status=status_of(from_store_error(exc)))
+        except Exception as exc:
+            if half is not None:
+                self.transactions.release(half)
+            return service.EndTransactionResponse(status=client_calls.internal(exc, "EndTransaction"))
+        return service.EndTransactionResponse(status=ok())
+
+    async def Heartbeat(self, request: service.HeartbeatRequest, context: Any) -> service.HeartbeatResponse:
+        return client_calls.heartbeat(self.auth, self.sessions, request, client_calls.metadata(context))
+
+    async def NotifyClientTermination(self, request: service.NotifyClientTerminationRequest, context: Any) -> service.NotifyClientTerminationResponse:
+        return client_calls.terminate(self.auth, self.sessions, request, client_calls.metadata(context), context.peer())
+
+    async def Telemetry(self, request_iterator: AsyncIterator[service.TelemetryCommand], context: Any) -> AsyncIterator[service.TelemetryCommand]:
+        md = client_calls.metadata(context)
+        refusal = client_calls.telemetry_refusal(self.auth, md)
+        if refusal is not None:
+            yield refusal
+            return
+        client_id = md.get(CLIENT_ID, "")
+        reader = request_iterator.__aiter__()
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            while True:
+                nxt = asyncio.ensure_future(_next(reader))
+                done, _ = await asyncio.wait({nxt, closing}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:  # the server is stopping
+                    nxt.cancel()
+                    return
+                command = nxt.result()
+                if command is None:  # the client closed its side
+                    return
+                reply = telemetry.answer(command, client_id, self.sessions, self.policy, context.peer())
+                if reply is not None:
+                    yield reply
+        finally:
+            closing.cancel()
+
+
+async def _next(reader: AsyncIterator[service.TelemetryCommand]) -> service.TelemetryCommand | None:
+    """The next command, or None at the end (a task must not end in StopAsyncIteration)."""
+    try:
+        return await reader.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+fill_unsupported(CommitLogMessagingServicer, aio=True)

@@ -1,0 +1,126 @@
+"""SendMessage: an SDK message becomes the RocketMQ record RocketMQ 5's proxy would write.
+
+    body                              → body
+    topic.name                        → topic
+    system_properties.tag             → TAGS
+    system_properties.keys            → KEYS (space-joined)
+    system_properties.message_id      → UNIQ_KEY (the id the SDK returns and the router finds)
+    system_properties.born_timestamp  → the record's born time, and BORN_TIMESTAMP
+    system_properties.born_host       → __BORNHOST (the record's born host is the connection's peer)
+    system_properties.message_group   → __SHARDINGKEY (FIFO)
+    system_properties.delivery_timestamp → TIMER_DELIVER_MS (delay; stored under its real topic)
+    system_properties.queue_id        → the queue (the queue the SDK chose, when it says)
+    user_properties                   → properties, sorted by name (none may be a system name)
+Transactional messages go through transaction.py instead (half records).
+"""
+from __future__ import annotations
+
+import time
+
+from quarry.formats.properties import BORN_HOST, BORN_TIMESTAMP, SHARDING_KEY, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS
+from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.rmq5.contract import Code, service, v2
+from quarry.services.rmq5.status import RmqError
+
+MAX_MESSAGE_GROUP = 64  # RocketMQ proxy's maxMessageGroupSize
+MAX_USER_PROPERTIES = 128  # RocketMQ proxy's userPropertyMaxNum
+MAX_DELAY_MS = 24 * 3_600_000  # RocketMQ proxy's maxDelayTimeMills (1 day)
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def _check_tag(tag: str, field: str) -> None:
+    """RocketMQ's tag rule: not only whitespace, no '|' (the expression separator), no control characters."""
+    if not tag:
+        return
+    if not tag.strip():
+        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}: must not be only whitespace")
+    if "|" in tag:
+        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}: must not contain '|' (it separates tags in subscriptions)")
+    if _has_control(tag):
+        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}: must not contain control characters")
+
+
+def _check_type(sp: v2.SystemProperties, field: str) -> None:
+    """The message type must agree with the properties that make it (as the SDKs set them)."""
+    t = sp.message_type
+    has_group, has_delay = bool(sp.message_group), sp.HasField("delivery_timestamp")
+    if t == v2.MessageType.FIFO and not has_group:
+        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.message_group: required for a FIFO message")
+    if t == v2.MessageType.DELAY and not has_delay:
+        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.delivery_timestamp: required for a DELAY message")
+    if t == v2.MessageType.TRANSACTION and (has_group or has_delay):
+        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}: a TRANSACTION message must set neither message_group nor delivery_timestamp")
+    if t in (v2.MessageType.LITE, v2.MessageType.PRIORITY):
+        raise RmqError(Code.UNSUPPORTED, f"{field}.message_type: {v2.MessageType.Name(t)} messages are not supported by Quarry")
+
+
+def system_pairs(m: v2.Message, field: str, now_ms: int) -> list[tuple[str, str]]:
+    """The system properties a message carries besides KEYS/TAGS/UNIQ_KEY (validated)."""
+    sp = m.system_properties
+    pairs: list[tuple[str, str]] = []
+    if sp.message_group:
+        if len(sp.message_group) > MAX_MESSAGE_GROUP or _has_control(sp.message_group) or not sp.message_group.strip():
+            raise RmqError(Code.ILLEGAL_MESSAGE_GROUP, f"{field}.system_properties.message_group: at most {MAX_MESSAGE_GROUP} characters, not blank, no control characters")
+        pairs.append((SHARDING_KEY, sp.message_group))
+    if sp.HasField("delivery_timestamp"):
+        at = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+        if at - now_ms > MAX_DELAY_MS:
+            raise RmqError(Code.ILLEGAL_DELIVERY_TIME, f"{field}.system_properties.delivery_timestamp: at most {MAX_DELAY_MS // 3_600_000} h ahead, got {(at - now_ms) // 1000} s")
+        pairs.append((TIMER_DELIVER_MS, str(at)))
+    if sp.born_host:
+        pairs.append((BORN_HOST, sp.born_host))
+    if sp.HasField("born_timestamp"):
+        pairs.append((BORN_TIMESTAMP, str(born_ms(sp))))
+    return pairs
+
+
+def born_ms(sp: v2.SystemProperties) -> int:
+    return sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField("born_timestamp") else 0
+
+
+def user_pairs(m: v2.Message, field: str) -> list[tuple[str, str]]:
+    props = m.user_properties
+    if len(props) > MAX_USER_PROPERTIES:
+        raise RmqError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"{field}.user_properties: at most {MAX_USER_PROPERTIES}, got {len(props)}")
+    pairs = sorted(props.items())
+    for name, value in pairs:
+        if name in SYSTEM_PROPERTY_NAMES:
+            raise RmqError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"{field}.user_properties[{name!r}]: {name} is a RocketMQ system property")
+        if not name:
+            raise RmqError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"{field}.user_properties: a name must not be empty")
+        if _has_control(name) or _has_control(value):
+            raise RmqError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"{field}.user_properties[{name!r}]: names and values must not contain control characters")
+    return pairs
+
+
+def check_message(m: v2.Message, field: str) -> None:
+    """Rules the store does not know (it checks topic, body, keys, sizes)."""
+    if m.topic.resource_namespace:
+        raise RmqError(Code.BAD_REQUEST, f"{field}.topic.resource_namespace: namespaces are not supported (got {m.topic.resource_namespace!r}); leave it empty")
+    sp = m.system_properties
+    if not sp.message_id:
+        raise RmqError(Code.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: must not be empty (it becomes UNIQ_KEY)")
+    if len(sp.message_id) > 128 or _has_control(sp.message_id):
+        raise RmqError(Code.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: at most 128 characters, no control characters")
+    _check_tag(sp.tag, f"{field}.system_properties.tag")
+    _check_type(sp, f"{field}.system_properties")
+
+
+def to_new_message(m: v2.Message, peer: tuple[str, int], field: str = "messages[0]", now_ms: int | None = None) -> NewMessage:
+    """The record an SDK message becomes (not for TRANSACTION messages: see transaction.py)."""
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    check_message(m, field)
+    sp = m.system_properties
+    return NewMessage(
+        m.topic.name, m.body, list(sp.keys), sp.tag, sp.message_id,
+        system_pairs(m, field, now) + user_pairs(m, field),
+        0, sp.queue_id, born_ms(sp), peer,
+    )
+
+
+def receipt(message_id: str, queue_offset: int, transaction_id: str = "") -> service.SendResultEntry:
+    """A stored message's entry: its id (UNIQ_KEY), queue offset and, for a half, the transaction id."""
+    return service.SendResultEntry(status=v2.Status(code=Code.OK, message="OK"), message_id=message_id, offset=queue_offset, transaction_id=transaction_id)

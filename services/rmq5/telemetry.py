@@ -1,0 +1,67 @@
+"""Telemetry: the bidirectional stream an SDK opens to every endpoint it uses.
+
+The client writes its Settings first; the server must answer with its own (RocketMQ's proxy
+echoes the client's settings with the producer policy merged in). The Node.js SDK's start()
+waits for that answer, and every SDK takes max_body_size, validate_message_type and the
+retry backoff from it. Other client commands (thread stack traces, verify results) are only
+logged: Quarry sends no commands that would ask for them.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from google.protobuf import duration_pb2
+
+from quarry.services.log import log_event
+from quarry.services.rmq5.contract import Code, v2, service
+from quarry.services.rmq5.sessions import Sessions
+
+log = logging.getLogger("quarry.rmq5.telemetry")
+
+
+@dataclass(frozen=True)
+class ServerPolicy:
+    """What a server imposes on producers."""
+
+    max_body_size: int
+    max_attempts: int = 3
+    backoff_initial_ms: int = 10
+    backoff_max_ms: int = 1000
+    backoff_multiplier: float = 2.0
+
+
+def _duration(ms: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def server_settings(client: v2.Settings, policy: ServerPolicy) -> v2.Settings:
+    """The client's settings with the server's producer policy merged in."""
+    settings = v2.Settings()
+    settings.CopyFrom(client)
+    settings.backoff_policy.max_attempts = policy.max_attempts
+    backoff = settings.backoff_policy.exponential_backoff
+    backoff.initial.CopyFrom(_duration(policy.backoff_initial_ms))
+    backoff.max.CopyFrom(_duration(policy.backoff_max_ms))
+    backoff.multiplier = policy.backoff_multiplier
+    if settings.WhichOneof("pub_sub") == "publishing" or client.client_type in (v2.ClientType.PRODUCER,):
+        settings.publishing.max_body_size = policy.max_body_size
+        settings.publishing.validate_message_type = True
+    return settings
+
+
+def answer(command: service.TelemetryCommand, client_id: str, sessions: Sessions, policy: ServerPolicy, peer: str) -> service.TelemetryCommand | None:
+    """The server's reply to one client command, or None when none is due."""
+    kind = command.WhichOneof("command")
+    if kind == "settings":
+        settings = command.settings
+        if not client_id:
+            return service.TelemetryCommand(status=v2.Status(code=Code.CLIENT_ID_REQUIRED, message="x-mq-client-id: header required on Telemetry"))
+        if settings.WhichOneof("pub_sub") is None and settings.client_type == v2.ClientType.CLIENT_TYPE_UNSPECIFIED:
+            return service.TelemetryCommand(status=v2.Status(code=Code.UNRECOGNIZED_CLIENT_TYPE, message="settings: client_type and publishing/subscription are missing"))
+        sessions.announce(client_id, settings)
+        log_event(log, "client settings", client_id=client_id, client_type=v2.ClientType.Name(settings.client_type),
+                  language=v2.Language.Name(settings.user_agent.language), version=settings.user_agent.version, peer=peer)
+        return service.TelemetryCommand(status=v2.Status(code=Code.OK, message="OK"), settings=server_settings(settings, policy))
+    log_event(log, "telemetry command ignored", client_id=client_id or "-", command=kind or "none", peer=peer)
+    return None
