@@ -87,13 +87,15 @@ class Authenticator:
             raise
         return account
 
-    def check(self, metadata: Mapping[str, str], method: str, permission: str | None, topics: Iterable[str] = ()) -> None:
-        """Authenticate, then require `permission` on `topics` (None: any valid account)."""
+    def check(self, metadata: Mapping[str, str], method: str, permission: str | tuple[str, ...] | None, topics: Iterable[str] = ()) -> None:
+        """Authenticate, then require `permission` (or any one of several) on `topics`;
+        None: any valid account."""
         account = self.caller(metadata, method)
         if account is None or permission is None:
             return
         wanted = [t for t in topics if t]
-        if not account.allows(permission, wanted):
-            why = f"access key {account.access_key} lacks {permission} permission on {', '.join(wanted) or '*'}"
+        anyof = (permission,) if isinstance(permission, str) else permission
+        if not any(account.allows(p, wanted) for p in anyof):
+            why = f"access key {account.access_key} lacks {' or '.join(anyof)} permission on {', '.join(wanted) or '*'}"
             log_event(log, "access denied", logging.WARNING, method=method, access_key=account.access_key, reason=why)
             raise RmqError(Code.FORBIDDEN, why)

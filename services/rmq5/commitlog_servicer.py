@@ -44,6 +44,8 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
 
     async def SendMessage(self, request: service.SendMessageRequest, context: Any) -> service.SendMessageResponse:
         try:
+            md = client_calls.metadata(context)
+            self.auth.caller(md, "SendMessage")  # who, before anything about the request is said
             messages = request.messages
             if not messages:
                 raise RmqError(Code.BAD_REQUEST, "messages: must not be empty")
@@ -53,7 +55,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             for i, m in enumerate(messages):
                 if m.topic.name != topic:
                     raise RmqError(Code.MESSAGE_CORRUPTED, f"messages[{i}].topic.name: one request holds one topic ({topic!r})")
-            self.auth.check(client_calls.metadata(context), "SendMessage", "publish", [topic])
+            self.auth.check(md, "SendMessage", "publish", [topic])
             peer = client_calls.parse_peer(context.peer())
             msgs, halves = [], []
             for i, m in enumerate(messages):

@@ -29,7 +29,8 @@ class RouterMessagingServicer(service_grpc.MessagingServiceServicer):
 
     def QueryRoute(self, request: service.QueryRouteRequest, context: Any) -> service.QueryRouteResponse:
         try:
-            self.auth.check(client_calls.metadata(context), "QueryRoute", "publish", [request.topic.name])
+            # As RocketMQ's ACL: a route is shown to producers and consumers (PUB or SUB).
+            self.auth.check(client_calls.metadata(context), "QueryRoute", ("publish", "query"), [request.topic.name])
             if request.topic.resource_namespace:
                 raise RmqError(Code.BAD_REQUEST, f"topic.resource_namespace: namespaces are not supported (got {request.topic.resource_namespace!r})")
             queues = query_route(self.registry, request.topic)

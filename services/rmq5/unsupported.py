@@ -30,22 +30,22 @@ def _handler(method: MethodDescriptor, served: list[str], aio: bool) -> Callable
 
     if method.server_streaming:
         if aio:
-            async def astream(_request: Any, context: Any) -> Any:
+            async def astream(_self: Any, _request: Any, context: Any) -> Any:
                 _log(context)
                 yield response
             return astream
 
-        def stream(_request: Any, context: Any) -> Any:
+        def stream(_self: Any, _request: Any, context: Any) -> Any:
             _log(context)
             yield response
         return stream
     if aio:
-        async def aunary(_request: Any, context: Any) -> Any:
+        async def aunary(_self: Any, _request: Any, context: Any) -> Any:
             _log(context)
             return response
         return aunary
 
-    def unary(_request: Any, context: Any) -> Any:
+    def unary(_self: Any, _request: Any, context: Any) -> Any:
         _log(context)
         return response
     return unary
