@@ -1,7 +1,7 @@
 """QueryRoute: the topic's queues on every live broker that holds it, each with the broker's
 own endpoint, so an SDK sends straight to the commitlog that stores the queue (RocketMQ 5's
-local mode). A topic no broker holds yet is offered on every live broker with the default
-queue count (TBW102's route): the first send creates it there, as a quarry.v1 producer's does.
+local mode). A topic no broker holds yet is offered along TBW102's route (the brokers that
+create topics on first send, with their default queue count), as a quarry.v1 producer does.
 """
 from __future__ import annotations
 

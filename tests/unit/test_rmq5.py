@@ -119,8 +119,9 @@ def test_the_sdks_own_signature_is_accepted_and_checked() -> None:
 
 def test_route_lists_every_holding_broker_or_every_live_one_for_a_new_topic() -> None:
     reg = BrokerRegistry(expiry_ms=60_000)
-    reg.register(Broker("broker-a", "127.0.0.2:10911", "", "127.0.0.2:10911", topics={"OrderTopic": 2}))
-    reg.register(Broker("broker-b", "broker-b.local:10911", "", "10.0.0.3:10911", rmq5_endpoint="[::1]:10999"))
+    reg.register(Broker("broker-a", "127.0.0.2:10911", "", "127.0.0.2:10911", topics={"OrderTopic": 2, "TBW102": 4}))
+    reg.register(Broker("broker-b", "broker-b.local:10911", "", "10.0.0.3:10911", topics={"TBW102": 4}, rmq5_endpoint="[::1]:10999"))
+    reg.register(Broker("broker-c", "127.0.0.4:10911", "", "127.0.0.4:10911"))  # creates no topics
     queues = query_route(reg, v2.Resource(name="OrderTopic"))
     assert [(q.broker.name, q.id) for q in queues] == [("broker-a", 0), ("broker-a", 1)]
     q = queues[0]
