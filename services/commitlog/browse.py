@@ -195,11 +195,11 @@ def browse(store: "CommitLogStore", req: BrowseRequest) -> BrowsePage:
         if cq is None:
             states.append(QueueState(topic, qid, 0, 0, True))
             continue
+        if (topic, qid) in req.done:  # finished on an earlier page: not searched again
+            states.append(QueueState(topic, qid, 0, 0, True))
+            continue
         state = QueueState(topic, qid, search_offset_by_time(store, cq, req.begin), search_offset_by_time(store, cq, req.end + 1))
         states.append(state)
-        if (topic, qid) in req.done:
-            state.exhausted = True
-            continue
         walk = _queue_walk(store, cq, req, topic, qid, state)
         first = next(walk, None)
         if first is None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from quarry.v1 import commitlog_pb2, common_pb2
 
-QueueKey = tuple[str, int]  # (topic of the queue, queue id)
+QueueKey = tuple[str, int]
+MAX_PAGE_BYTES = 32 * 1024 * 1024  # (topic of the queue, queue id)
 
 
 class BadBrowseTokenError(ValueError):
@@ -100,7 +101,14 @@ def merge_page(answers: dict[str, commitlog_pb2.BrowseMessagesResponse], token: 
             last = keys[-1]
             bound = last if bound is None or last < bound else bound
     candidates.sort(key=lambda kv: kv[0])
-    page = [m for k, m in candidates if bound is None or k <= bound][:max_num]
+    page: list[common_pb2.StoredMessage] = []
+    size = 0
+    for k, m in candidates:
+        # A page stays well inside a gRPC message: it may end early; the token says where.
+        if len(page) >= max_num or (bound is not None and k > bound) or (page and size + m.store_size > MAX_PAGE_BYTES):
+            break
+        page.append(m)
+        size += m.store_size
     step = 1 if oldest_first else -1
     new = BrowseToken(token.digest, token.end, {n: BrokerPlace(dict(p.cursors), set(p.done), p.finished) for n, p in token.brokers.items()})
     consumed: dict[str, dict[QueueKey, int]] = {}

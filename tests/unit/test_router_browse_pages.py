@@ -17,7 +17,7 @@ from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.convert import to_stored
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, decode_token, encode_token, merge_page
-from quarry.v1 import commitlog_pb2
+from quarry.v1 import commitlog_pb2, common_pb2
 
 
 class Clock:
@@ -120,3 +120,15 @@ def test_token_is_bound_to_its_browse() -> None:
         decode_token(text, "xyz")
     with pytest.raises(BadBrowseTokenError, match="not a browse token"):
         decode_token("garbage!", "abc")
+
+
+def test_a_page_ends_before_it_outgrows_a_grpc_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from quarry.services.query import browse_pages
+
+    monkeypatch.setattr(browse_pages, "MAX_PAGE_BYTES", 250)
+    msgs = [common_pb2.StoredMessage(topic="T", queue_id=0, queue_offset=i, store_timestamp=100 + i, store_size=100, body=b"x") for i in range(5)]
+    answer = commitlog_pb2.BrowseMessagesResponse(messages=msgs, queues=[commitlog_pb2.BrowseQueueState(topic="T", queue_id=0, exhausted=True)])
+    page = merge_page({"b": answer}, BrowseToken("d", 0, {"b": BrokerPlace()}), 64, True)
+    assert [m.queue_offset for m in page.messages] == [0, 1]
+    assert page.more and page.token.brokers["b"].cursors == {("T", 0): 2}
+    assert ("T", 0) not in page.token.brokers["b"].done  # three returned messages were not taken
