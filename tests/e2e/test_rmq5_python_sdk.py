@@ -18,7 +18,7 @@ from quarry.clients.admin import AdminClient
 from quarry.clients.errors import NotFoundError
 from quarry.clients.model import Message as Found
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.transaction import HALF_TOPIC
 from tests.e2e.conftest import wait_until
