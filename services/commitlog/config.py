@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import argparse
 
+from quarry.formats.addresses import parse_router_addresses
 from quarry.services.settings import EnvArgumentParser, add_logging_settings, parse_bool
+
+
+def _router_list(text: str) -> list[str]:
+    return parse_router_addresses(text, "router address") if text.strip() else []
 
 
 def build_parser() -> EnvArgumentParser:
@@ -14,7 +19,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--store-dir", "QUARRY_STORE_DIR", "./var/store", "store directory (commitlog/, consumequeue/, ...)")
     p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
     p.add_setting("--cluster-name", "QUARRY_CLUSTER_NAME", "DefaultCluster", "cluster name")
-    p.add_setting("--router", "QUARRY_ROUTER_ADDR", "", "query router address to register with (empty: do not register)")
+    p.add_setting("--router", "QUARRY_ROUTER_ADDR", "", "query routers to register with, host:port or several as 'a:9876;b:9876' (registers with each; empty: do not register)", _router_list)
     p.add_setting("--indexer-addr", "QUARRY_INDEXER_ADDR", "", "this broker's indexer address, announced to the router")
     p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "heartbeat interval to the router", int, minimum=100)
     p.add_setting("--segment-size", "QUARRY_SEGMENT_SIZE", 1024 * 1024 * 1024, "CommitLog segment size in bytes", int, minimum=4096)
@@ -37,4 +42,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if not args.advertise:
         args.advertise = args.bind
+    if isinstance(args.router, str):  # the default, not converted
+        args.router = _router_list(args.router)
     return args

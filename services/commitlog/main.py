@@ -11,7 +11,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
 from quarry.services import metrics
 from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.registration import Heartbeat, registration_request, announced_topics
+from quarry.services.commitlog.registration import Heartbeats, announced_topics, registration_request
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.log import configure_logging, log_event
@@ -66,7 +66,7 @@ async def _serve(args: argparse.Namespace) -> None:
                                         announced_topics(store.topics, args.auto_create_topics, args.default_queues),
                                         rmq5_endpoint=args.rmq5_advertise)
 
-        heartbeat = Heartbeat(args.router, _registration, args.heartbeat_interval_ms).start()
+        heartbeat = Heartbeats(args.router, _registration, args.heartbeat_interval_ms).start()
         servicer.on_topic_created = heartbeat.beat_now
     log_event(log, "store ready", dir=args.store_dir, end=store.write_offset, recovered=store.recovered, flush_mode=args.flush_mode)
 

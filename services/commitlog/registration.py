@@ -30,7 +30,7 @@ def announced_topics(topics: dict[str, int], auto_create: bool, default_queues: 
 
 
 class Heartbeat:
-    """A daemon thread sending RegisterBroker(build()) every interval_ms."""
+    """A daemon thread sending RegisterBroker(build()) to one router every interval_ms."""
 
     def __init__(self, router_addr: str, build: Callable[[], router_pb2.RegisterBrokerRequest], interval_ms: int) -> None:
         self.router_addr = router_addr
@@ -90,3 +90,28 @@ def registration_request(broker_name: str, advertise: str, indexer_addr: str, cl
         heartbeat_interval_ms=heartbeat_interval_ms, rmq5_endpoint=rmq5_endpoint,
         topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(topics.items())],
     )
+
+
+class Heartbeats:
+    """One Heartbeat per router, as a RocketMQ broker registers with every NameServer of its
+    list: routers share nothing, so each learns the broker on its own and any of them can
+    serve clients; one router being down delays nothing sent to the others."""
+
+    def __init__(self, router_addrs: list[str], build: Callable[[], router_pb2.RegisterBrokerRequest], interval_ms: int) -> None:
+        self.beats = [Heartbeat(addr, build, interval_ms) for addr in router_addrs]
+
+    def start(self) -> "Heartbeats":
+        for beat in self.beats:
+            beat.start()
+        return self
+
+    def beat_now(self) -> None:
+        for beat in self.beats:
+            beat.beat_now()
+
+    def stop(self, unregister: bool = True) -> None:
+        for beat in self.beats:
+            beat._stop.set()  # all at once: stopping them one by one would add their waits
+            beat._wake.set()
+        for beat in self.beats:
+            beat.stop(unregister)

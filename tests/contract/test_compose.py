@@ -45,8 +45,9 @@ def test_a_broken_compose_file_fails_validation(tmp_path: Path) -> None:
 def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> None:
     cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
     services = cfg["services"]
-    assert set(services) == {"router", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b"}
-    assert [s for s, v in services.items() if v.get("ports")] == ["router"]
+    assert set(services) == {"router", "router-2", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b"}
+    assert sorted(s for s, v in services.items() if v.get("ports")) == ["router", "router-2"]
+    assert {p["published"] for s in ("router", "router-2") for p in services[s]["ports"]} == {"9876", "9877"}
     for name, svc in services.items():
         assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "quarry.services.entrypoint", "probe"], name
         assert svc.get("restart") == "unless-stopped", name
@@ -55,7 +56,8 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
     for b in ("a", "b"):
         env = services[f"commitlog-{b}"]["environment"]
         assert env["QUARRY_COMMITLOG_ADVERTISE"] == f"commitlog-{b}:10911"
-        assert env["QUARRY_ROUTER_ADDR"] == "router:9876"
+        assert env["QUARRY_ROUTER_ADDR"] == "router:9876;router-2:9876"  # registers with both
+        assert set(services[f"commitlog-{b}"]["depends_on"]) == {"router", "router-2"}
         assert services[f"indexer-{b}"]["environment"]["QUARRY_COMMITLOG_ADDR"] == f"commitlog-{b}:10911"
     assert {v["target"] for s in services.values() for v in s.get("volumes", [])} == {"/data"}
     assert set(cfg["volumes"]) == {"store-a", "index-a", "store-b", "index-b"}
@@ -86,4 +88,4 @@ def test_tls_overlay_gives_every_service_tls_and_keeps_its_settings(tmp_path: Pa
         env = svc["environment"]
         assert env["QUARRY_TLS_CERT"] == "/certs/server.pem" and env["QUARRY_TLS_CA"] == "/certs/ca.pem", name
         assert any(v["target"] == "/certs" and v.get("read_only") for v in svc["volumes"]), name
-    assert services["commitlog-a"]["environment"]["QUARRY_ROUTER_ADDR"] == "router:9876"
+    assert services["commitlog-a"]["environment"]["QUARRY_ROUTER_ADDR"] == "router:9876;router-2:9876"

@@ -24,7 +24,7 @@ from tests.e2e.conftest import wait_until
 from tests.e2e.pki import make_pki
 
 
-IPS = [f"127.0.1.{i + 10}" for i in range(5)]  # one loopback address per compose service
+IPS = [f"127.0.1.{i + 10}" for i in range(6)]  # one loopback address per compose service
 
 
 def _topology(overlays: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> dict:
@@ -139,6 +139,14 @@ def test_compose_topology_sends_finds_and_reports_a_lost_broker(topology: Topolo
             body = urllib.request.urlopen(f"http://{topology.ips[name]}:{port}/metrics", timeout=5).read().decode()
             assert "quarry_" in body, name
         assert "quarry_commitlog_sent_messages_total" in urllib.request.urlopen(f"http://{topology.ips['commitlog-a']}:{port}/metrics", timeout=5).read().decode()
+
+        # The second router knows both brokers too and answers the same query on its own.
+        router_2 = topology.address("router-2", int(topology.services["router-2"]["ports"][0]["target"]))
+        with AdminClient(router_2) as admin_2:
+            wait_until(lambda: len(admin_2.brokers()) == 2, what="both brokers registered with router-2")
+            again = wait_until(lambda: (r := admin_2.query_by_key("ComposeTopic", "compose-key")) and r.complete and len(r.messages) == 6 and r,
+                               what="all six by key through router-2")
+            assert {m.offset_msg_id for m in again.messages} == {s.offset_msg_id for s in sent}
 
         topology.stop("commitlog-b")  # SIGTERM, as `docker compose stop commitlog-b`
         partial = admin.query_by_key("ComposeTopic", "compose-key")
