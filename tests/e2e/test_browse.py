@@ -160,6 +160,12 @@ def test_delayed_message_is_found_before_delivery_under_its_real_topic(cluster: 
     by_uid = _json(quarry(cluster, "--json", "queryMsgByUniqueKey", "-t", "DelayT", "-i", uid))
     assert [x["offset_msg_id"] for x in by_uid["messages"]] == [parked.offset_msg_id]
     assert quarry(cluster, "queryMsgByKey", "-t", "Elsewhere", "-k", "order-77").stdout.count("order") == 0
+    # What the RocketMQ 5 front door stores for a delivery time: the real topic, TIMER_DELIVER_MS.
+    due = int(time.time() * 1000) + 3_600_000
+    send(cluster, "broker-b", [common_pb2.MessageInput(topic="DelayT", body=b"timer", queue_id=1,
+                                                       properties=[common_pb2.Property(name="TIMER_DELIVER_MS", value=str(due))])])
+    timer = {m["body"]: m for m in _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT"))["messages"]}["timer"]
+    assert timer["scheduled"] and timer["deliver_timestamp"] == due and timer["real_topic"] == "DelayT"
 
 
 def _trace_msg(body: str, keys: list[str], host: str) -> common_pb2.MessageInput:
