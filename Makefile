@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup gen run test bench lint release-contract clean
+.PHONY: setup gen run test bench lint release-contract clean node-sdk
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,15 @@ setup: gen
 run: setup
 	$(PY) -m scripts.demo
 
+# The official RocketMQ 5 Node.js SDK, exactly as package-lock.json pins it (e2e tests, README).
+NODE_SDK := tests/e2e/node/node_modules/.package-lock.json
+$(NODE_SDK): tests/e2e/node/package.json tests/e2e/node/package-lock.json
+	cd tests/e2e/node && npm ci --no-audit --no-fund --loglevel=error
+
+node-sdk: $(NODE_SDK)
+
 # The whole suite: unit, contract (protos, golden vectors, buf), e2e (real processes).
-test: setup
+test: setup node-sdk
 	$(PY) -m pytest -q
 
 lint: setup

@@ -1,0 +1,86 @@
+"""The official RocketMQ 5 Node.js SDK (npm rocketmq-client-nodejs, pinned by
+tests/e2e/node/package-lock.json; `make test` runs `npm ci` there) sends with keys and a tag
+into a real Quarry cluster, with and without access control; every message is found again
+through the router by the SDK's id, its key and its queue offset."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from quarry.clients.admin import AdminClient
+from scripts.launcher import LocalCluster
+from tests.e2e.test_rmq5_python_sdk import found_everywhere
+
+NODE_DIR = Path(__file__).parent / "node"
+
+
+@pytest.fixture(scope="module")
+def node_sdk() -> Path:
+    """The pinned SDK installed (npm ci, as `make node-sdk` does, when pytest runs alone)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    assert node and npm, "Node.js and npm are required for the Node.js SDK tests"
+    if not (NODE_DIR / "node_modules" / ".package-lock.json").exists():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR, check=True, timeout=300)
+    return NODE_DIR / "send.js"
+
+
+def _send(script: Path, router: str, topic: str, count: int, tag: str, key_prefix: str, env: dict[str, str] | None = None) -> list[dict]:
+    run = subprocess.run(["node", str(script), router, topic, str(count), tag, key_prefix], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, **(env or {})})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [json.loads(line) for line in run.stdout.splitlines()]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "1001", "--index-num", "10000"])
+    try:
+        c.start_router(host="127.0.0.61")
+        c.add_broker("broker-a", "127.0.0.62")
+        c.add_broker("broker-b", "127.0.0.63")
+        yield c
+    finally:
+        c.stop()
+
+
+def test_node_sdk_sends_are_found_by_id_key_and_offset(node_sdk: Path, cluster: LocalCluster) -> None:
+    assert cluster.router is not None
+    receipts = _send(node_sdk, cluster.router.address, "NodeOrders", 4, "node-tag", "node-order")
+    assert len({r["messageId"] for r in receipts}) == 4
+    with AdminClient(cluster.router.address) as admin:
+        brokers = set()
+        for r in receipts:
+            m = found_everywhere(admin, "NodeOrders", r["messageId"], r["offset"], tuple(r["keys"]))
+            assert (m.body.decode(), m.tags, dict(m.property_pairs)["lang"]) == (r["body"], "node-tag", "nodejs")
+            brokers.add(m.broker_name)
+    assert brokers == {"broker-a", "broker-b"}  # the SDK spread its sends over both brokers' endpoints
+
+
+def test_node_sdk_signs_with_mqv2_hmac_sha1(node_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acl = tmp_path / "acl.json"
+    acl.write_text(json.dumps({"accounts": [
+        {"access_key": "nodeapp", "secret_key": "node-secret", "topics": {"NodeAcl": ["publish"]}},
+        {"access_key": "ops", "secret_key": "ops-secret", "admin": True},
+    ]}))
+    for k, v in {"QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"}.items():
+        monkeypatch.setenv(k, v)  # the indexers' and this test's quarry.v1 calls
+    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"],
+                     env={"QUARRY_ACL_FILE": str(acl), "QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"})
+    try:
+        c.start_router(host="127.0.0.64")
+        c.add_broker("broker-a", "127.0.0.65")
+        assert c.router is not None
+        (r,) = _send(node_sdk, c.router.address, "NodeAcl", 1, "signed", "acl", {"RMQ_ACCESS_KEY": "nodeapp", "RMQ_SECRET_KEY": "node-secret"})
+        with AdminClient(c.router.address) as admin:
+            found_everywhere(admin, "NodeAcl", r["messageId"], r["offset"], tuple(r["keys"]))
+        bad = subprocess.run(["node", str(node_sdk), c.router.address, "NodeAcl", "1"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "RMQ_ACCESS_KEY": "nodeapp", "RMQ_SECRET_KEY": "wrong"})
+        assert bad.returncode != 0 and "40100" in bad.stderr and "bad signature for access key 'nodeapp'" in bad.stderr
+    finally:
+        c.stop()
