@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import json
+import re
 from datetime import datetime
 from typing import Any, Callable
 
@@ -24,6 +25,26 @@ TRACE_PAGE = 64
 def _ms(ms: int) -> str:
     dt = datetime.fromtimestamp(ms / 1000)
     return dt.strftime("%Y-%m-%d %H:%M:%S") + f",{ms % 1000:03d}"
+
+
+MQADMIN_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})$")
+
+
+def mqadmin_time(parse_time: Callable[[str], int]) -> Callable[[str], int]:
+    """printMsg's time option: mqadmin's yyyy-MM-dd#HH:mm:ss:SSS (this machine's zone, as the
+    JVM reads it and as times are printed) or whatever the CLI's time parser accepts."""
+
+    def _parse(text: str) -> int:
+        m = MQADMIN_TIME.match(text.strip())
+        if m is None:
+            return parse_time(text)
+        y, mo, d, h, mi, s, ms = (int(g) for g in m.groups())
+        try:
+            return int(datetime(y, mo, d, h, mi, s).astimezone().timestamp()) * 1000 + ms
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+    return _parse
 
 
 def _charset(name: str) -> str:
@@ -191,6 +212,7 @@ def print_trace(contexts: list[message_trace.TraceContext], out: Any) -> None:
 
 def add_parsers(add: Callable[[str, str, str], argparse.ArgumentParser], parse_time: Callable[[str], int]) -> None:
     """The subcommands, with mqadmin's short and long option names."""
+    parse_time = mqadmin_time(parse_time)
     for name, alias, help_text in (("printMsg", "print-msg", "every message of a topic stored in a time window, in store-time order"),
                                    ("printMsgByQueue", "print-msg-by-queue", "every message of one broker's queue stored in a time window")):
         s = add(name, alias, help_text)
@@ -198,8 +220,8 @@ def add_parsers(add: Callable[[str, str, str], argparse.ArgumentParser], parse_t
         if name == "printMsgByQueue":
             s.add_argument("-a", "--brokerName", dest="broker_name", required=True, help="broker name")
             s.add_argument("-i", "--queueId", dest="queue_id", type=int, required=True, help="queue id")
-        s.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time, default=0, help="earliest store time: epoch ms or ISO time (default 0)")
-        s.add_argument("-e", "--endTimestamp", dest="end", type=parse_time, default=0, help="latest store time, inclusive: epoch ms or ISO time (default now)")
+        s.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time, default=0, help="earliest store time: epoch ms, ISO time or yyyy-MM-dd#HH:mm:ss:SSS (default 0)")
+        s.add_argument("-e", "--endTimestamp", dest="end", type=parse_time, default=0, help="latest store time, inclusive: epoch ms, ISO time or yyyy-MM-dd#HH:mm:ss:SSS (default now)")
         s.add_argument("-s", "--subExpression", dest="sub_expression", default="*", help="tag expression: *, TagA, or 'TagA || TagB'")
         s.add_argument("-c", "--charsetName", dest="charset", default="UTF-8", help="charset to print bodies with (default UTF-8)")
         s.add_argument("-d", "--printBody", dest="print_body", default="true", help="print bodies: true (default) or false")

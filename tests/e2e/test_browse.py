@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -106,6 +107,9 @@ def test_windows_of_zero_and_one_message_and_bad_input(cluster: LocalCluster, ma
     ts = msg["store_timestamp"]
     exact = _json(quarry(cluster, "--json", "printMsg", "-t", "OneT", "-b", str(ts), "-e", str(ts)))
     assert [m["offset_msg_id"] for m in exact["messages"]] == [r.offset_msg_id]
+    as_mqadmin = datetime.fromtimestamp(ts / 1000).strftime("%Y-%m-%d#%H:%M:%S:") + f"{ts % 1000:03d}"  # mqadmin's format, local zone
+    same = _json(quarry(cluster, "--json", "printMsg", "-t", "OneT", "-b", as_mqadmin, "-e", as_mqadmin))
+    assert [m["offset_msg_id"] for m in same["messages"]] == [r.offset_msg_id]
     empty = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", "1000", "-e", "2000")
     assert empty.returncode == 1 and _json(empty)["messages"] == []
     after = quarry(cluster, "printMsg", "-t", "OneT", "-b", str(ts + 1), "-e", str(ts + 10_000))

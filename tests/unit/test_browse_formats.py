@@ -158,3 +158,18 @@ def test_v5_unique_key_fields() -> None:
 def test_bad_ids_are_refused_with_the_rule(bad: str) -> None:
     with pytest.raises(message_id.MessageIdError):
         message_id.describe(bad, 0, timezone.utc)
+
+
+def test_print_msg_takes_mqadmins_time_format_in_the_local_zone() -> None:
+    from datetime import datetime
+
+    from quarry.clients.cli_browse import mqadmin_time
+
+    parse = mqadmin_time(lambda text: -1)
+    want = int(datetime(2026, 11, 23, 10, 0, 5).astimezone().timestamp()) * 1000 + 42
+    assert parse("2026-11-23#10:00:05:042") == want
+    assert parse("1700000000000") == -1  # anything else goes to the CLI's own parser
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="month"):
+        parse("2026-13-23#10:00:05:042")
