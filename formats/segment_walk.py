@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quarry.formats.record import BLANK_HEADER_SIZE, BLANK_MAGIC, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic
+from quarry.formats.record import BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 
@@ -30,6 +30,34 @@ def list_segments(commitlog_dir: str | os.PathLike[str]) -> list[tuple[int, Path
         return []
     found = [(int(p.name), p) for p in root.iterdir() if SEGMENT_NAME.match(p.name) and p.is_file()]
     return sorted(found)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What starts at a position of a segment, from its 8-byte header alone."""
+
+    kind: str  # "record" | "blank" | "end" (zero fill or < 8 bytes left) | "bad"
+    size: int = 0
+    reason: str = ""
+    magic: int = 0
+
+
+def probe(buf: bytes | mmap.mmap | memoryview, pos: int, size: int) -> Probe:
+    """Classify the header at `pos` of a segment of `size` bytes (no decoding, no CRC): the
+    one header classification of recovery, the segment walk and the pipeline's planner."""
+    left = size - pos
+    if left < BLANK_HEADER_SIZE:
+        return Probe("end", left)
+    total, magic = read_size_and_magic(buf, pos)
+    if magic == MESSAGE_MAGIC:
+        if FIXED_SIZE <= total <= left:
+            return Probe("record", total, magic=magic)
+        return Probe("bad", total, f"TOTALSIZE {total} outside {FIXED_SIZE}..{left} (record runs past the end of the file or is too short)", magic)
+    if magic == BLANK_MAGIC:
+        return Probe("blank", total, magic=magic)
+    if total == 0 and magic == 0:
+        return Probe("end", 0)
+    return Probe("bad", total, f"bad magic code 0x{magic:08X} (TOTALSIZE {total})", magic)
 
 
 @dataclass
@@ -52,14 +80,14 @@ def walk_buffer(buf: bytes | mmap.mmap | memoryview, base_offset: int, start: in
     pos = start
     size_total = len(buf)
     while True:
-        if size_total - pos < BLANK_HEADER_SIZE:
-            end.data_end, end.reason = pos, "end of segment"
+        head = probe(buf, pos, size_total)
+        if head.kind == "end":
+            end.data_end, end.reason = pos, "end of segment" if size_total - pos < BLANK_HEADER_SIZE else "end of data"
             return
-        size, magic = read_size_and_magic(buf, pos)
-        if magic == BLANK_MAGIC:
-            end.data_end, end.blank_at, end.blank_size, end.reason = pos, pos, size, "blank record"
+        if head.kind == "blank":
+            end.data_end, end.blank_at, end.blank_size, end.reason = pos, pos, head.size, "blank record"
             return
-        if magic == MESSAGE_MAGIC:
+        if head.magic == MESSAGE_MAGIC:  # a record, or one whose size is wrong: decoding says which check failed
             try:
                 record = decode_record(buf, pos, physical_offset=base_offset + pos, check_crc=check_crc)
             except CorruptRecordError as exc:
@@ -68,11 +96,8 @@ def walk_buffer(buf: bytes | mmap.mmap | memoryview, base_offset: int, start: in
             yield record
             pos += record.store_size
             continue
-        if size == 0 and magic == 0:
-            end.data_end, end.reason = pos, "end of data"
-            return
         end.data_end = pos
-        end.corruption = CorruptRecordError(base_offset + pos, f"bad magic code 0x{magic:08X} (TOTALSIZE {size})")
+        end.corruption = CorruptRecordError(base_offset + pos, head.reason)
         end.reason = f"corrupt: {end.corruption.reason}"
         return
 

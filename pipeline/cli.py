@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from quarry.services.settings import EnvArgumentParser, parse_bool
@@ -118,9 +119,59 @@ def spark_settings(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> Any:
     """Run the job `args` describes; returns its Summary (raises on failure)."""
-    from quarry.pipeline import jobs
+    return run_job(args)
 
-    return jobs.run_job(args)
+
+def run_job(args: argparse.Namespace) -> Any:
+    """Start Spark, run one job (the CLI dispatches: jobs know nothing of each other), write the summary."""
+    from quarry.pipeline.corrupt import CorruptPolicy, CorruptRecordError
+    from quarry.pipeline.jobs import JobContext, JobError, open_inputs
+    from quarry.pipeline.progress import Progress
+    from quarry.pipeline.session import start_session
+    from quarry.pipeline.summary import Summary
+
+    summary = Summary(job=args.job)
+    try:
+        settings = spark_settings(args)
+    except ValueError as exc:
+        raise JobError(str(exc), usage=True) from exc
+    summary.master = settings.master
+    if args.job == "lookup":
+        from quarry.pipeline.lookup import validate_args
+
+        validate_args(args)
+    elif args.job in ("reindex", "export"):
+        open_inputs(args)  # fail on bad stores before starting a JVM
+    spark = start_session(settings)
+    progress = Progress(spark.sparkContext, args.job, interval_s=args.progress_interval, quiet=args.quiet)
+    ctx = JobContext(args, spark, progress, summary, CorruptPolicy(skip=bool(getattr(args, "skip_corrupt", False))))
+    try:
+        if args.job == "reindex":
+            from quarry.pipeline.reindex import run_reindex
+
+            run_reindex(ctx)
+        elif args.job == "export":
+            from quarry.pipeline.export import run_export
+
+            run_export(ctx)
+        elif args.job == "lookup":
+            from quarry.pipeline.lookup import run_lookup
+
+            run_lookup(ctx)
+        else:  # pragma: no cover - argparse restricts the choices
+            raise JobError(f"unknown job {args.job!r}", usage=True)
+    except CorruptRecordError as exc:
+        summary.ok, summary.error = False, exc.message()
+        raise
+    except JobError as exc:
+        summary.ok, summary.error = False, str(exc)
+        raise
+    finally:
+        summary.seconds = time.monotonic() - ctx.started
+        summary.stages = list(progress.stages)
+        if getattr(args, "summary_json", ""):
+            summary.write_json(args.summary_json)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

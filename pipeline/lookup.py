@@ -23,7 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from quarry.formats.index_keys import NOT_INDEXED_TRANSACTION
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK
 from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, open_inputs, plan_splits
 
 # Columns a result row carries after the query columns (the catalog's, body left out).
@@ -77,7 +78,8 @@ def read_queries(spark: Any, path: str, qtype: str, topic: str) -> tuple[Any, An
 
 
 def _not_rollback(F: Any) -> Any:
-    return F.expr(f"(sys_flag & {SYSFLAG_TRANSACTION_MASK}) != {SYSFLAG_TRANSACTION_ROLLBACK}")
+    # index_keys.is_indexed as a Spark expression: the records an index would hold.
+    return F.expr(f"(sys_flag & {SYSFLAG_TRANSACTION_MASK}) != {NOT_INDEXED_TRANSACTION}")
 
 
 def match_keys(catalog: Any, queries: Any, max_num: int, begin: int, end: int) -> Any:

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from quarry.formats.segment_walk import probe
 from quarry.pipeline.stores import Segment, Store
 
 MIN_SPLIT_BYTES = 1 << 20  # never cut finer than 1 MiB
@@ -102,8 +103,6 @@ def scan_cuts(segment: Segment, split_bytes: int) -> SegmentCuts:
     stays with the last piece, whose task reports it. A record with a sound header but a
     bad body is hopped over, as the walker's skip does.
     """
-    from quarry.pipeline.reader import probe  # task side: formats/ is imported on the executor
-
     cuts: list[int] = []
     records = 0
     pos = 0

@@ -19,36 +19,10 @@ import mmap
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from quarry.formats.record import BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, Record, read_size_and_magic
-from quarry.formats.segment_walk import SegmentEnd, walk_buffer
+from quarry.formats.record import Record
+from quarry.formats.segment_walk import SegmentEnd, probe, walk_buffer
 from quarry.pipeline.corrupt import CorruptPolicy, CorruptReport
 from quarry.pipeline.planning import Split
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What starts at a position, from its 8-byte header alone."""
-
-    kind: str  # "record" | "blank" | "end" (zero fill or < 8 bytes left) | "bad"
-    size: int = 0
-    reason: str = ""
-
-
-def probe(buf: bytes | mmap.mmap | memoryview, pos: int, size: int) -> Probe:
-    """Classify the header at `pos` of a segment of `size` bytes (no decoding, no CRC)."""
-    left = size - pos
-    if left < BLANK_HEADER_SIZE:
-        return Probe("end", left)
-    total, magic = read_size_and_magic(buf, pos)
-    if magic == MESSAGE_MAGIC:
-        if FIXED_SIZE <= total <= left:
-            return Probe("record", total)
-        return Probe("bad", total, f"TOTALSIZE {total} outside {FIXED_SIZE}..{left} (record runs past the end of the file or is too short)")
-    if magic == BLANK_MAGIC:
-        return Probe("blank", total)
-    if total == 0 and magic == 0:
-        return Probe("end", 0)
-    return Probe("bad", total, f"bad magic code 0x{magic:08X} (TOTALSIZE {total})")
 
 
 def skippable(buf: bytes | mmap.mmap | memoryview, pos: int, size: int) -> int:

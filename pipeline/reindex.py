@@ -19,14 +19,14 @@ from typing import Iterable, Iterator
 from quarry.formats.index_file import IndexFile
 from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.formats.dispatch import dispatch_info
-from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from quarry.formats.index_checkpoint import FILE_NAME as CHECKPOINT_FILE
+from quarry.formats.index_checkpoint import foreign_files, save_index_checkpoint
+from quarry.formats.index_keys import index_file_name, index_names, is_indexed
 from quarry.pipeline.corrupt import CorruptPolicy
 from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
 from quarry.pipeline.planning import Split
 from quarry.pipeline.progress import StageCounters, human_bytes
 from quarry.pipeline.reader import SplitWalker
-from quarry.services.indexer.checkpoint import FILE_NAME as CHECKPOINT_FILE, IndexCheckpoint, foreign_files
-from quarry.services.indexer.index_store import IndexStore
 
 FILES_PER_SPLIT = 1000  # name slots per split: file names are base + split index * 1000 + n (ms)
 BATCH = 4096
@@ -47,9 +47,7 @@ class SplitIndex:
 def _name(base_ms: int, split_index: int, n: int) -> str:
     if n >= FILES_PER_SPLIT:
         raise ValueError(f"split {split_index} needs more than {FILES_PER_SPLIT} IndexFiles: use smaller splits")
-    ms = base_ms + split_index * FILES_PER_SPLIT + n
-    t = time.gmtime(ms / 1000)
-    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+    return index_file_name(base_ms + split_index * FILES_PER_SPLIT + n)
 
 
 def index_splits(splits: Iterable[Split], out: str, slots: int, index_num: int, base_ms: int, policy: CorruptPolicy, counters: StageCounters | None = None) -> Iterator[SplitIndex]:
@@ -79,9 +77,9 @@ def index_splits(splits: Iterable[Split], out: str, slots: int, index_num: int, 
         walker = SplitWalker(split, policy)
         for rec in walker:
             info = dispatch_info(rec)
-            if info.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+            if not is_indexed(info.sys_flag):
                 continue
-            pending.extend((name, info.physical_offset, info.store_timestamp) for name in IndexStore._names(info))
+            pending.extend((name, info.physical_offset, info.store_timestamp) for name in index_names(info.topic, info.keys, info.unique_key))
             if len(pending) >= BATCH:
                 flush_pending()
         if pending:
@@ -126,7 +124,7 @@ def run_reindex(ctx: JobContext) -> None:
         mine = sorted((r for r in results if r.broker == store.broker), key=lambda r: r.split_index)
         last = mine[-1] if mine else SplitIndex(-1, store.broker)
         stamp = max((r.last_store_timestamp for r in mine), default=0)
-        IndexCheckpoint(out / store.broker / CHECKPOINT_FILE).save(last.end_offset, stamp)
+        save_index_checkpoint(out / store.broker / CHECKPOINT_FILE, last.end_offset, stamp)
         files = sum(len(r.files) for r in mine)
         entries += sum(r.entries for r in mine)
         ctx.summary.details.append((store.broker, f"{files} IndexFiles, {sum(r.entries for r in mine):,} entries, checkpoint {last.end_offset} → start the indexer with --index-dir {out / store.broker}"))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 # Packages a cluster's executors need (shipped with --py-files when the master is not local).
-SHIPPED_PACKAGES = ("quarry.formats", "quarry.pipeline", "quarry.services", "quarry.v1")
+SHIPPED_PACKAGES = ("quarry.formats", "quarry.pipeline", "quarry.v1")
 
 
 @dataclass

@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SEGMENT_NAME = re.compile(r"^\d{20}$")
+from quarry.formats.segment_walk import SEGMENT_NAME
+from quarry.formats.segment_walk import list_segments as list_segment_files
+
 BROKER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -74,14 +76,7 @@ def commitlog_dir_of(path: Path) -> Path:
 
 def list_segments(broker: str, commitlog_dir: Path) -> tuple[Segment, ...]:
     """Segment files in offset order; a name that disagrees with its neighbours is an error."""
-    segments = []
-    for name in sorted(os.listdir(commitlog_dir)):
-        if not SEGMENT_NAME.match(name):
-            continue
-        full = commitlog_dir / name
-        if not full.is_file():
-            continue
-        segments.append(Segment(broker, str(full.resolve()), int(name), full.stat().st_size))
+    segments = [Segment(broker, str(path.resolve()), start, path.stat().st_size) for start, path in list_segment_files(commitlog_dir)]
     for prev, cur in zip(segments, segments[1:]):
         if prev.start_offset + prev.file_size > cur.start_offset:
             raise StoreError(

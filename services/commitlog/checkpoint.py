@@ -1,14 +1,14 @@
 """The store checkpoint: a physical offset known to be a record boundary and durable.
 
 Recovery after an unclean shutdown scans from here instead of from the first segment.
-Written atomically (temp file, fsync, rename) so a crash leaves the old or the new one.
+Written atomically and durably (formats/state_file.py): a crash leaves the old or the new one.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from quarry.formats.state_file import read_json, write_json_atomic
 
 FILE_NAME = "quarry-checkpoint.json"
 
@@ -24,17 +24,11 @@ def load_checkpoint(store_dir: Path) -> StoreCheckpoint | None:
     """The checkpoint, or None when missing or unreadable (then recovery scans everything)."""
     path = store_dir / FILE_NAME
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
         return StoreCheckpoint(int(data["flushed_offset"]), int(data["timestamp"]), bool(data.get("clean", False)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def save_checkpoint(store_dir: Path, checkpoint: StoreCheckpoint) -> None:
-    path = store_dir / FILE_NAME
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
-        json.dump({"flushed_offset": checkpoint.flushed_offset, "timestamp": checkpoint.timestamp, "clean": checkpoint.clean}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(store_dir / FILE_NAME, {"flushed_offset": checkpoint.flushed_offset, "timestamp": checkpoint.timestamp, "clean": checkpoint.clean})

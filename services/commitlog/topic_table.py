@@ -1,9 +1,9 @@
 """Topics and their queue counts, persisted as JSON (atomically) in the store's config/."""
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
+
+from quarry.formats.state_file import read_json, write_json_atomic
 
 FILE_NAME = "quarry-topics.json"
 
@@ -12,16 +12,9 @@ def load_topics(config_dir: Path) -> dict[str, int]:
     path = config_dir / FILE_NAME
     if not path.exists():
         return {}
-    data = json.loads(path.read_text())
+    data = read_json(path)
     return {str(t): int(n) for t, n in data.get("topics", {}).items()}
 
 
 def save_topics(config_dir: Path, topics: dict[str, int]) -> None:
-    config_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = config_dir / FILE_NAME
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
-        json.dump({"topics": dict(sorted(topics.items()))}, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(config_dir / FILE_NAME, {"topics": dict(sorted(topics.items()))}, indent=1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +16,11 @@ from typing import Protocol, Sequence
 
 from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.formats.index_file import IndexFile, IndexFileError, file_size
-from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names, is_indexed, key_name
 from quarry.services.log import log_event
 from quarry.services.metrics import INDEX_ENTRIES
 
 log = logging.getLogger("quarry.index")
-NAME = re.compile(r"^\d{17}$")
 
 
 class Dispatch(Protocol):
@@ -30,6 +28,8 @@ class Dispatch(Protocol):
 
     physical_offset: int
     topic: str
+    keys: str | None
+    unique_key: str | None
     store_timestamp: int
     sys_flag: int
 
@@ -52,11 +52,6 @@ class FileInfo:
     end_phy_offset: int
     hash_slot_count: int
     entries: int
-
-
-def _file_name(now_ms: int) -> str:
-    t = time.gmtime(now_ms / 1000)
-    return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
 
 
 @dataclass
@@ -84,7 +79,7 @@ class IndexStore:
         if directory.is_dir():
             expected = file_size(config.hash_slot_num, config.index_num)
             corrupt_seen = False
-            for path in sorted(p for p in directory.iterdir() if NAME.match(p.name)):
+            for path in sorted(p for p in directory.iterdir() if INDEX_FILE_NAME.match(p.name)):
                 if corrupt_seen:
                     # Newer than a corrupt file: set aside too, so the tail rebuilds the range in order.
                     store._set_aside(path, "newer than a corrupt file", suffix=".superseded")
@@ -121,11 +116,6 @@ class IndexStore:
         self.problems.append(problem)
         log_event(log, "index file corrupt", logging.ERROR, file=path.name, problem=why)
 
-    @property
-    def covered_until(self) -> int:
-        """Physical offset just past the last indexed record (-1 … when nothing is indexed)."""
-        return self.last_update_phy_offset
-
     def _writable(self) -> IndexFile:
         if self.files and not self.files[-1].is_write_full():
             return self.files[-1]
@@ -134,10 +124,10 @@ class IndexStore:
             end_phy, end_ts = self.files[-1].header.end_phy_offset, self.files[-1].header.end_timestamp
             self.files[-1].flush()
         now = int(time.time() * 1000)
-        name = _file_name(now)
+        name = index_file_name(now)
         while (self.directory / name).exists() or (self.files and name <= self.files[-1].path.name):
             now += 1
-            name = _file_name(now)
+            name = index_file_name(now)
         f = IndexFile(self.directory / name, self.config.hash_slot_num, self.config.index_num, end_phy, end_ts)
         self.files.append(f)
         if self.config.max_files and len(self.files) > self.config.max_files:
@@ -152,11 +142,11 @@ class IndexStore:
 
     def index_record(self, d: Dispatch) -> None:
         """Index one record's UNIQ_KEY and KEYS tokens (see module doc for what is skipped)."""
-        if d.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+        if not is_indexed(d.sys_flag):
             return
         if d.physical_offset < self.last_update_phy_offset:
             return
-        names = self._names(d)
+        names = index_names(d.topic, d.keys, d.unique_key)
         if d.physical_offset == self.last_update_phy_offset:
             # A crash may have cut this record's keys short: add only the missing ones.
             names = [n for n in names if d.physical_offset not in self.query_name(n)]
@@ -168,15 +158,6 @@ class IndexStore:
         self.last_update_phy_offset = d.physical_offset
         self.last_update_timestamp = d.store_timestamp
 
-    @staticmethod
-    def _names(d: Dispatch) -> list[str]:
-        """`topic#UNIQ_KEY`, then `topic#k` for each non-empty KEYS token."""
-        uniq = getattr(d, "unique_key", None)
-        keys = getattr(d, "keys", None) or ""
-        names = [f"{d.topic}#{uniq}"] if uniq else []
-        names.extend(f"{d.topic}#{k}" for k in keys.split(" ") if k)
-        return names
-
     def query_name(self, name: str) -> list[int]:
         """Every offset under an exact index name in the newest file (for crash repair)."""
         return self.files[-1].select_phy_offsets(name, 2**31 - 1, 0, 2**63 - 1) if self.files else []
@@ -186,14 +167,14 @@ class IndexStore:
         items: list[tuple[str, int, int]] = []  # (topic#key, offset, store time)
         last = self.last_update_phy_offset
         for d in records:
-            if d.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK or d.physical_offset < last:
+            if not is_indexed(d.sys_flag) or d.physical_offset < last:
                 continue
             off, ts = d.physical_offset, d.store_timestamp
             if off == self.last_update_phy_offset:
-                names = [n for n in self._names(d) if off not in self.query_name(n)]
+                names = [n for n in index_names(d.topic, d.keys, d.unique_key) if off not in self.query_name(n)]
                 items.extend((n, off, ts) for n in names)
             else:
-                items.extend((n, off, ts) for n in self._names(d))
+                items.extend((n, off, ts) for n in index_names(d.topic, d.keys, d.unique_key))
             last = off
             self.last_update_timestamp = ts
         # Hash the whole batch at once (numpy): hashing is most of an index put's cost.
@@ -208,7 +189,7 @@ class IndexStore:
         """Offsets under topic#key with time in [begin, end] (and below `below`), newest files first, capped."""
         max_num = min(max_num, self.config.max_msgs_num_batch)
         out: list[int] = []
-        name = f"{topic}#{key}"
+        name = key_name(topic, key)
         for f in reversed(self.files):
             if len(out) >= max_num:
                 break

@@ -135,8 +135,9 @@ def test_pipeline_code_zip_from_the_editable_layout_imports_alone(tmp_path: Path
 def _assert_zip_imports_alone(zip_path: Path, cwd: Path) -> None:
     names = zipfile.ZipFile(zip_path).namelist()
     assert "quarry/formats/record.py" in names and not any(n.startswith(("formats/", "services/", "pipeline/")) for n in names)
+    assert not any(n.startswith("quarry/services/") for n in names)  # executors run no services code
     # -S: no site-packages at all, so quarry can only come from the zip (its dependencies from DEV_SITE).
-    probe = "import quarry.pipeline.jobs, quarry.formats.record, quarry.services.indexer.index_store, quarry.v1.common_pb2 as c; print(c.__file__)"
+    probe = "import quarry.pipeline.jobs, quarry.pipeline.reindex, quarry.pipeline.export, quarry.pipeline.lookup, quarry.formats.record, quarry.v1.common_pb2 as c; print(c.__file__)"
     out = subprocess.run([sys.executable, "-S", "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": f"{zip_path}{os.pathsep}{DEV_SITE}"})
     assert out.returncode == 0, out.stderr

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from quarry.formats.dispatch import dispatch_info
+from quarry.formats.index_keys import index_names
 from quarry.formats.segment_walk import WalkResult, walk_segments
 from quarry.pipeline.cli import build_parser, run
 from quarry.pipeline.corrupt import CorruptRecordError
@@ -47,7 +48,7 @@ def test_reindex_equals_sequential_indexing_of_every_golden_store(scenario: Path
     sequential = IndexStore.open(tmp_path / "seq", IndexStoreConfig(hash_slot_num=101, index_num=40))
     sequential.index_records(records)
     rebuilt = IndexStore.open(tmp_path / "out" / "b" / "index", IndexStoreConfig(hash_slot_num=101, index_num=40))
-    keys = {(r.topic, n.split("#", 1)[1]) for r in records for n in IndexStore._names(r)}
+    keys = {(r.topic, n.split("#", 1)[1]) for r in records for n in index_names(r.topic, r.keys, r.unique_key)}
     for topic, key in sorted(keys):
         assert sorted(rebuilt.query(topic, key, 64, 0, 2**62)) == sorted(sequential.query(topic, key, 64, 0, 2**62)), (topic, key)
     checkpoint = json.loads((tmp_path / "out" / "b" / "quarry-index-checkpoint.json").read_text())

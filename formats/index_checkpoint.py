@@ -1,0 +1,52 @@
+"""The indexer's checkpoint file: the next physical offset to tail from and the last store time.
+
+Written by the streaming indexer after each index flush and by the pipeline's reindex (so an
+indexer can start where a reindex ended); read by the indexer at start. Its file is
+`quarry-index-checkpoint.json`; Quarry once named it `checkpoint`, which is also the name of
+RocketMQ's store-root checkpoint, so a directory holding a `checkpoint` Quarry did not write
+(or a RocketMQ CommitLog) is not an index directory (`foreign_files`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from quarry.formats.state_file import read_json, write_json_atomic
+
+FILE_NAME = "quarry-index-checkpoint.json"
+LEGACY_NAME = "checkpoint"  # Quarry's old name, and RocketMQ's store-root checkpoint
+
+
+def save_index_checkpoint(path: Path, next_offset: int, timestamp: int) -> None:
+    write_json_atomic(path, {"next_offset": next_offset, "timestamp": timestamp})
+
+
+def load_index_checkpoint(path: Path) -> tuple[int, int]:
+    """(next offset, timestamp); OSError / ValueError / KeyError / TypeError when unreadable."""
+    data = read_json(path)
+    offset, timestamp = int(data["next_offset"]), int(data["timestamp"])
+    if offset < 0:
+        raise ValueError("negative offset")
+    return offset, timestamp
+
+
+def is_quarry_checkpoint(path: Path) -> bool:
+    """True for a file holding what save_index_checkpoint writes (RocketMQ's is a binary page)."""
+    try:
+        if path.stat().st_size > 4096:
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("next_offset"), int) and isinstance(data.get("timestamp"), int)
+
+
+def foreign_files(index_dir: Path) -> list[str]:
+    """What in `index_dir` shows it is not an indexer's directory (e.g. a RocketMQ store root)."""
+    found = []
+    legacy = index_dir / LEGACY_NAME
+    if legacy.is_file() and not is_quarry_checkpoint(legacy):
+        found.append(f"{legacy} (not a Quarry checkpoint: RocketMQ's store checkpoint has this name)")
+    if (index_dir / "commitlog").is_dir() and not (index_dir / "quarry-checkpoint.json").exists():
+        found.append(f"{index_dir / 'commitlog'} (a RocketMQ store's CommitLog)")
+    return found

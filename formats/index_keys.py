@@ -1,0 +1,40 @@
+"""Which names a record is indexed under, which records are not indexed, and IndexFile names.
+
+RocketMQ's IndexService: a message is indexed under `topic#UNIQ_KEY` and `topic#k` for every
+non-empty space-separated KEYS token; rollback records are not indexed (prepared and
+committed ones are). IndexFiles are named by their creation time, yyyyMMddHHmmssSSS (UTC).
+The streaming indexer, the pipeline's reindex and its lookup all use these rules.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+
+INDEX_FILE_NAME = re.compile(r"^\d{17}$")
+# The transaction type (sys_flag & SYSFLAG_TRANSACTION_MASK) of records that are not indexed.
+NOT_INDEXED_TRANSACTION = SYSFLAG_TRANSACTION_ROLLBACK
+
+
+def is_indexed(sys_flag: int) -> bool:
+    """False for a rollback record: its keys never enter the index."""
+    return sys_flag & SYSFLAG_TRANSACTION_MASK != NOT_INDEXED_TRANSACTION
+
+
+def key_name(topic: str, key: str) -> str:
+    """The index name of one key (or unique key) of a topic."""
+    return f"{topic}#{key}"
+
+
+def index_names(topic: str, keys: str | None, unique_key: str | None) -> list[str]:
+    """`topic#UNIQ_KEY`, then `topic#k` for each non-empty token of the space-separated KEYS."""
+    names = [f"{topic}#{unique_key}"] if unique_key else []
+    if keys:
+        names.extend(f"{topic}#{k}" for k in keys.split(" ") if k)
+    return names
+
+
+def index_file_name(ms: int) -> str:
+    """The name of an IndexFile created at epoch milliseconds `ms`."""
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(ms / 1000)) + f"{ms % 1000:03d}"

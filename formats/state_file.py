@@ -1,0 +1,38 @@
+"""Small JSON state files (checkpoints, the topic table), replaced atomically and durably.
+
+Written to a temporary file, fsynced, renamed over the old one, and the directory fsynced so
+the rename itself survives a power loss: a crash leaves the old file or the new one, never a
+mix, and never neither.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, data: Any, indent: int | None = None) -> None:
+    """Replace `path` with `data` as JSON (see module doc); creates the directory (0700)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=indent)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory: a rename or unlink in it survives a power cut."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in `path` (OSError / ValueError when missing or unreadable)."""
+    return json.loads(path.read_text())
