@@ -11,7 +11,6 @@ import sys
 import tempfile
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
