@@ -14,8 +14,9 @@ def _router_list(text: str) -> list[str]:
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="quarry-commitlog", description="One broker's RocketMQ-compatible CommitLog over gRPC.")
     p.add_setting("--bind", "QUARRY_COMMITLOG_BIND", "127.0.0.1:10911", "host:port to listen on")
-    p.add_setting("--advertise", "QUARRY_COMMITLOG_ADVERTISE", "", "address clients and offsetMsgIds use (store host ip:port); default: --bind")
+    p.add_setting("--advertise", "QUARRY_COMMITLOG_ADVERTISE", "", "address the router and clients dial (host:port); also the store host unless --store-host is set; default: --bind")
     p.add_setting("--rmq5-advertise", "QUARRY_RMQ5_ADVERTISE", "", "host:port RocketMQ 5 SDKs reach this broker at (QueryRoute endpoints); default: --advertise")
+    p.add_setting("--store-host", "QUARRY_STORE_HOST", "", "ip:port written into offsetMsgIds and announced as the store host, when it differs from the address dialled (--advertise), e.g. a dead broker's store served elsewhere; default: --advertise")
     p.add_setting("--store-dir", "QUARRY_STORE_DIR", "./var/store", "store directory (commitlog/, consumequeue/, ...)")
     p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
     p.add_setting("--cluster-name", "QUARRY_CLUSTER_NAME", "DefaultCluster", "cluster name")

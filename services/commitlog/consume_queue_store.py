@@ -121,15 +121,68 @@ class ConsumeQueue:
         self.fds.clear()
 
 
-class ConsumeQueueStore:
-    """Every queue under one `consumequeue/` directory, opened on first use."""
+class MemoryConsumeQueue:
+    """One queue's units held in memory only: rebuilt from the CommitLog of a read-only store
+    that has no `consumequeue/` (a dead broker's copied log), so nothing is written to it."""
 
-    def __init__(self, root: Path, units_per_file: int, read_only: bool) -> None:
+    def __init__(self) -> None:
+        self.units = bytearray()
+        self.min_offset = 0  # queue offset of the first unit held
+        self.max_offset = 0
+
+    def write_units(self, queue_offset: int, units: bytes) -> None:
+        if not self.units:
+            self.min_offset = self.max_offset = queue_offset
+        if queue_offset < self.min_offset:  # out of log order (a damaged log): keep every unit
+            self.units[0:0] = bytes((self.min_offset - queue_offset) * CQ_UNIT_SIZE)
+            self.min_offset = queue_offset
+        pos = (queue_offset - self.min_offset) * CQ_UNIT_SIZE
+        if pos > len(self.units):
+            self.units.extend(bytes(pos - len(self.units)))  # a hole reads as unwritten
+        self.units[pos:pos + len(units)] = units
+        self.max_offset = self.min_offset + len(self.units) // CQ_UNIT_SIZE
+
+    def read_units(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:
+        out: list[tuple[int, int, int]] = []
+        first = max(queue_offset, self.min_offset)
+        if first != queue_offset:
+            return out  # below the first unit held: expired, as a file queue answers
+        for q in range(first, min(self.max_offset, queue_offset + count)):
+            unit = CQ_UNIT.unpack_from(self.units, (q - self.min_offset) * CQ_UNIT_SIZE)
+            if unit[1] == 0:
+                break
+            out.append(unit)
+        return out
+
+    def truncate_from_phy(self, phy_offset: int) -> None:
+        while self.max_offset > self.min_offset:
+            unit = self.read_units(self.max_offset - 1, 1)
+            if unit and unit[0][0] < phy_offset:
+                break
+            self.max_offset -= 1
+            del self.units[-CQ_UNIT_SIZE:]
+
+    def take_dirty(self) -> list[int]:
+        return []
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.units = bytearray()
+
+
+class ConsumeQueueStore:
+    """Every queue under one `consumequeue/` directory, opened on first use; or, `in_memory`,
+    queues that exist only in memory (filled by recovery from the CommitLog)."""
+
+    def __init__(self, root: Path, units_per_file: int, read_only: bool, in_memory: bool = False) -> None:
         self.root = root
         self.units_per_file = units_per_file
         self.read_only = read_only
-        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        if root.is_dir():
+        self.in_memory = in_memory
+        self.queues: dict[tuple[str, int], ConsumeQueue | MemoryConsumeQueue] = {}
+        if root.is_dir() and not in_memory:
             for topic_dir in sorted(root.iterdir()):
                 if not topic_dir.is_dir():
                     continue
@@ -137,15 +190,15 @@ class ConsumeQueueStore:
                     if qdir.is_dir() and qdir.name.isdigit():
                         self.queue(topic_dir.name, int(qdir.name))
 
-    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | MemoryConsumeQueue:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.root / topic / str(queue_id), self.units_per_file, self.read_only)
+            cq = MemoryConsumeQueue() if self.in_memory else ConsumeQueue(self.root / topic / str(queue_id), self.units_per_file, self.read_only)
             self.queues[key] = cq
         return cq
 
-    def existing(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+    def existing(self, topic: str, queue_id: int) -> ConsumeQueue | MemoryConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 
     def take_dirty(self) -> list[int]:

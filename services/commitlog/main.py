@@ -35,7 +35,7 @@ def serve(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> None:
     store = CommitLogStore(
         StoreConfig(
-            store_dir=Path(args.store_dir), store_host=resolve_store_host(args.advertise), segment_size=args.segment_size,
+            store_dir=Path(args.store_dir), store_host=resolve_store_host(args.store_host or args.advertise), segment_size=args.segment_size,
             cq_units_per_file=args.cq_units_per_file, flush_mode=args.flush_mode, flush_interval_ms=args.flush_interval_ms,
             sync_flush_timeout_ms=args.sync_flush_timeout_ms, auto_create_topics=args.auto_create_topics,
             default_queues=args.default_queues, max_message_size=args.max_message_size,
@@ -63,8 +63,8 @@ async def _serve(args: argparse.Namespace) -> None:
         def _registration() -> router_pb2.RegisterBrokerRequest:
             return registration_request(args.broker_name, args.advertise, args.indexer_addr, args.cluster_name,
                                         args.heartbeat_interval_ms, store.config.store_host,
-                                        announced_topics(store.topics, args.auto_create_topics, args.default_queues),
-                                        rmq5_endpoint=args.rmq5_advertise)
+                                        announced_topics(store.topics, args.auto_create_topics and not store.read_only, args.default_queues),
+                                        rmq5_endpoint=args.rmq5_advertise, other_store_hosts=store.state.store_hosts_seen)
 
         heartbeat = Heartbeats(args.router, _registration, args.heartbeat_interval_ms).start()
         servicer.on_topic_created = heartbeat.beat_now

