@@ -42,7 +42,19 @@ class ServiceProcess:
     proc: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
 
+    @property
+    def remoting_address(self) -> str:
+        """The RocketMQ 4 remoting address (router: NameServer; commitlog: broker); '' when off."""
+        if "--remoting-bind" in self.args:
+            value = self.args[self.args.index("--remoting-bind") + 1]
+            return "" if value.lower() in ("", "off") else value
+        return ""
+
     def start(self, wait_s: float = 30.0) -> "ServiceProcess":
+        if self.kind in ("commitlog", "router") and "--remoting-bind" not in self.args:
+            # A free port, as for gRPC: the default one would clash between clusters on one host.
+            host = self.address.rsplit(":", 1)[0].strip("[]")
+            self.args = [*self.args, "--remoting-bind", f"{host}:{free_port(host)}"]
         cmd = [sys.executable, "-m", MODULES[self.kind], "--bind", self.address, *self.args]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,9 @@ def _router_list(text: str) -> list[str]:
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="quarry-commitlog", description="One broker's RocketMQ-compatible CommitLog over gRPC.")
     p.add_setting("--bind", "QUARRY_COMMITLOG_BIND", "127.0.0.1:10911", "host:port to listen on")
-    p.add_setting("--advertise", "QUARRY_COMMITLOG_ADVERTISE", "", "address the router and clients dial (host:port); also the store host unless --store-host is set; default: --bind")
+    p.add_setting("--advertise", "QUARRY_COMMITLOG_ADVERTISE", "", "address the router and clients dial (host:port); also the store host when neither --store-host nor the remoting port is set; default: --bind")
     p.add_setting("--rmq5-advertise", "QUARRY_RMQ5_ADVERTISE", "", "host:port RocketMQ 5 SDKs reach this broker at (QueryRoute endpoints); default: --advertise")
-    p.add_setting("--store-host", "QUARRY_STORE_HOST", "", "ip:port written into offsetMsgIds and announced as the store host, when it differs from the address dialled (--advertise), e.g. a dead broker's store served elsewhere; default: --advertise")
+    p.add_setting("--store-host", "QUARRY_STORE_HOST", "", "ip:port written into offsetMsgIds and announced as the store host (e.g. a dead broker's store served elsewhere); default: --remoting-advertise when the remoting port is on (RocketMQ's rule: mqadmin sends queryMsgById to it), else --advertise")
     p.add_setting("--store-dir", "QUARRY_STORE_DIR", "./var/store", "store directory (commitlog/, consumequeue/, ...)")
     p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
     p.add_setting("--cluster-name", "QUARRY_CLUSTER_NAME", "DefaultCluster", "cluster name")
@@ -34,6 +34,10 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--file-reserved-hours", "QUARRY_FILE_RESERVED_HOURS", 72.0, "keep segments this long", float, minimum=0)
     p.add_setting("--tail-cache-records", "QUARRY_TAIL_CACHE_RECORDS", 32768, "newest records Tail serves from memory (0: always read the log)", int, minimum=0)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
+    p.add_setting("--remoting-bind", "QUARRY_COMMITLOG_REMOTING_BIND", "127.0.0.1:10931", "host:port of the RocketMQ 4 remoting (broker) port; 'off' disables it")
+    p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "", "remoting address announced to the router (NameServer routes); default: --remoting-bind")
+    p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
+    p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_logging_settings(p)
     return p
@@ -45,4 +49,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.advertise = args.bind
     if isinstance(args.router, str):  # the default, not converted
         args.router = _router_list(args.router)
+    if args.remoting_bind.lower() in ("", "off"):
+        args.remoting_bind = ""
+    if not args.remoting_advertise:
+        args.remoting_advertise = args.remoting_bind
+    if args.remoting_bind and args.remoting_advertise.rsplit(":", 1)[-1] in ("0", ""):
+        build_parser().error("--remoting-bind/--remoting-advertise: give a port (not 0): brokers announce it to the NameServer and write it in offsetMsgIds")
+    if not args.store_host:
+        args.store_host = args.remoting_advertise or args.advertise
     return args

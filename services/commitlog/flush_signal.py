@@ -22,6 +22,10 @@ class FlushSignal:
         except RuntimeError:
             pass  # the loop has closed: nobody is waiting any more
 
+    def fire_in_loop(self) -> None:
+        """`fire` for a caller already on the loop's thread (no hand-off)."""
+        self._set()
+
     def _set(self) -> None:
         self._event.set()
         self._event = asyncio.Event()

@@ -12,6 +12,7 @@ from quarry.services import metrics
 from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.registration import Heartbeats, announced_topics, registration_request
+from quarry.services.commitlog.remoting_port import start_remoting
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.log import configure_logging, log_event
@@ -58,13 +59,15 @@ async def _serve(args: argparse.Namespace) -> None:
          Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
     )
+    remoting = await start_remoting(args, servicer, store, stopping)
     heartbeat = None
     if args.router:
         def _registration() -> router_pb2.RegisterBrokerRequest:
             return registration_request(args.broker_name, args.advertise, args.indexer_addr, args.cluster_name,
                                         args.heartbeat_interval_ms, store.config.store_host,
                                         announced_topics(store.topics, args.auto_create_topics and not store.read_only, args.default_queues),
-                                        rmq5_endpoint=args.rmq5_advertise, other_store_hosts=store.state.store_hosts_seen)
+                                        rmq5_endpoint=args.rmq5_advertise, other_store_hosts=store.state.store_hosts_seen,
+                                        remoting_addr=remoting.address if remoting is not None else "")
 
         heartbeat = Heartbeats(args.router, _registration, args.heartbeat_interval_ms).start()
         servicer.on_topic_created = heartbeat.beat_now
@@ -72,6 +75,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
     def _stop() -> None:
         stopping.set()
+        if remoting is not None:
+            remoting.stop_persisting()
         if heartbeat is not None:
             # No unregister: until it expires, the router keeps reporting this broker as not
             # answering instead of silently leaving its messages out of answers.
@@ -82,5 +87,9 @@ async def _serve(args: argparse.Namespace) -> None:
         stopping.set()  # lets Tail streams end so the grace period is not spent on them
         rmq5.close()  # and the SDKs' Telemetry streams
         flushed.fire()
+        if remoting is not None:
+            remoting.server.stop_accepting()  # no remoting send may reach a closing store
 
     await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace)
+    if remoting is not None:
+        await remoting.close()

@@ -17,6 +17,16 @@ READ_WINDOW = 4 * 1024 * 1024  # bytes read_dispatch reads at a time
 
 def read_record(state: StoreState, physical_offset: int) -> Record:
     """The record starting at physical_offset (NotFound / Expired / InvalidArgument)."""
+    return _read(state, physical_offset)[0]
+
+
+def read_record_bytes(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
+    """The record at physical_offset and its stored bytes, checked as read_record checks them
+    (what RocketMQ's broker hands its remoting clients)."""
+    return _read(state, physical_offset)
+
+
+def _read(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
     if physical_offset < 0:
         raise InvalidArgument("physical_offset", "must be >= 0")
     if physical_offset < state.min_offset:
@@ -36,7 +46,7 @@ def read_record(state: StoreState, physical_offset: int) -> Record:
         raise NotFound(f"no record starts at physical offset {physical_offset}")
     data = seg.read(physical_offset, size)
     try:
-        return decode_record(data, 0, physical_offset=physical_offset)
+        return decode_record(data, 0, physical_offset=physical_offset), data
     except CorruptRecordError as exc:
         if "PHYSICALOFFSET" in exc.reason or "magic" in exc.reason:
             raise NotFound(f"no record starts at physical offset {physical_offset}") from None

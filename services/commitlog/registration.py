@@ -87,7 +87,7 @@ def _host_text(host: tuple[str, int]) -> str:
 
 def registration_request(broker_name: str, advertise: str, indexer_addr: str, cluster_name: str, heartbeat_interval_ms: int,
                          store_host: tuple[str, int], topics: dict[str, int], rmq5_endpoint: str = "",
-                         other_store_hosts: Iterable[tuple[str, int]] = ()) -> router_pb2.RegisterBrokerRequest:
+                         other_store_hosts: Iterable[tuple[str, int]] = (), remoting_addr: str = "") -> router_pb2.RegisterBrokerRequest:
     """What a broker tells the router about itself (sent by every heartbeat). Topics whose
     names the router would refuse (a RocketMQ log may hold them) are left out: their
     messages are still found by offsetMsgId."""
@@ -98,6 +98,7 @@ def registration_request(broker_name: str, advertise: str, indexer_addr: str, cl
         heartbeat_interval_ms=heartbeat_interval_ms, rmq5_endpoint=rmq5_endpoint,
         topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(topics.items()) if _routable(t)],
         other_store_hosts=sorted({_host_text(h) for h in other_store_hosts} - {primary}),
+        remoting_addr=remoting_addr,
     )
 
 

@@ -44,6 +44,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.stopping = stopping
         self.flushed = flushed
         self.on_topic_created = lambda: None
+        self.on_appended = lambda: None  # wakes long-polling remoting pulls
 
     async def _append(self, msgs: list[NewMessage], context: grpc.aio.ServicerContext, rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True) -> list[AppendResult]:
         return await self.append_flushed(msgs, rpc, abort_prefix, wait_flush)
@@ -62,6 +63,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             raise exc.prefixed(abort_prefix)
         if len(self.store.topics) != topics_before:
             self.on_topic_created()
+        self.on_appended()
         if wait_flush:
             await self._await_flushed(results)
         metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)

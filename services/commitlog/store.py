@@ -14,15 +14,18 @@ from typing import Callable
 
 from quarry.formats.dispatch import DispatchInfo
 from quarry.formats.record import Record
+from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog import reads, retention
 from quarry.services.commitlog.append import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, AppendResult, Appender
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.dispatch_cache import DispatchCache
+from quarry.services.commitlog.errors import InvalidArgument, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.recovery import recover
 from quarry.services.commitlog.segments import SegmentQueue
 from quarry.services.commitlog.store_state import ABORT_FILE, StoreConfig, StoreState
+from quarry.services.commitlog.topic_table import save_topics
 
 __all__ = ["AppendResult", "CommitLogStore", "StoreConfig", "StoreStatus", "MAX_BATCH_BYTES", "MAX_BATCH_MESSAGES"]
 
@@ -122,6 +125,24 @@ class CommitLogStore:
                     r.flushed = False
         return results
 
+    def create_topic(self, topic: str, queues: int) -> bool:
+        """Create a topic with `queues` queues unless it exists (RocketMQ creates a consumer
+        group's retry topic this way, before any message); returns whether it was created."""
+        try:
+            validate_topic(topic)
+        except TopicError as exc:
+            raise InvalidArgument("topic", str(exc).split(": ", 1)[-1]) from None
+        if self.read_only:
+            raise ReadOnly("store is read-only")
+        with self.state.lock:
+            if topic in self.state.topics:
+                return False
+            topics = dict(self.state.topics)
+            topics[topic] = queues
+            save_topics(self.dir / "config", topics)
+            self.state.topics = topics
+        return True
+
     # -- flush ----------------------------------------------------------------------------
     def flush(self, clean: bool = False) -> int:
         """fsync everything written so far; wake SYNC waiters and tailers. Returns the flushed offset."""
@@ -140,6 +161,10 @@ class CommitLogStore:
     def read(self, physical_offset: int) -> Record:
         """The record starting at physical_offset (NotFound / Expired / InvalidArgument)."""
         return reads.read_record(self.state, physical_offset)
+
+    def read_bytes(self, physical_offset: int) -> tuple[Record, bytes]:
+        """The record at physical_offset and its stored bytes (as `read` checks them)."""
+        return reads.read_record_bytes(self.state, physical_offset)
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> tuple[list[Record], int, int, int]:
         """See reads.pull: (records, next, min, max queue offset)."""

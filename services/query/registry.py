@@ -26,6 +26,7 @@ class Broker:
     static: bool = False
     rmq5_endpoint: str = ""  # where RocketMQ 5 SDKs reach it; empty: commitlog_addr
     other_store_hosts: list[str] = field(default_factory=list)  # further ip:port its records carry
+    remoting_addr: str = ""  # RocketMQ 4 remoting (broker) address, given to NameServer clients
 
 
 class UnknownBrokerError(LookupError):

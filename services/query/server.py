@@ -12,6 +12,10 @@ import grpc
 
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
+from quarry.services.query.nameserver import NameServer
+from quarry.services.remoting.acl import RemotingAcl
+from quarry.services.remoting.server import RemotingServer, ThreadedRemotingServer
+from quarry.services.security import configured_accounts
 from quarry.services import metrics
 from quarry.services.log import configure_logging, log_event
 from quarry.services.query.broker_clients import BrokerClients
@@ -115,6 +119,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
                 topics=topics,
                 rmq5_endpoint=request.rmq5_endpoint,
                 other_store_hosts=list(request.other_store_hosts),
+                remoting_addr=request.remoting_addr,
             )
         )
         if old is None or old.commitlog_addr != request.commitlog_addr or old.store_host != request.store_host:
@@ -154,6 +159,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
                     topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(b.topics.items())],
                     last_heartbeat_ms=b.last_heartbeat_ms,
                     rmq5_endpoint=b.rmq5_endpoint,
+                    remoting_addr=b.remoting_addr,
                 )
                 for b in self.registry.live()
             ]
@@ -226,8 +232,16 @@ def serve(args: argparse.Namespace) -> int:
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
         Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
     ])
+    remoting = None
+    if args.remoting_bind:
+        accounts = configured_accounts()
+        remoting = ThreadedRemotingServer(RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
+                                                         RemotingAcl(accounts) if accounts is not None else None))
+        remoting.start(args.remoting_bind)
 
     def _stop() -> None:
+        if remoting is not None:
+            remoting.stop()
         queries.close()
         clients.close()
 

@@ -1,0 +1,60 @@
+"""The RocketMQ 4 clients a broker knows from their heartbeats: producer and consumer groups,
+consumer subscriptions. A client leaves on unregister, when its connection closes, or after
+two minutes without a heartbeat (RocketMQ's channel expiry)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+EXPIRY_MS = 120_000
+
+
+@dataclass
+class _Client:
+    client_id: str
+    connection: object
+    last_seen_ms: int
+    producer_groups: set[str] = field(default_factory=set)
+    consumer_groups: set[str] = field(default_factory=set)
+
+
+class ClientTable:
+    def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
+        self._clock = clock_ms or (lambda: int(time.time() * 1000))
+        self._clients: dict[str, _Client] = {}
+        # (group, topic) -> (expression, expression type) from the newest heartbeat
+        self.subscriptions: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def heartbeat(self, data: dict[str, Any], connection: object) -> list[str]:
+        """Record a HeartbeatData body; returns the consumer groups it names."""
+        client_id = str(data.get("clientID") or "")
+        if not client_id:
+            raise ValueError("heartbeat body field clientID: missing")
+        client = _Client(client_id, connection, self._clock())
+        for p in data.get("producerDataSet") or []:
+            if isinstance(p, dict) and p.get("groupName"):
+                client.producer_groups.add(str(p["groupName"]))
+        for c in data.get("consumerDataSet") or []:
+            if not isinstance(c, dict) or not c.get("groupName"):
+                continue
+            group = str(c["groupName"])
+            client.consumer_groups.add(group)
+            for sub in c.get("subscriptionDataSet") or []:
+                if isinstance(sub, dict) and sub.get("topic"):
+                    self.subscriptions[(group, str(sub["topic"]))] = (str(sub.get("subString") or "*"), str(sub.get("expressionType") or "TAG"))
+        self._clients[client_id] = client
+        return sorted(client.consumer_groups)
+
+    def unregister(self, client_id: str) -> None:
+        self._clients.pop(client_id, None)
+
+    def connection_closed(self, connection: object) -> None:
+        for cid in [cid for cid, c in self._clients.items() if c.connection is connection]:
+            del self._clients[cid]
+
+    def consumers(self, group: str) -> list[str]:
+        now = self._clock()
+        for cid in [cid for cid, c in self._clients.items() if now - c.last_seen_ms > EXPIRY_MS]:
+            del self._clients[cid]
+        return sorted(cid for cid, c in self._clients.items() if group in c.consumer_groups)

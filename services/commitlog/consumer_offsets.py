@@ -1,0 +1,66 @@
+"""Consumer offsets of one broker: group → topic → queue → next offset to consume.
+
+Kept in the store's config/consumerOffset.json in RocketMQ's own layout
+({"offsetTable": {"topic@group": {"0": 12}}}), replaced atomically. Updates are cheap
+(memory); `persist` writes when something changed and runs on an interval and at stop, so
+a crash loses at most one interval of commits (RocketMQ's broker persists every 5 s).
+Any consumer path (RocketMQ 4 remoting, RocketMQ 5 consumer groups) reads and commits here.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from quarry.services.atomic_file import write_atomically
+
+FILE_NAME = "consumerOffset.json"
+
+
+class ConsumerOffsets:
+    def __init__(self, config_dir: Path, read_only: bool = False) -> None:
+        self.path = Path(config_dir) / FILE_NAME
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._table: dict[tuple[str, str], dict[int, int]] = {}  # (topic, group) -> queue -> offset
+        self._dirty = False
+        if self.path.exists():
+            data = json.loads(self.path.read_text() or "{}")
+            for key, queues in (data.get("offsetTable") or {}).items():
+                topic, sep, group = str(key).rpartition("@")
+                if sep and isinstance(queues, dict):
+                    self._table[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+
+    def get(self, group: str, topic: str, queue_id: int) -> int | None:
+        with self._lock:
+            return self._table.get((topic, group), {}).get(queue_id)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"commitOffset: must be >= 0, got {offset}")
+        with self._lock:
+            queues = self._table.setdefault((topic, group), {})
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = offset
+                self._dirty = True
+
+    def groups(self, topic: str) -> dict[str, dict[int, int]]:
+        with self._lock:
+            return {g: dict(q) for (t, g), q in self._table.items() if t == topic}
+
+    def persist(self) -> bool:
+        """Write the table if it changed; returns whether it wrote."""
+        if self.read_only:
+            return False
+        with self._lock:
+            if not self._dirty:
+                return False
+            table = {f"{t}@{g}": {str(q): o for q, o in sorted(qs.items())} for (t, g), qs in sorted(self._table.items())}
+            self._dirty = False
+        try:
+            write_atomically(self.path, json.dumps({"offsetTable": table}, indent=1).encode())
+        except OSError:
+            with self._lock:
+                self._dirty = True
+            raise
+        return True

@@ -1,0 +1,326 @@
+"""The broker role of RocketMQ 4's remoting protocol, over one commitlog's store.
+
+Translation only: request headers become store calls and the answers become response
+headers and bodies. Records go out as the bytes stored (what MessageDecoder decodes); sends go
+through the same path as quarry.v1 (CommitLogServicer.append_flushed, message_mapping), so a
+message is the same record whichever door it came in by. Key queries ask this broker's
+indexer, as the gRPC queries do, and hand back the stored records it points at.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+import grpc
+
+from quarry.formats import tag_expression
+from quarry.formats.java_hash import tags_code
+from quarry.formats.batch_body import batch_record_properties, decode_batch_body
+from quarry.formats.record import (
+    SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+)
+from quarry.services.commitlog.client_table import ClientTable
+from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
+from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.message_mapping import from_client_message
+from quarry.services.commitlog.browse import search_offset_by_time
+from quarry.services.commitlog.store import AppendResult
+from quarry.services.remoting import codes
+from quarry.services.remoting.command import RemotingCommand
+from quarry.services.remoting.server import Connection, Handler, RemotingError
+from quarry.v1 import indexer_pb2, indexer_pb2_grpc
+
+log = logging.getLogger("quarry.commitlog.remoting")
+
+MAX_PULL_MSGS = 1024
+MAX_SUSPEND_MS = 30_000  # longest a pull is held waiting for new messages
+UNIQUE_KEY_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum, used for unique-key queries
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+
+# Store errors as RocketMQ's broker answers them (response code).
+_SEND_CODES = {InvalidArgument: codes.MESSAGE_ILLEGAL, NotFound: codes.TOPIC_NOT_EXIST, ReadOnly: codes.SERVICE_NOT_AVAILABLE,
+               DiskFull: codes.SERVICE_NOT_AVAILABLE, Expired: codes.SYSTEM_ERROR}
+# SendMessageRequestHeaderV2's one-letter names.
+_V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag",
+              "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode", "l": "consumeRetryTimes",
+              "m": "batch", "n": "brokerName"}
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _store_error(exc: StoreError) -> RemotingError:
+    code = next((c for t, c in _SEND_CODES.items() if isinstance(exc, t)), codes.SYSTEM_ERROR)
+    return RemotingError(code, str(exc))
+
+
+class RemotingBroker:
+    """Request handlers of one broker; `handlers()` is what the RemotingServer serves."""
+
+    def __init__(self, servicer: Any, offsets: ConsumerOffsets, appended: FlushSignal, stopping: threading.Event,
+                 indexer_addr: str = "", retry_queues: int = 1) -> None:
+        self.servicer = servicer  # CommitLogServicer: its store and its send path
+        self.store = servicer.store
+        self.offsets = offsets
+        self.appended = appended
+        self.stopping = stopping
+        self.clients = ClientTable()
+        self.retry_queues = retry_queues
+        self._indexer_addr = indexer_addr
+        self._indexer: indexer_pb2_grpc.IndexerServiceStub | None = None
+        self._indexer_channel: grpc.Channel | None = None
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            codes.SEND_MESSAGE: self.send, codes.SEND_MESSAGE_V2: self.send, codes.SEND_BATCH_MESSAGE: self.send,
+            codes.PULL_MESSAGE: self.pull, codes.QUERY_MESSAGE: self.query_message, codes.VIEW_MESSAGE_BY_ID: self.view_message,
+            codes.QUERY_CONSUMER_OFFSET: self.query_consumer_offset, codes.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
+            codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, codes.HEART_BEAT: self.heartbeat,
+            codes.UNREGISTER_CLIENT: self.unregister_client, codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            codes.END_TRANSACTION: self.end_transaction,
+        }
+
+    def close(self) -> None:
+        if self._indexer_channel is not None:
+            self._indexer_channel.close()
+
+    # -- sends ------------------------------------------------------------------------------
+    async def send(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        if req.code != codes.SEND_MESSAGE:  # V2 and batch use the one-letter header names
+            req.ext_fields = {_V2_FIELDS.get(k, k): v for k, v in req.ext_fields.items()}
+        topic = req.text("topic")
+        common = dict(
+            queue_id=req.integer("queueId", lo=-1, hi=_I32[1]), born_timestamp=req.integer("bornTimestamp", lo=0),
+            born_host=conn.peer, sys_flag=req.integer("sysFlag", 0, *_I32), reconsume_times=req.integer("reconsumeTimes", 0, 0, _I32[1]),
+            max_message_size=self.store.config.max_message_size,
+        )
+        properties = req.text("properties", "")
+        try:
+            if req.code == codes.SEND_BATCH_MESSAGE or req.boolean("batch"):
+                try:
+                    items = decode_batch_body(req.body)
+                except ValueError as exc:
+                    raise RemotingError(codes.MESSAGE_ILLEGAL, str(exc)) from None
+                if not items:
+                    raise RemotingError(codes.MESSAGE_ILLEGAL, "batch body: holds no message")
+                msgs = [from_client_message(topic, it.body, batch_record_properties(it.properties, properties), flag=it.flag, **common)  # type: ignore[arg-type]
+                        for it in items]
+                results = await self.servicer.append_flushed(msgs, "RemotingSendBatch")
+            else:
+                msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *_I32), **common)  # type: ignore[arg-type]
+                results = await self.servicer.append_flushed([msg], "RemotingSend")
+        except StoreError as exc:
+            raise _store_error(exc) from None
+        return self._send_response(req, results)
+
+    @staticmethod
+    def _send_response(req: RemotingCommand, results: list[AppendResult]) -> RemotingCommand:
+        first = results[0]
+        code = codes.SUCCESS if all(r.flushed for r in results) else codes.FLUSH_DISK_TIMEOUT
+        return req.response(code, None, {
+            "msgId": ",".join(r.offset_msg_id for r in results), "queueId": first.queue_id, "queueOffset": first.queue_offset,
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
+        })
+
+    async def end_transaction(self, req: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        """Commit or roll back a prepared message: append its commit (it then enters its queue)
+        or rollback record, pointing back at the prepared one (PREPAREDTRANSACTIONOFFSET)."""
+        kind = req.integer("commitOrRollback", lo=0, hi=_I32[1])
+        offset = req.integer("commitLogOffset", lo=0)
+        if kind == SYSFLAG_TRANSACTION_NOT_TYPE:
+            return req.response(codes.SUCCESS)
+        if kind not in (SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_ROLLBACK):
+            raise RemotingError(codes.SYSTEM_ERROR, f"header field commitOrRollback: {kind} is not 8 (commit), 12 (rollback) or 0")
+        try:
+            rec = self.store.read(offset)
+        except StoreError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"find prepared transaction message failed: {exc}") from None
+        if rec.sys_flag & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_PREPARED:
+            raise RemotingError(codes.SYSTEM_ERROR, f"the message at commitLogOffset {offset} is not a prepared transaction message")
+        msg = from_client_message(rec.topic, rec.body, rec.properties_text, flag=rec.flag, queue_id=rec.queue_id,
+                                  born_timestamp=rec.born_timestamp, born_host=rec.born_host, sys_flag=kind,
+                                  reconsume_times=rec.reconsume_times, prepared_transaction_offset=offset,
+                                  max_message_size=self.store.config.max_message_size)
+        try:
+            await self.servicer.append_flushed([msg], "RemotingEndTransaction")
+        except StoreError as exc:
+            raise _store_error(exc) from None
+        return req.response(codes.SUCCESS)
+
+    # -- reads --------------------------------------------------------------------------------
+    def _record_bytes(self, physical_offset: int) -> bytes:
+        return self.store.read_bytes(physical_offset)[1]
+
+    async def view_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        offset = req.integer("offset")
+        try:
+            return req.response(codes.SUCCESS, body=self._record_bytes(offset))
+        except StoreError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"can not find message by the offset, {offset}: {exc}") from None
+
+    async def query_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """QUERY_MESSAGE: the indexer's entries for topic/key (a unique key with the flag),
+        returned as stored records; like RocketMQ's broker, hash collisions are left for the
+        client to filter."""
+        unique = req.ext_fields.get(codes.UNIQUE_KEY_QUERY_FLAG) == "true"
+        request = indexer_pb2.QueryMessageRequest(
+            topic=req.text("topic"), key=req.text("key"),
+            max_num=UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=_I32[1]),
+            begin_timestamp=req.integer("beginTimestamp"), end_timestamp=req.integer("endTimestamp"), unique_key_flag=unique,
+        )
+        if request.begin_timestamp < 0:
+            request.begin_timestamp = 0
+        if not self._indexer_addr:
+            raise RemotingError(codes.SYSTEM_ERROR, "this broker has no indexer configured (--indexer-addr): key queries cannot be answered")
+        try:
+            answer = await asyncio.to_thread(self._indexer_stub().QueryMessage, request, timeout=10.0)
+        except grpc.RpcError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"indexer {self._indexer_addr}: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
+        fields = {"indexLastUpdateTimestamp": answer.index_last_update_timestamp, "indexLastUpdatePhyoffset": answer.index_last_update_phy_offset}
+        body = []
+        for m in answer.messages:
+            try:
+                body.append(self._record_bytes(m.commit_log_offset))
+            except StoreError:
+                continue  # expired between the index read and now
+        if not body:
+            return req.response(codes.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", fields)
+        return req.response(codes.SUCCESS, None, fields, b"".join(body))
+
+    def _indexer_stub(self) -> indexer_pb2_grpc.IndexerServiceStub:
+        if self._indexer is None:
+            from quarry.clients.channels import open_channel
+
+            self._indexer_channel = open_channel(self._indexer_addr)
+            self._indexer = indexer_pb2_grpc.IndexerServiceStub(self._indexer_channel)
+        return self._indexer
+
+    # -- pull and offsets -------------------------------------------------------------------
+    def _queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        cq = self.store.cqs.existing(topic, queue_id)
+        return (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+
+    def _check_queue(self, topic: str, queue_id: int, conn: Connection) -> None:
+        queues = self.store.topics.get(topic)
+        if queues is None:
+            raise RemotingError(codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not 0 <= queue_id < queues:
+            raise RemotingError(codes.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}] readQueueNums:[{queues}] consumer:[{conn.peer[0]}]")
+
+    def _filter(self, req: RemotingCommand, group: str, topic: str, sys_flag: int) -> tag_expression.TagFilter:
+        if sys_flag & codes.PULL_SUBSCRIPTION:
+            expression, kind = req.text("subscription", "*"), req.text("expressionType", "TAG")
+        else:
+            expression, kind = self.clients.subscriptions.get((group, topic), ("*", "TAG"))
+        if kind.upper() != "TAG":
+            raise RemotingError(codes.SYSTEM_ERROR, f"expressionType {kind}: this broker filters by TAG only")
+        try:
+            return tag_expression.parse(expression, "subscription")
+        except tag_expression.TagExpressionError as exc:
+            raise RemotingError(codes.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+
+    async def pull(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group, topic = req.text("consumerGroup"), req.text("topic")
+        queue_id = req.integer("queueId", lo=0, hi=_I32[1])
+        offset = req.integer("queueOffset", lo=0)
+        max_msgs = req.integer("maxMsgNums", lo=1, hi=_I32[1])
+        sys_flag = req.integer("sysFlag", 0, *_I32)
+        self._check_queue(topic, queue_id, conn)
+        tag_filter = self._filter(req, group, topic, sys_flag)
+        if sys_flag & codes.PULL_COMMIT_OFFSET:
+            commit = req.integer("commitOffset", -1)
+            if commit >= 0:
+                self.offsets.commit(group, topic, queue_id, commit)
+        wait_ms = min(req.integer("suspendTimeoutMillis", 0, 0), MAX_SUSPEND_MS) if sys_flag & codes.PULL_SUSPEND else 0
+        deadline = time.monotonic() + wait_ms / 1000.0
+        while True:
+            event = self.appended.current()
+            try:
+                records, next_offset, lo, hi = self.store.pull(topic, queue_id, offset, min(max_msgs, MAX_PULL_MSGS))
+            except StoreError as exc:
+                raise _store_error(exc) from None
+            left = deadline - time.monotonic()
+            if records or offset != hi or left <= 0 or self.stopping.is_set():
+                break
+            await self.appended.wait(event, left)  # long polling: woken by the next append
+        fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_offset, "minOffset": lo, "maxOffset": hi}
+        if offset < lo or offset > hi:
+            return req.response(codes.PULL_OFFSET_MOVED, f"offset {offset} is outside {lo}..{hi}", fields)
+        if not records:
+            if next_offset > offset:  # units read, none readable
+                return req.response(codes.PULL_RETRY_IMMEDIATELY, "no readable message in the units read", fields)
+            return req.response(codes.PULL_NOT_FOUND, "no new message", fields)
+        matching = [r for r in records if tag_filter.matches_code(tags_code(r.tags or ""))]
+        if not matching:
+            return req.response(codes.PULL_RETRY_IMMEDIATELY, "no message matches the subscription", fields)
+        body = b"".join(self._record_bytes(r.physical_offset) for r in matching)
+        return req.response(codes.SUCCESS, None, fields, body)
+
+    async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group, topic = req.text("consumerGroup"), req.text("topic")
+        queue_id = req.integer("queueId", lo=0, hi=_I32[1])
+        found = self.offsets.get(group, topic, queue_id)
+        if found is not None:
+            return req.response(codes.SUCCESS, None, {"offset": found})
+        # RocketMQ's rule for a group without an offset: a queue still holding its first
+        # message starts at 0; otherwise the client decides (QUERY_NOT_FOUND).
+        if self._queue_bounds(topic, queue_id)[0] == 0:
+            return req.response(codes.SUCCESS, None, {"offset": 0})
+        return req.response(codes.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+
+    async def update_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group, topic = req.text("consumerGroup"), req.text("topic")
+        queue_id = req.integer("queueId", lo=0, hi=_I32[1])
+        self.offsets.commit(group, topic, queue_id, req.integer("commitOffset", lo=0))
+        return req.response(codes.SUCCESS)
+
+    async def max_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return req.response(codes.SUCCESS, None, {"offset": self._queue_bounds(req.text("topic"), req.integer("queueId", lo=0, hi=_I32[1]))[1]})
+
+    async def min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return req.response(codes.SUCCESS, None, {"offset": self._queue_bounds(req.text("topic"), req.integer("queueId", lo=0, hi=_I32[1]))[0]})
+
+    async def search_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic, queue_id, ts = req.text("topic"), req.integer("queueId", lo=0, hi=_I32[1]), req.integer("timestamp")
+        cq = self.store.cqs.existing(topic, queue_id)
+        offset = await asyncio.to_thread(search_offset_by_time, self.store, cq, ts) if cq is not None else 0
+        return req.response(codes.SUCCESS, None, {"offset": offset})
+
+    # -- clients --------------------------------------------------------------------------
+    async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        try:
+            data = json.loads(req.body.decode("utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("expected a JSON object")
+            groups = self.clients.heartbeat(data, conn)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"heartbeat body: {exc}") from None
+        created = False
+        for group in groups:  # as RocketMQ's broker does: each consumer group gets its retry topic
+            try:
+                created |= self.store.create_topic(RETRY_GROUP_TOPIC_PREFIX + group, self.retry_queues)
+            except StoreError:
+                pass  # read-only store or a group name that makes no topic: no retry topic
+        if created:
+            self.servicer.on_topic_created()
+        return req.response(codes.SUCCESS)
+
+    async def unregister_client(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self.clients.unregister(req.text("clientID"))
+        return req.response(codes.SUCCESS)
+
+    async def consumer_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = req.text("consumerGroup")
+        ids = self.clients.consumers(group)
+        if not ids:
+            raise RemotingError(codes.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return req.response(codes.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.clients.connection_closed(conn)
+

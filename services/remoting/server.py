@@ -1,0 +1,173 @@
+"""The remoting transport's server side: asyncio TCP, frames in, handlers by request code.
+
+Each request runs as its own task (a long-polling pull must not hold up a send on the same
+connection); responses carry the request's opaque and header form. One-way requests get no
+response. A handler's RemotingError becomes its response code and remark; any other error
+a SYSTEM_ERROR naming it. A malformed or oversized frame closes that connection with a log
+line; the process and other connections carry on.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from quarry.services.log import log_event
+from quarry.services.remoting import codes
+from quarry.services.remoting.command import FrameError, HeaderFieldError, RemotingCommand, decode_frame, encode_frame
+
+log = logging.getLogger("quarry.remoting")
+
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024  # RocketMQ's default frameMaxLength
+MAX_IN_FLIGHT = 256  # requests of one connection being handled at once; reading pauses beyond
+
+
+class RemotingError(Exception):
+    """Answer the request with this response code and remark."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client connection; handlers may attach what they learn about the client."""
+
+    peer: tuple[str, int]
+    writer: asyncio.StreamWriter
+    attributes: dict[str, object] = field(default_factory=dict)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode_frame(cmd))
+
+
+Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
+Authorizer = Callable[[RemotingCommand], None]  # raises RemotingError to refuse
+
+
+class RemotingServer:
+    """Serves `handlers` (request code → coroutine) on one address."""
+
+    def __init__(self, name: str, handlers: dict[int, Handler], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 authorize: Authorizer | None = None) -> None:
+        self.name = name
+        self.handlers = handlers
+        self.max_frame_bytes = max_frame_bytes
+        self.authorize = authorize
+        self.on_close: list[Callable[[Connection], None]] = []
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[Connection] = set()
+        self.port = 0
+
+    async def start(self, bind: str) -> int:
+        host, _, port = bind.rpartition(":")
+        self._server = await asyncio.start_server(self._serve, host.strip("[]") or None, int(port), reuse_address=True)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        log_event(log, "remoting server started", service=self.name, address=f"{host}:{self.port}")
+        return self.port
+
+    def stop_accepting(self) -> None:
+        """Refuse new connections and close the open ones (their pending requests are dropped)."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.writer.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self._connections):
+                conn.writer.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername") or ("", 0)
+        conn = Connection((str(peername[0]), int(peername[1])), writer)
+        self._connections.add(conn)
+        in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    head = await reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the client closed the connection between frames
+                length = int.from_bytes(head, "big", signed=True)
+                if length < 4 or length > self.max_frame_bytes:
+                    raise FrameError(f"frame length {length}: must be 4..{self.max_frame_bytes}")
+                try:
+                    frame = await reader.readexactly(length)
+                except asyncio.IncompleteReadError as exc:
+                    raise FrameError(f"connection closed inside a frame ({len(exc.partial)} of {length} bytes)") from None
+                cmd = decode_frame(frame)
+                if cmd.is_response:
+                    continue  # Quarry sends clients no requests, so no response is awaited
+                await in_flight.acquire()
+                task = asyncio.create_task(self._handle(cmd, conn))
+                tasks.add(task)
+                task.add_done_callback(lambda t: (tasks.discard(t), in_flight.release()))
+        except FrameError as exc:
+            log_event(log, "malformed frame; connection closed", logging.WARNING, service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", reason=str(exc))
+        except ConnectionError:
+            pass
+        finally:
+            self._connections.discard(conn)
+            for callback in self.on_close:
+                try:
+                    callback(conn)
+                except Exception:  # noqa: BLE001 - a listener's bug must not stop the cleanup
+                    log.exception("connection close listener failed")
+            writer.close()
+
+    async def _handle(self, cmd: RemotingCommand, conn: Connection) -> None:
+        response = await self.answer(cmd, conn)
+        if response is not None and not cmd.is_oneway:
+            try:
+                conn.send(response)
+            except (ConnectionError, RuntimeError):
+                pass  # the client went away; nothing to answer
+
+    async def answer(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        """The response to one request (None: the handler answers nothing)."""
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        try:
+            if self.authorize is not None:
+                self.authorize(cmd)
+            return await handler(cmd, conn)
+        except RemotingError as exc:
+            return cmd.response(exc.code, exc.remark)
+        except HeaderFieldError as exc:
+            return cmd.response(codes.SYSTEM_ERROR, str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - answer, log, keep serving
+            log.exception("remoting handler failed: code=%s", cmd.code)
+            return cmd.response(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+class ThreadedRemotingServer:
+    """A RemotingServer on its own event loop thread, for a service that is not asyncio (the router)."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        import threading
+
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=f"{server.name}-remoting", daemon=True)
+
+    def start(self, bind: str) -> int:
+        self._thread.start()
+        return asyncio.run_coroutine_threadsafe(self.server.start(bind), self.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(timeout=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
