@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup gen run test bench lint release-contract clean node-sdk
+.PHONY: setup gen run test bench lint release-contract clean node-sdk node-clients
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,16 @@ $(NODE_SDK): tests/e2e/node/package.json tests/e2e/node/package-lock.json
 
 node-sdk: $(NODE_SDK)
 
+# npm clients the e2e tests run (ali-ons: RocketMQ 4 in pure JavaScript), exactly as locked.
+NODE_STAMP := tests/node/node_modules/.installed
+$(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
+	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+node-clients: $(NODE_STAMP)
+
 # The whole suite: unit, contract (protos, golden vectors, buf), e2e (real processes).
-test: setup node-sdk
+test: setup node-sdk node-clients
 	$(PY) -m pytest -q
 
 lint: setup

@@ -82,7 +82,7 @@ class RemotingBroker:
             codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
             codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, codes.HEART_BEAT: self.heartbeat,
             codes.UNREGISTER_CLIENT: self.unregister_client, codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
-            codes.END_TRANSACTION: self.end_transaction,
+            codes.END_TRANSACTION: self.end_transaction, codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
         }
 
     def close(self) -> None:
@@ -290,6 +290,21 @@ class RemotingBroker:
         cq = self.store.cqs.existing(topic, queue_id)
         offset = await asyncio.to_thread(search_offset_by_time, self.store, cq, ts) if cq is not None else 0
         return req.response(codes.SUCCESS, None, {"offset": offset})
+
+    async def create_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """mqadmin updateTopic: create the topic with max(read, write) queues (Quarry keeps one
+        count for both); an existing topic keeps its queues, and asking for others is refused."""
+        topic = req.text("topic")
+        queues = max(req.integer("readQueueNums", 0, 0, 1024), req.integer("writeQueueNums", 0, 0, 1024)) or self.store.config.default_queues
+        try:
+            created = self.store.create_topic(topic, queues)
+        except StoreError as exc:
+            raise _store_error(exc) from None
+        if created:
+            self.servicer.on_topic_created()
+        elif self.store.topics[topic] != queues:
+            raise RemotingError(codes.SYSTEM_ERROR, f"topic {topic} exists with {self.store.topics[topic]} queues; changing the queue count is not supported")
+        return req.response(codes.SUCCESS)
 
     # -- clients --------------------------------------------------------------------------
     async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:

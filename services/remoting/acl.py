@@ -32,7 +32,7 @@ PERMISSIONS: dict[int, tuple[str, str | None]] = {
     codes.UPDATE_CONSUMER_OFFSET: ("query", "topic"), codes.GET_MAX_OFFSET: ("query", "topic"),
     codes.GET_MIN_OFFSET: ("query", "topic"), codes.SEARCH_OFFSET_BY_TIMESTAMP: ("query", "topic"),
     codes.QUERY_MESSAGE: ("query", "topic"), codes.VIEW_MESSAGE_BY_ID: ("query", None),
-    codes.GET_BROKER_CLUSTER_INFO: ("query", None), codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ("query", None),
+    codes.GET_BROKER_CLUSTER_INFO: ("query", None), codes.UPDATE_AND_CREATE_TOPIC: ("admin", "topic"), codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ("query", None),
 }
 
 
