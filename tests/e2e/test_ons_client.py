@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from datetime import timezone
 from pathlib import Path
 from typing import Iterator
@@ -18,12 +19,12 @@ import pytest
 
 from quarry.clients.admin import AdminClient
 from quarry.formats.unique_key import UniqueKeyGenerator
-from quarry.services.launcher import REPO_ROOT, LocalCluster
+from quarry.services.launcher import LocalCluster
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
 from tests.e2e.conftest import wait_until
 
-NODE_DIR = REPO_ROOT / "tests" / "node"
+NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 TOPIC, GROUP = "OnsTopic", "GID_quarry_ons"
 
 
@@ -53,8 +54,8 @@ def create_topic(c: LocalCluster, topic: str) -> None:
 
 def quarry_cli(c: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     assert c.router is not None
-    env = {**os.environ, "NAMESRV_ADDR": c.router.address, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "quarry.clients", "--json", *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO_ROOT)
+    env = {**os.environ, "NAMESRV_ADDR": c.router.address}
+    return subprocess.run([sys.executable, "-m", "quarry.clients", "--json", *args], capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
 
 
 def test_ali_ons_producer_and_push_consumer_through_quarry(cluster: LocalCluster) -> None:
