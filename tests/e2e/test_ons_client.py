@@ -37,12 +37,12 @@ def cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyp
     yield c
 
 
-def create_topic(c: LocalCluster, topic: str) -> None:
+def create_topic(c: LocalCluster, topic: str, **auth: str) -> None:
     """As `mqadmin updateTopic -c DefaultCluster` does: UPDATE_AND_CREATE_TOPIC to every broker
     (ali-ons, like Aliyun ONS, sends only to topics that exist)."""
     async def main() -> None:
         for b in c.brokers.values():
-            async with RemotingClient(b.commitlog.remoting_address) as client:
+            async with RemotingClient(b.commitlog.remoting_address, **auth) as client:
                 r = await client.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
                                                                        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False})
                 assert r.code == codes.SUCCESS, r.remark
@@ -112,3 +112,35 @@ def test_ali_ons_producer_and_push_consumer_through_quarry(cluster: LocalCluster
         assert by_uniq.returncode == 0 and [m["offset_msg_id"] for m in json.loads(by_uniq.stdout)["messages"]] == [s["msgId"]], by_uniq.stdout + by_uniq.stderr
     shared = json.loads(quarry_cli(cluster, "queryMsgByKey", "-t", TOPIC, "-k", "ons-shared").stdout)
     assert sorted(m["offset_msg_id"] for m in shared["messages"]) == sorted(s["msgId"] for s in sent.values())
+
+
+def test_ali_ons_signs_its_requests_for_quarrys_acl(tmp_path: Path, cluster_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """With QUARRY_ACL_FILE, ali-ons's own signing (AccessKey, OnsChannel, Signature) is what
+    Quarry checks: an account with publish and query on the topic and its retry topic sends and
+    consumes; an unknown secret is refused."""
+    group = "GID_acl"
+    acl = {"accounts": [
+        {"access_key": "ops", "secret_key": "ops-secret-123", "admin": True},
+        {"access_key": "app", "secret_key": "app-secret-456", "topics": {"OnsAclTopic": ["publish", "query"], f"%RETRY%{group}": ["publish", "query"]}},
+    ]}
+    (tmp_path / "acl.json").write_text(json.dumps(acl))
+    env = {"QUARRY_ACL_FILE": str(tmp_path / "acl.json"), "QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret-123"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # the test's own gRPC calls sign as ops
+    c = cluster_factory(indexer_args=["--hash-slots", "101", "--index-num", "1000"])
+    c.env = env
+    c.start_router()
+    c.add_broker("broker-a", "127.0.0.43")
+    create_topic(c, "OnsAclTopic", access_key="ops", secret_key="ops-secret-123")
+    assert c.router is not None
+    wanted = [{"body": f"acl-{i}", "tags": "TagA", "keys": [f"acl-{i}"], "uniqueKey": None} for i in range(4)]
+    base = {**os.environ, "NAMESRV_ADDR": c.router.remoting_address, "ONS_TOPIC": "OnsAclTopic", "ONS_GROUP": group,
+            "ONS_MESSAGES": json.dumps(wanted), "ONS_TIMEOUT_MS": "60000"}
+    ok = subprocess.run(["node", str(NODE_DIR / "ons_roundtrip.js")], env={**base, "ONS_ACCESS_KEY": "app", "ONS_SECRET_KEY": "app-secret-456"},
+                        capture_output=True, text=True, timeout=120, cwd=NODE_DIR)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    out = json.loads(ok.stdout.strip().splitlines()[-1])
+    assert sorted(r["body"] for r in out["received"]) == sorted(w["body"] for w in wanted)
+    refused = subprocess.run(["node", str(NODE_DIR / "ons_roundtrip.js")], env={**base, "ONS_ACCESS_KEY": "app", "ONS_SECRET_KEY": "wrong"},
+                             capture_output=True, text=True, timeout=120, cwd=NODE_DIR)
+    assert refused.returncode != 0 and "Signature does not match" in refused.stderr
