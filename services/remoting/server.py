@@ -128,6 +128,7 @@ class RemotingServer:
         if response is not None and not cmd.is_oneway:
             try:
                 conn.send(response)
+                await conn.writer.drain()  # a client that stops reading holds its own requests back, not memory
             except (ConnectionError, RuntimeError):
                 pass  # the client went away; nothing to answer
 

@@ -1,0 +1,61 @@
+"""The broker role's small parts: consumer offsets on disk, RocketMQ property mapping, client table."""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from quarry.services.commitlog.client_table import EXPIRY_MS, ClientTable
+from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
+from quarry.services.commitlog.errors import InvalidArgument
+from quarry.services.commitlog.message_mapping import from_client_message, inflate, split_properties
+
+
+def test_consumer_offsets_persist_in_rocketmq_layout_and_reload(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(tmp_path)
+    assert offsets.persist() is False  # nothing changed: nothing written
+    offsets.commit("g1", "TopicA", 0, 12)
+    offsets.commit("g1", "TopicA", 3, 7)
+    offsets.commit("g2", "Topic@B", 1, 5)  # '@' in a topic: the group is after the last '@'
+    assert offsets.persist() is True
+    data = json.loads((tmp_path / "consumerOffset.json").read_text())
+    assert data == {"offsetTable": {"Topic@B@g2": {"1": 5}, "TopicA@g1": {"0": 12, "3": 7}}}
+    assert not list(tmp_path.glob("*.tmp"))
+    again = ConsumerOffsets(tmp_path)
+    assert (again.get("g1", "TopicA", 3), again.get("g2", "Topic@B", 1), again.get("g1", "TopicA", 1)) == (7, 5, None)
+    with pytest.raises(ValueError, match="commitOffset"):
+        again.commit("g1", "TopicA", 0, -1)
+
+
+def test_properties_split_into_the_fields_the_store_encodes() -> None:
+    keys, tags, uk, rest = split_properties("WAIT\x01true\x02KEYS\x01a  b \x02TAGS\x01T\x02UNIQ_KEY\x01U1\x02color\x01red")
+    assert (keys, tags, uk, rest) == (["a", "b"], "T", "U1", [("WAIT", "true"), ("color", "red")])
+    msg = from_client_message("T", b"x", "KEYS\x01k", flag=3, queue_id=2, born_host=("10.0.0.1", 5))
+    assert (msg.keys, msg.flag, msg.queue_id, msg.born_host) == (["k"], 3, 2, ("10.0.0.1", 5))
+
+
+def test_compressed_bodies_are_inflated_within_the_size_limit() -> None:
+    body = b"abc" * 1000
+    assert from_client_message("T", zlib.compress(body), "", sys_flag=1).body == body
+    with pytest.raises(InvalidArgument, match="inflates beyond"):
+        inflate(zlib.compress(b"\0" * 10_000), 1000)
+    with pytest.raises(InvalidArgument, match="does not inflate"):
+        inflate(b"not zlib", 1000)
+
+
+def test_client_table_groups_expiry_and_closed_connections() -> None:
+    now = [0]
+    table = ClientTable(clock_ms=lambda: now[0])
+    conn_a, conn_b = object(), object()
+    hb = {"clientID": "a@1", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subString": "x || y"}]}]}
+    assert table.heartbeat(hb, conn_a) == ["G"]
+    table.heartbeat({"clientID": "b@1", "consumerDataSet": [{"groupName": "G"}], "producerDataSet": [{"groupName": "P"}]}, conn_b)
+    assert table.consumers("G") == ["a@1", "b@1"] and table.subscriptions[("G", "T")] == ("x || y", "TAG")
+    table.connection_closed(conn_b)
+    assert table.consumers("G") == ["a@1"]
+    now[0] = EXPIRY_MS + 1
+    assert table.consumers("G") == []
+    with pytest.raises(ValueError, match="clientID"):
+        table.heartbeat({}, conn_a)
