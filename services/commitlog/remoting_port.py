@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import threading
-from pathlib import Path
 
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.convert import parse_host, resolve_store_host
@@ -40,10 +39,9 @@ class RemotingPort:
             log_event(log, "consumer offsets not persisted; will retry", logging.ERROR, path=str(self.offsets.path), error=str(exc))
 
     def stop_persisting(self) -> None:
-        """At stop, off the loop: the last commits reach the disk."""
+        """At stop, off the loop (the store's close writes the last commits)."""
         self._stop.set()
         self._persister.join(timeout=5)
-        self._persist()
 
     async def close(self) -> None:
         await self.server.close()
@@ -59,7 +57,7 @@ def advertised(address: str) -> str:
 async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, store: CommitLogStore, stopping: threading.Event) -> RemotingPort | None:
     if not args.remoting_bind:
         return None
-    offsets = ConsumerOffsets(Path(args.store_dir) / "config", read_only=args.read_only)
+    offsets = store.consumer_offsets
     appended = FlushSignal(asyncio.get_running_loop())
     servicer.on_appended = appended.fire_in_loop
     broker = RemotingBroker(servicer, offsets, appended, stopping, indexer_addr=args.indexer_addr)

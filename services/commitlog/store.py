@@ -8,6 +8,7 @@ fsynced prefix, which recovery can never truncate.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -18,6 +19,7 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog import reads, retention
 from quarry.services.commitlog.append import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, AppendResult, Appender
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
+from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.errors import InvalidArgument, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
@@ -26,6 +28,9 @@ from quarry.services.commitlog.recovery import recover
 from quarry.services.commitlog.segments import SegmentQueue
 from quarry.services.commitlog.store_state import ABORT_FILE, StoreConfig, StoreState
 from quarry.services.commitlog.topic_table import save_topics
+from quarry.services.log import log_event
+
+log = logging.getLogger("quarry.store")
 
 __all__ = ["AppendResult", "CommitLogStore", "StoreConfig", "StoreStatus", "MAX_BATCH_BYTES", "MAX_BATCH_MESSAGES"]
 
@@ -52,6 +57,9 @@ class CommitLogStore:
         self.dir = self.state.dir
         self.read_only = self.state.read_only
         recover(self.state)
+        # Consumer groups' committed offsets (RocketMQ 4 remoting today, RocketMQ 5 consumer
+        # groups too): part of the store, written at close and by the serving process's interval.
+        self.consumer_offsets = ConsumerOffsets(self.dir / "config", self.read_only)
         self._appender = Appender(self.state)
         self.flusher = Flusher(self.state, self.delete_expired)
         if not self.read_only:
@@ -207,6 +215,10 @@ class CommitLogStore:
         with self.state.lock:
             self.state.closed = True
         self.flusher.notify()
+        try:
+            self.consumer_offsets.persist()
+        except OSError as exc:
+            log_event(log, "consumer offsets not persisted at close", logging.ERROR, error=str(exc))
         self.state.segments.close()
         self.state.cqs.close()
         if not self.read_only:
