@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from bench.runner import Result
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from quarry.clients.channels import open_channel
+from quarry.channels import open_channel
 
 BODY = b"x" * 1024
 NODE_DIR = Path(__file__).resolve().parent.parent / "tests" / "node"

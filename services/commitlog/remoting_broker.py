@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from quarry.channels import open_channel
 from quarry.formats import tag_expression
 from quarry.formats.java_hash import tags_code
 from quarry.formats.batch_body import batch_record_properties, decode_batch_body
@@ -194,8 +195,6 @@ class RemotingBroker:
 
     def _indexer_stub(self) -> indexer_pb2_grpc.IndexerServiceStub:
         if self._indexer is None:
-            from quarry.clients.channels import open_channel
-
             self._indexer_channel = open_channel(self._indexer_addr)
             self._indexer = indexer_pb2_grpc.IndexerServiceStub(self._indexer_channel)
         return self._indexer

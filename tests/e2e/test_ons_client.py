@@ -19,7 +19,7 @@ import pytest
 
 from quarry.clients.admin import AdminClient
 from quarry.formats.unique_key import UniqueKeyGenerator
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
 from tests.e2e.conftest import wait_until

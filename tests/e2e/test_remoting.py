@@ -19,7 +19,7 @@ from quarry.formats.record import MESSAGE_MAGIC, body_crc, decode_record
 from quarry.services.commitlog.message_mapping import split_properties
 from quarry.formats.properties import message_properties
 from quarry.formats.topic import TopicError, validate_topic
-from quarry.services.launcher import LocalCluster
+from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
 from tests.e2e import mqadmin
