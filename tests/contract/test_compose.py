@@ -47,7 +47,9 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
     services = cfg["services"]
     assert set(services) == {"router", "router-2", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b"}
     assert sorted(s for s, v in services.items() if v.get("ports")) == ["router", "router-2"]
-    assert {p["published"] for s in ("router", "router-2") for p in services[s]["ports"]} == {"9876", "9877"}
+    # gRPC 9876 of each router, and each router's RocketMQ 4 NameServer port (9877 inside).
+    assert {(s, p["published"], p["target"]) for s in ("router", "router-2") for p in services[s]["ports"]} == {
+        ("router", "9876", 9876), ("router-2", "9877", 9876), ("router", "9878", 9877), ("router-2", "9879", 9877)}
     for name, svc in services.items():
         assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "quarry.services.entrypoint", "probe"], name
         assert svc.get("restart") == "unless-stopped", name
@@ -56,6 +58,7 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
     for b in ("a", "b"):
         env = services[f"commitlog-{b}"]["environment"]
         assert env["QUARRY_COMMITLOG_ADVERTISE"] == f"commitlog-{b}:10911"
+        assert env["QUARRY_COMMITLOG_REMOTING_ADVERTISE"] == f"commitlog-{b}:10931"
         assert env["QUARRY_ROUTER_ADDR"] == "router:9876;router-2:9876"  # registers with both
         assert set(services[f"commitlog-{b}"]["depends_on"]) == {"router", "router-2"}
         assert services[f"indexer-{b}"]["environment"]["QUARRY_COMMITLOG_ADDR"] == f"commitlog-{b}:10911"
