@@ -17,7 +17,7 @@ from quarry.clients.errors import InvalidArgumentError, NotFoundError
 from quarry.clients.model import Message, QueryResult
 from quarry.formats import message_id, message_trace
 
-EXIT_OK, EXIT_NOT_FOUND, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 2, 4
+EXIT_OK, EXIT_NOT_FOUND, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
 DEFAULT_PAGE = 256
 TRACE_PAGE = 64
 
@@ -82,6 +82,7 @@ class BrowseCommands:
         token = self.args.token
         shown: list[Message] = []
         failed: dict[str, str] = {}
+        none_answered = False
         next_token, retry_token = "", ""
         while True:
             page_size = min(self.args.page_size, limit - len(shown)) if limit else self.args.page_size
@@ -94,6 +95,7 @@ class BrowseCommands:
             if result.failed_brokers:
                 failed.update({b.broker_name: f"{b.error_code}: {b.error_message}" for b in result.failed_brokers})
                 retry_token = token  # this page again, once the brokers answer
+                none_answered = all(not b.answered for b in result.brokers)
                 break
             if not next_token or (limit and len(shown) >= limit):
                 break
@@ -108,7 +110,7 @@ class BrowseCommands:
             print(f"WARNING: broker {name} did not answer ({why}); the result may be incomplete. "
                   f"Retry this page with --token '{retry_token}'", file=self.err)
         if failed:
-            return EXIT_INCOMPLETE
+            return EXIT_UNAVAILABLE if none_answered and not shown else EXIT_INCOMPLETE
         return EXIT_OK if shown else EXIT_NOT_FOUND
 
     def printMsg(self) -> int:
@@ -133,6 +135,7 @@ class BrowseCommands:
         contexts: list[message_trace.TraceContext] = []
         problems: list[str] = []
         token, failed = "", {}
+        answered = False
         while True:
             try:
                 result = self.admin.query_by_key(a.trace_topic, a.msg_id, TRACE_PAGE, a.begin, a.end, token)
@@ -143,6 +146,7 @@ class BrowseCommands:
                 contexts += decoded.contexts
                 problems += [f"{m.offset_msg_id}: {p}" for p in decoded.problems]
             failed.update({b.broker_name: f"{b.error_code}: {b.error_message}" for b in result.failed_brokers})
+            answered = answered or any(b.answered for b in result.brokers)
             token = result.next_token
             if not token or len(contexts) >= a.max_num > 0:
                 break
@@ -157,7 +161,7 @@ class BrowseCommands:
         for name, why in failed.items():
             print(f"WARNING: broker {name} did not answer ({why}); the trace may be incomplete", file=self.err)
         if failed:
-            return EXIT_INCOMPLETE
+            return EXIT_UNAVAILABLE if not answered and not contexts else EXIT_INCOMPLETE
         return EXIT_OK if contexts else EXIT_NOT_FOUND
 
     def DecodeMessageId(self) -> int:
