@@ -9,12 +9,9 @@ from quarry.services.settings import EnvArgumentParser, add_logging_settings, pa
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="quarry-indexer", description="RocketMQ IndexFiles for one broker, kept current from its commitlog.")
     p.add_setting("--bind", "QUARRY_INDEXER_BIND", "127.0.0.1:10921", "host:port to listen on")
-    p.add_setting("--advertise", "QUARRY_INDEXER_ADVERTISE", "", "address the router uses to reach this indexer; default: --bind")
     p.add_setting("--index-dir", "QUARRY_INDEX_DIR", "./var/index", "directory holding index/ and the checkpoint")
     p.add_setting("--commitlog", "QUARRY_COMMITLOG_ADDR", "127.0.0.1:10911", "this broker's commitlog address")
     p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
-    p.add_setting("--router", "QUARRY_ROUTER_ADDR", "", "query router address to register with (empty: do not register)")
-    p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "heartbeat interval to the router", int, minimum=100)
     p.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile", int, minimum=1)
     p.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile (holds index-num - 1)", int, minimum=2)
     p.add_setting("--max-msgs-num-batch", "QUARRY_INDEX_MAX_NUM", 64, "cap on max_num of a query", int, minimum=1)
@@ -27,7 +24,6 @@ def build_parser() -> EnvArgumentParser:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
-    if not args.advertise:
-        args.advertise = args.bind
-    return args
+    # The indexer does not register with the router: its commitlog's heartbeat carries the
+    # indexer's address (commitlog --indexer-addr).
+    return build_parser().parse_args(argv)

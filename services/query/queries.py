@@ -16,7 +16,7 @@ from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
 from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unavailable
 from quarry.services.status import error_from_status
 from quarry.services.query.broker_clients import BrokerClients
-from quarry.services.query.fanout import FanOut, Outcome, call_with_retry
+from quarry.services.query.fanout import FanOut, Outcome
 from quarry.services.query.merge import of_topic, BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError
 from quarry.services.query.unique_key_window import search_window

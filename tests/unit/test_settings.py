@@ -97,3 +97,12 @@ def test_every_setting_of_every_service_refuses_a_bad_environment_value(service:
         monkeypatch.delenv(setting.env)
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("flag", ["--router", "--advertise", "--heartbeat-interval-ms"])
+def test_the_indexer_has_no_flag_that_does_nothing(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The commitlog registers its indexer (--indexer-addr); these were parsed and ignored.
+    with pytest.raises(SystemExit) as stop:
+        indexer_args([flag, "1"])
+    assert stop.value.code == 2
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err

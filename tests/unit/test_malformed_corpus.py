@@ -1,7 +1,9 @@
-"""A corpus of malformed requests for every RPC of the three services: each gets its
-documented status with a message naming the field, and every service keeps serving."""
+"""A corpus of malformed requests for every RPC of the three services, served in this process
+(tests/servicers.py: the services' own server start-up on loopback): each gets its documented
+status with a message naming the field, and every service keeps serving."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import grpc
@@ -9,7 +11,8 @@ import pytest
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
 from quarry.services.probe import wait_healthy
-from scripts.launcher import LocalCluster
+from quarry.services.query.registry import BrokerRegistry
+from tests.servicers import InProcessBroker, in_process_router
 
 T128 = "T" * 128
 UNICODE = "订单\u0000\U0001F600\u200b"  # CJK, NUL, an astral character, a zero-width space
@@ -80,25 +83,27 @@ CORPUS: list[tuple[str, str, Any, str, str]] = [
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    c = LocalCluster(root=tmp_path_factory.mktemp("corpus"), commitlog_args=["--segment-size", str(1 << 20)], indexer_args=["--hash-slots", "101", "--index-num", "500"])
-    c.start_router()
-    c.add_broker("broker-a", "127.0.0.61")
-    yield c
-    c.stop()
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Addresses of a commitlog, an indexer and a router, each a real gRPC server in this process."""
+    broker = InProcessBroker("broker-a", tmp_path_factory.mktemp("corpus"), ("127.0.0.61", 10911), hash_slots=101, index_num=500).start()
+    registry = BrokerRegistry(expiry_ms=600_000)
+    registry.register(broker.registration())
+    try:
+        with in_process_router(registry) as (router, _queries):
+            yield {"commitlog": broker.commitlog_addr, "indexer": broker.indexer_addr, "router": router}
+    finally:
+        broker.close()
 
 
-def _stub(cluster: LocalCluster, service: str) -> tuple[Any, grpc.Channel]:
-    b = cluster.brokers["broker-a"]
-    address = {"commitlog": b.commitlog.address, "indexer": b.indexer.address, "router": cluster.router.address}[service]  # type: ignore[union-attr]
-    channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 256 << 20)])
+def _stub(services: dict[str, str], service: str) -> tuple[Any, grpc.Channel]:
+    channel = grpc.insecure_channel(services[service], options=[("grpc.max_send_message_length", 256 << 20)])
     factory: Callable[[grpc.Channel], Any] = {"commitlog": commitlog_pb2_grpc.CommitLogServiceStub, "indexer": indexer_pb2_grpc.IndexerServiceStub, "router": router_pb2_grpc.QueryRouterServiceStub}[service]
     return factory(channel), channel
 
 
 @pytest.mark.parametrize(("service", "method", "request_", "code", "needle"), CORPUS, ids=[f"{s}.{m}-{i}" for i, (s, m, *_rest) in enumerate(CORPUS)])
-def test_malformed_request_gets_its_documented_status(cluster: LocalCluster, service: str, method: str, request_: Any, code: str, needle: str) -> None:
-    stub, channel = _stub(cluster, service)
+def test_malformed_request_gets_its_documented_status(services: dict[str, str], service: str, method: str, request_: Any, code: str, needle: str) -> None:
+    stub, channel = _stub(services, service)
     with channel, pytest.raises(grpc.RpcError) as err:
         result = getattr(stub, method)(request_, timeout=10)
         if method == "Tail":
@@ -107,7 +112,10 @@ def test_malformed_request_gets_its_documented_status(cluster: LocalCluster, ser
     assert needle in (err.value.details() or "")
 
 
-def test_every_service_still_serves_after_the_corpus(cluster: LocalCluster) -> None:
-    b = cluster.brokers["broker-a"]
-    for address in (cluster.router.address, b.commitlog.address, b.indexer.address):  # type: ignore[union-attr]
+def test_every_service_still_serves_after_the_corpus(services: dict[str, str]) -> None:
+    for address in services.values():
         wait_healthy(address, deadline_s=5)
+    stub, channel = _stub(services, "commitlog")
+    with channel:  # and still stores: a good request after the bad ones
+        sent = stub.SendMessage(CL.SendMessageRequest(message=M(topic="T", body=b"fine", queue_id=-1)), timeout=5).result
+        assert stub.ViewMessage(CL.ViewMessageRequest(physical_offset=sent.physical_offset), timeout=5).message.body == b"fine"

@@ -1,0 +1,183 @@
+"""Servicers served inside the test process, on 127.0.0.1:0, by the services' own start-up code.
+
+`start_server` / `start_aio_server` (services/serving.py) bind them: the same options, ACL
+interceptors, health and reflection as a real process, without starting one. `InProcessBroker`
+is one broker (commitlog on an event loop thread, indexer on a thread pool) over a store in a
+temporary directory; `in_process_router` the query router over a registry the test fills.
+End-to-end tests keep what needs processes (lifecycle, crashes, TLS, compose).
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import grpc
+
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.server import CommitLogServicer
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.indexer.checkpoint import IndexCheckpoint
+from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
+from quarry.services.indexer.server import IndexerServicer
+from quarry.services.query.broker_clients import BrokerClients
+from quarry.services.query.queries import Queries, QuerySettings
+from quarry.services.query.registry import Broker, BrokerRegistry
+from quarry.services.query.server import QueryRouterServicer
+from quarry.services.serving import Registration, RunningAioServer, RunningServer, start_aio_server, start_server
+
+BIND = "127.0.0.1:0"
+
+
+@contextmanager
+def serve(name: str, registrations: list[Registration], max_message_bytes: int = 128 << 20) -> Iterator[RunningServer]:
+    """A thread-pool servicer (indexer, router) served until the block ends."""
+    running = start_server(name, BIND, registrations, max_workers=8, max_message_bytes=max_message_bytes)
+    try:
+        yield running
+    finally:
+        running.server.stop(0).wait()
+
+
+class EventLoopThread:
+    """An event loop on a thread of its own, for asyncio servicers (the commitlog)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="aio-servicer", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[Any], timeout_s: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+@contextmanager
+def serve_aio(name: str, build: Callable[[asyncio.AbstractEventLoop], list[Registration]], max_message_bytes: int = 128 << 20) -> Iterator[RunningAioServer]:
+    """An asyncio servicer served on its own loop thread; `build` runs on that loop."""
+    loop = EventLoopThread()
+
+    async def start() -> RunningAioServer:
+        return await start_aio_server(name, BIND, build(loop.loop), max_message_bytes=max_message_bytes)
+
+    running: RunningAioServer = loop.run(start())
+    try:
+        yield running
+    finally:
+        loop.run(running.server.stop(0))
+        loop.close()
+
+
+@dataclass
+class InProcessBroker:
+    """One broker in the test process: a commitlog and an indexer, served on loopback ports.
+
+    `store_host` is what its offsetMsgIds carry (distinct per broker, as on real hosts). The
+    indexer is fed by `index_all` (what its tailer would do), so a test needs no waiting.
+    """
+
+    name: str
+    root: Path
+    store_host: tuple[str, int]
+    segment_size: int = 1 << 20
+    hash_slots: int = 101
+    index_num: int = 4000
+    commitlog_addr: str = ""
+    indexer_addr: str = ""
+    store: CommitLogStore | None = None
+    index: IndexStore | None = None
+    _stack: list[Any] = field(default_factory=list)
+
+    def start(self) -> "InProcessBroker":
+        self.store = CommitLogStore(StoreConfig(store_dir=self.root / self.name / "store", store_host=self.store_host, segment_size=self.segment_size))
+        stopping = threading.Event()
+
+        def build(loop: asyncio.AbstractEventLoop) -> list[Registration]:
+            flushed = FlushSignal(loop)
+            assert self.store is not None
+            self.store.add_flush_listener(flushed.fire)
+            servicer = CommitLogServicer(self.store, self.name, stopping, flushed)
+            name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
+            return [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)]
+
+        commitlog = serve_aio(f"{self.name}-commitlog", build, max_message_bytes=64 << 20)
+        self.commitlog_addr = commitlog.__enter__().address
+        self._stack.append((commitlog, stopping))
+        self.index = IndexStore.open(self.root / self.name / "index", IndexStoreConfig(hash_slot_num=self.hash_slots, index_num=self.index_num))
+        self.lock = threading.Lock()
+        self.indexer_servicer = IndexerServicer(self.name, self.index, self.lock, self.commitlog_addr, None, IndexCheckpoint(self.root / self.name / "ckpt"))
+        name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
+        indexer = serve(f"{self.name}-indexer", [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(self.indexer_servicer, s), name)])
+        self.indexer_addr = indexer.__enter__().address
+        self._stack.append((indexer, None))
+        self._indexed_to = 0
+        return self
+
+    @property
+    def store_host_text(self) -> str:
+        return f"{self.store_host[0]}:{self.store_host[1]}"
+
+    def registration(self) -> Broker:
+        assert self.store is not None
+        return Broker(self.name, self.commitlog_addr, self.indexer_addr, self.store_host_text, topics=dict(self.store.topics))
+
+    def index_all(self) -> None:
+        """Index every durable record not indexed yet (as the indexer's Tail would)."""
+        assert self.store is not None and self.index is not None
+        self.store.flush()
+        end = self.store.committed_offset
+        while self._indexed_to < end:
+            infos, self._indexed_to = self.store.read_dispatch(self._indexed_to, 1024, end)
+            with self.lock:
+                self.index.index_records(infos)
+
+    def stop_indexer(self) -> None:
+        """The indexer stops answering (its server is gone); the commitlog keeps serving."""
+        for i, (ctx, extra) in enumerate(self._stack):
+            if extra is None:
+                ctx.__exit__(None, None, None)
+                del self._stack[i]
+                self.indexer_servicer.close()
+                return
+
+    def close(self) -> None:
+        for ctx, stopping in reversed(self._stack):
+            if stopping is not None:
+                stopping.set()
+            ctx.__exit__(None, None, None)
+        self._stack.clear()
+        if self.indexer_servicer is not None:
+            self.indexer_servicer.close()
+        if self.index is not None:
+            self.index.close()
+        if self.store is not None:
+            self.store.close()
+
+
+def send(broker: InProcessBroker, channel: grpc.Channel, topic: str, body: bytes, keys: list[str] = (), unique_key: str = "", tags: str = "TagA") -> common_pb2.SendResult:  # type: ignore[assignment]
+    msg = common_pb2.MessageInput(topic=topic, body=body, keys=list(keys), unique_key=unique_key, queue_id=-1, tags=tags)
+    return commitlog_pb2_grpc.CommitLogServiceStub(channel).SendMessage(commitlog_pb2.SendMessageRequest(message=msg), timeout=5).result
+
+
+@contextmanager
+def in_process_router(registry: BrokerRegistry, settings: QuerySettings | None = None) -> Iterator[tuple[str, Queries]]:
+    """The router's servicer over `registry`; yields (address, the Queries it uses)."""
+    clients = BrokerClients()
+    queries = Queries(registry, clients, settings or QuerySettings(query_timeout_ms=2000, broker_call_timeout_ms=1000))
+    servicer = QueryRouterServicer(registry, queries)
+    name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
+    try:
+        with serve("router", [Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name)]) as running:
+            yield running.address, queries
+    finally:
+        queries.close()
+        clients.close()
