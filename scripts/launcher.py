@@ -50,7 +50,9 @@ class ServiceProcess:
             return "" if value.lower() in ("", "off") else value
         return ""
 
-    def start(self, wait_s: float = 30.0) -> "ServiceProcess":
+    def start(self, wait_s: float = 30.0, serving_only: bool = True) -> "ServiceProcess":
+        """Start and wait until SERVING (or, `serving_only=False`, until health answers at all:
+        an indexer with no commitlog to tail is up but NOT_SERVING)."""
         if self.kind in ("commitlog", "router") and "--remoting-bind" not in self.args:
             # A free port, as for gRPC: the default one would clash between clusters on one host.
             host = self.address.rsplit(":", 1)[0].strip("[]")
@@ -62,20 +64,20 @@ class ServiceProcess:
         # Run beside the log, not in a source tree: the installed package is all a service needs.
         self.proc = subprocess.Popen(cmd, cwd=self.log_path.parent, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            self._wait(wait_s)
+            self._wait(wait_s, serving_only)
         except Exception:
             self.kill()
             raise
         return self
 
-    def _wait(self, wait_s: float) -> None:
+    def _wait(self, wait_s: float, serving_only: bool = True) -> None:
         end = time.monotonic() + wait_s
         while True:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}: {self.log_tail()}")
             try:
                 # Short slices so a process that dies while starting is noticed quickly.
-                wait_healthy(self.address, deadline_s=min(0.5, max(0.05, end - time.monotonic())))
+                wait_healthy(self.address, deadline_s=min(0.5, max(0.05, end - time.monotonic())), serving_only=serving_only)
                 return
             except TimeoutError:
                 if time.monotonic() >= end:

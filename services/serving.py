@@ -4,6 +4,11 @@ Every service's `serve()` builds its servicers and hands them here; this module 
 service logic. Two flavours: a thread-pool server (indexer, router) and an asyncio server
 (commitlog: its send path runs on the event loop, which avoids handing every request
 between threads and took batched sends from ~48k to ~65k msg/s on a 2-core box).
+
+Health comes from state: a service may pass `health_check` (returns why it cannot serve, or
+"" when it can), re-evaluated every HEALTH_INTERVAL_S and on change logged as one
+`health changed` event. Stopping waits for the calls in flight (`call_tracking`), not for
+idle client connections: an idle service exits at once on SIGTERM.
 """
 from __future__ import annotations
 
@@ -19,10 +24,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, TrackingInterceptor
 from quarry.services.log import log_event
+from quarry.services.metrics import ServiceMetrics, StartupError
 from quarry.services.security import acl_interceptors, aio_acl_interceptors, server_credentials
 
 log = logging.getLogger("quarry.serving")
+
+HEALTH_INTERVAL_S = 0.25
+HealthCheck = Callable[[], str]  # "" when the service can serve, else the reason it cannot
 
 
 @dataclass
@@ -42,12 +52,47 @@ class RunningServer:
     port: int
     address: str
     service_names: list[str] = field(default_factory=list)
+    tracker: CallTracker | None = None
+    health_check: HealthCheck | None = None
+    _monitor_stop: threading.Event = field(default_factory=threading.Event)
 
     def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         self.health.set("", status)
         for name in self.service_names:
             self.health.set(name, status)
+
+    def monitor_health(self, name: str) -> None:
+        """Keep the health status equal to what `health_check` says, in a daemon thread."""
+        check = self.health_check
+        if check is None:
+            return
+
+        def run() -> None:
+            reason: str | None = ""
+            while not self._monitor_stop.is_set():
+                now = _evaluate(check)
+                if now != reason:
+                    self.set_serving(not now)
+                    _log_health(name, now)
+                    reason = now
+                self._monitor_stop.wait(HEALTH_INTERVAL_S)
+
+        threading.Thread(target=run, name="health", daemon=True).start()
+
+
+def _evaluate(check: HealthCheck) -> str:
+    try:
+        return check()
+    except Exception as exc:  # a failing check is itself a reason not to serve
+        return f"health check failed: {exc!r}"
+
+
+def _log_health(name: str, reason: str) -> None:
+    if reason:
+        log_event(log, "health changed", logging.WARNING, service=name, status="NOT_SERVING", reason=reason)
+    else:
+        log_event(log, "health changed", service=name, status="SERVING")
 
 
 def _options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -64,16 +109,23 @@ def start_server(
     registrations: Iterable[Registration],
     max_workers: int = 32,
     max_message_bytes: int = 128 * 1024 * 1024,
+    metrics: ServiceMetrics | None = None,
+    health_check: HealthCheck | None = None,
 ) -> RunningServer:
-    """Create, register (+health, +reflection), bind and start a server; return it SERVING."""
+    """Create, register (+health, +reflection), bind and start a server; return it serving
+    (SERVING, or what `health_check` says)."""
     options = _options(max_message_bytes)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name), options=options, interceptors=acl_interceptors())
+    tracker = CallTracker(metrics or ServiceMetrics(name))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name), options=options,
+                         interceptors=[TrackingInterceptor(tracker), *acl_interceptors()])
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     port, names, tls = _register_and_bind(name, bind, server, registrations, health_servicer)
     server.start()
-    running = RunningServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}", service_names=names)
-    running.set_serving(True)
+    running = RunningServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}",
+                            service_names=names, tracker=tracker, health_check=health_check)
+    running.set_serving(health_check is None or not _evaluate(health_check))
     log_event(log, "server started", service=name, address=running.address, tls=tls)
+    running.monitor_health(name)
     return running
 
 
@@ -88,9 +140,12 @@ def _register_and_bind(name: str, bind: str, server: grpc.Server | grpc.aio.Serv
     names = [r.service_name for r in regs]
     reflection.enable_server_reflection(names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
     creds = server_credentials()
-    port = server.add_secure_port(bind, creds) if creds is not None else server.add_insecure_port(bind)
+    try:
+        port = server.add_secure_port(bind, creds) if creds is not None else server.add_insecure_port(bind)
+    except RuntimeError:  # newer grpc raises where older returned 0
+        port = 0
     if port == 0:
-        raise OSError(f"{name}: cannot bind {bind}")
+        raise StartupError(f"--bind {bind}: cannot listen there (address in use, or not an address of this host)")
     return port, names, creds is not None
 
 
@@ -110,10 +165,16 @@ def wait_for_termination(
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
     stop.wait()
+    running._monitor_stop.set()
     running.set_serving(False)
     if before_stop is not None:
         before_stop()
-    running.server.stop(grace_s).wait()
+    done = running.server.stop(grace_s)  # no new calls from here; the rest cancelled after grace_s
+    # grpc would also wait the whole grace for clients that merely hold idle connections:
+    # once no call is in flight, end those at once.
+    if running.tracker is None or running.tracker.wait_idle(grace_s):
+        running.server.stop(None)
+    done.wait()
     try:
         on_stop()
     finally:
@@ -129,6 +190,9 @@ class RunningAioServer:
     port: int
     address: str
     service_names: list[str] = field(default_factory=list)
+    tracker: CallTracker | None = None
+    health_check: HealthCheck | None = None
+    _monitor: "asyncio.Task[None] | None" = None
 
     async def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -136,18 +200,41 @@ class RunningAioServer:
         for name in self.service_names:
             await self.health.set(name, status)
 
+    def monitor_health(self, name: str) -> None:
+        """Keep the health status equal to what `health_check` says (a task on the loop; the
+        check must not block)."""
+        check = self.health_check
+        if check is None:
+            return
+
+        async def run() -> None:
+            reason: str | None = ""
+            while True:
+                now = _evaluate(check)
+                if now != reason:
+                    await self.set_serving(not now)
+                    _log_health(name, now)
+                    reason = now
+                await asyncio.sleep(HEALTH_INTERVAL_S)
+
+        self._monitor = asyncio.get_running_loop().create_task(run())
+
 
 async def start_aio_server(
     name: str, bind: str, registrations: Iterable[Registration], max_message_bytes: int = 128 * 1024 * 1024,
+    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None,
 ) -> RunningAioServer:
     """start_server for asyncio servicers (coroutine handlers); call inside the event loop."""
-    server = grpc.aio.server(options=_options(max_message_bytes), interceptors=aio_acl_interceptors())
+    tracker = CallTracker(metrics or ServiceMetrics(name))
+    server = grpc.aio.server(options=_options(max_message_bytes), interceptors=[AioTrackingInterceptor(tracker), *aio_acl_interceptors()])
     health_servicer = health.aio.HealthServicer()
     port, names, tls = _register_and_bind(name, bind, server, registrations, health_servicer)
     await server.start()
-    running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}", service_names=names)
-    await running.set_serving(True)
+    running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}",
+                               service_names=names, tracker=tracker, health_check=health_check)
+    await running.set_serving(health_check is None or not _evaluate(health_check))
     log_event(log, "server started", service=name, address=running.address, tls=tls)
+    running.monitor_health(name)
     return running
 
 
@@ -165,10 +252,16 @@ async def aio_wait_for_termination(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _handler, signum)
     await stop.wait()
+    if running._monitor is not None:
+        running._monitor.cancel()
     await running.set_serving(False)
     if before_stop is not None:
         before_stop()
-    await running.server.stop(grace_s)
+    stopping = asyncio.ensure_future(running.server.stop(grace_s))  # no new calls from here
+    # As in wait_for_termination: once no call is in flight, idle connections are not waited for.
+    if running.tracker is None or await asyncio.to_thread(running.tracker.wait_idle, grace_s):
+        await running.server.stop(None)
+    await stopping
     try:
         await asyncio.to_thread(on_stop)
     finally:

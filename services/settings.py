@@ -113,7 +113,10 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
-def add_logging_settings(p: EnvArgumentParser) -> None:
-    """--log-format / --log-level, shared by every service (configure_logging takes them)."""
+def add_process_settings(p: EnvArgumentParser) -> None:
+    """Settings every service process has: --log-format / --log-level (configure_logging takes
+    them) and --shutdown-grace-ms (how long a stop waits for calls in flight)."""
     p.add_setting("--log-format", "QUARRY_LOG_FORMAT", "kv", "log line format: kv (key=value) or json", str.lower, ["kv", "json"])
     p.add_setting("--log-level", "QUARRY_LOG_LEVEL", "INFO", "log level", str.upper, ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    p.add_setting("--shutdown-grace-ms", "QUARRY_SHUTDOWN_GRACE_MS", 5000,
+                  "on SIGTERM, longest wait for calls in flight before they are cancelled (an idle service exits at once)", int, minimum=0)

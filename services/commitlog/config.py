@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from quarry.formats.addresses import parse_router_addresses
-from quarry.services.settings import EnvArgumentParser, add_logging_settings, parse_bool
+from quarry.services.settings import EnvArgumentParser, add_process_settings, parse_bool
 
 
 def _router_list(text: str) -> list[str]:
@@ -39,7 +39,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
-    add_logging_settings(p)
+    add_process_settings(p)
     return p
 
 

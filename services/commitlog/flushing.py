@@ -18,7 +18,7 @@ from quarry.services.commitlog.checkpoint import StoreCheckpoint, save_checkpoin
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.store_state import StoreState
 from quarry.services.log import log_event
-from quarry.services.metrics import FLUSH_SECONDS
+from quarry.services.commitlog.metrics import FLUSH_SECONDS
 
 log = logging.getLogger("quarry.store")
 
@@ -35,6 +35,11 @@ class Flusher:
         self._stop = threading.Event()
         self._wanted = threading.Event()
         self._thread: threading.Thread | None = None
+        self.failing = ""  # the error of the last flush round, "" once one succeeds
+
+    def alive(self) -> bool:
+        """The flushing thread runs (False before start, after stop, or if it died)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="flusher", daemon=True)
@@ -59,8 +64,13 @@ class Flusher:
             # (SYNC sends time out, tailers see nothing new).
             try:
                 self.flush()
+                if self.failing:
+                    log_event(log, "flush recovered", previous_error=self.failing)
+                self.failing = ""
             except Exception as exc:
-                log_event(log, "flush failed", logging.ERROR, error=repr(exc))
+                if not self.failing:
+                    log_event(log, "flush failed", logging.ERROR, error=repr(exc))
+                self.failing = repr(exc)
             if time.monotonic() - last_retention > RETENTION_EVERY_S:
                 last_retention = time.monotonic()
                 try:

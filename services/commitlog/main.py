@@ -8,14 +8,16 @@ import threading
 from pathlib import Path
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
-from quarry.services import metrics
+from quarry.services.commitlog import metrics
 from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.health import store_health
 from quarry.services.commitlog.registration import Heartbeats, announced_topics, registration_request
 from quarry.services.commitlog.remoting_port import start_remoting
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.log import configure_logging, log_event
+from quarry.services.metrics import StartupError
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.commitlog_servicer import CommitLogMessagingServicer
 from quarry.services.rmq5.contract import SERVICE_NAME as RMQ5_SERVICE
@@ -29,11 +31,17 @@ log = logging.getLogger("quarry.commitlog")
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
-    asyncio.run(_serve(args))
+    try:
+        asyncio.run(_serve(args))
+    except StartupError as exc:
+        log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
+        return 2
     return 0
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    # First, so a taken port stops the process before the store is opened (and recovered).
+    metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     store = CommitLogStore(
         StoreConfig(
             store_dir=Path(args.store_dir), store_host=resolve_store_host(args.store_host or args.advertise), segment_size=args.segment_size,
@@ -45,7 +53,6 @@ async def _serve(args: argparse.Namespace) -> None:
         )
     )
     stopping = threading.Event()
-    metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     flushed = FlushSignal(asyncio.get_running_loop())
     store.add_flush_listener(flushed.fire)
     servicer = CommitLogServicer(store, args.broker_name, stopping, flushed)
@@ -58,6 +65,7 @@ async def _serve(args: argparse.Namespace) -> None:
         [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name),
          Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
+        metrics=metrics.METRICS, health_check=lambda: store_health(store),
     )
     remoting = await start_remoting(args, servicer, store, stopping)
     heartbeat = None
@@ -90,6 +98,6 @@ async def _serve(args: argparse.Namespace) -> None:
         if remoting is not None:
             remoting.server.stop_accepting()  # no remoting send may reach a closing store
 
-    await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace)
+    await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace, grace_s=args.shutdown_grace_ms / 1000.0)
     if remoting is not None:
         await remoting.close()

@@ -14,7 +14,7 @@ import grpc
 from quarry.formats import tag_expression
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from quarry.services import metrics
+from quarry.services.commitlog import metrics
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog.convert import peer_host, result_fields, send_result, to_new_message, to_stored
 from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound, StoreError

@@ -21,7 +21,7 @@ from quarry.services.commitlog.append import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.dispatch_cache import DispatchCache
-from quarry.services.commitlog.errors import InvalidArgument, ReadOnly
+from quarry.services.commitlog.errors import DiskFull, InvalidArgument, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.recovery import recover
@@ -62,6 +62,7 @@ class CommitLogStore:
         self.consumer_offsets = ConsumerOffsets(self.dir / "config", self.read_only)
         self._appender = Appender(self.state)
         self.flusher = Flusher(self.state, self.delete_expired)
+        self.disk_full = ""  # why the last append failed for want of space ("" once one succeeds)
         if not self.read_only:
             (self.dir / ABORT_FILE).touch(mode=0o600)
             self.flusher.start()
@@ -125,7 +126,12 @@ class CommitLogStore:
         marking results `flushed=False` on timeout."""
         prepared = self._appender.prepare(msgs, same_topic)
         with self.state.lock:
-            results = self._appender.append_locked(prepared)
+            try:
+                results = self._appender.append_locked(prepared)
+            except DiskFull as exc:
+                self.disk_full = str(exc)  # health: NOT_SERVING until space returns (services/commitlog/health.py)
+                raise
+            self.disk_full = ""
         if self.config.flush_mode == "SYNC" and wait_flush:
             end = results[-1].physical_offset + results[-1].size
             if not wait_flushed_blocking(self.flusher, end, self.config.sync_flush_timeout_ms / 1000.0):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from quarry.services.settings import EnvArgumentParser, add_logging_settings, parse_bool
+from quarry.services.settings import EnvArgumentParser, add_process_settings, parse_bool
 
 
 def build_parser() -> EnvArgumentParser:
@@ -19,7 +19,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--flush-interval-ms", "QUARRY_INDEX_FLUSH_INTERVAL_MS", 1000, "how often index + checkpoint are flushed", int, minimum=1)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open index/ read-only and do not tail", parse_bool)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
-    add_logging_settings(p)
+    add_process_settings(p)
     return p
 
 

@@ -18,7 +18,7 @@ from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.formats.index_file import IndexFile, IndexFileError, file_size
 from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names, is_indexed, key_name
 from quarry.services.log import log_event
-from quarry.services.metrics import INDEX_ENTRIES
+from quarry.services.indexer.metrics import INDEX_ENTRIES
 
 log = logging.getLogger("quarry.index")
 

@@ -21,9 +21,10 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoint, open_checkpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
-from quarry.services import metrics
+from quarry.services.indexer import metrics
 from quarry.services.indexer.tailer import Tailer, TailState
 from quarry.services.log import configure_logging, log_event
+from quarry.services.metrics import StartupError
 from quarry.services.errors import InvalidArgument, Unavailable
 from quarry.services.status import rpc_errors
 from quarry.services.serving import Registration, start_server, wait_for_termination
@@ -130,12 +131,25 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
-    index_dir = Path(args.index_dir)
     try:
-        checkpoint = open_checkpoint(index_dir, read_only=args.read_only)  # before anything is written there
-    except ForeignStoreError as exc:
+        return _serve(args)
+    except (ForeignStoreError, StartupError) as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2
+
+
+def tail_health(tailer: Tailer | None) -> str:
+    """"" while the Tail stream is connected (or there is none: read-only), else why not."""
+    if tailer is None or tailer.state.connected:
+        return ""
+    return f"no Tail connection to the commitlog {tailer.commitlog_addr}: {tailer.state.last_error or 'connecting'}"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    index_dir = Path(args.index_dir)
+    checkpoint = open_checkpoint(index_dir, read_only=args.read_only)  # before anything is written there
+    # Then the metrics port: a taken one stops the process before the index is opened.
+    metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     config = IndexStoreConfig(
         hash_slot_num=args.hash_slots, index_num=args.index_num, max_msgs_num_batch=args.max_msgs_num_batch,
         read_only=args.read_only, max_files=args.max_files,
@@ -143,7 +157,6 @@ def serve(args: argparse.Namespace) -> int:
     index = IndexStore.open(index_dir / "index", config)
     for problem in index.problems:
         log_event(log, "index problem", logging.WARNING, problem=problem)
-    metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     if checkpoint.problem:
         index.problems.append(checkpoint.problem)
     lock = threading.Lock()
@@ -157,12 +170,14 @@ def serve(args: argparse.Namespace) -> int:
         def _observe(records: int, state: "TailState") -> None:
             metrics.INDEX_LAG_BYTES.set(max(0, state.commitlog_max_offset - state.next_offset))
             behind = state.commitlog_max_offset > state.next_offset
-            metrics.INDEX_LAG_MS.set(max(0, time.time() * 1000 - state.last_store_timestamp) if behind and state.last_store_timestamp else 0)
+            metrics.INDEX_LAG_SECONDS.set(max(0.0, time.time() - state.last_store_timestamp / 1000.0) if behind and state.last_store_timestamp else 0)
 
         tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe).start()
+    metrics.TAIL_CONNECTED.set_function(lambda: 1.0 if tailer is not None and tailer.state.connected else 0.0)
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
-    running = start_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)])
+    running = start_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
+                           metrics=metrics.METRICS, health_check=lambda: tail_health(tailer))
 
     def _stop() -> None:
         if tailer is not None:
@@ -170,5 +185,5 @@ def serve(args: argparse.Namespace) -> int:
         servicer.close()
         index.close()
 
-    wait_for_termination(running, "indexer", on_stop=_stop)
+    wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0)
     return 0

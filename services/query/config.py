@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from quarry.services.settings import EnvArgumentParser, add_logging_settings
+from quarry.services.settings import EnvArgumentParser, add_process_settings
 
 
 def build_parser() -> EnvArgumentParser:
@@ -20,7 +20,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--remoting-bind", "QUARRY_ROUTER_REMOTING_BIND", "127.0.0.1:9877", "host:port of the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients; 'off' disables it")
     p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
-    add_logging_settings(p)
+    add_process_settings(p)
     return p
 
 

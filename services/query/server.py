@@ -16,8 +16,9 @@ from quarry.services.query.nameserver import NameServer
 from quarry.services.remoting.acl import RemotingAcl
 from quarry.services.remoting.server import RemotingServer, ThreadedRemotingServer
 from quarry.services.security import configured_accounts
-from quarry.services import metrics
+from quarry.services.query import metrics
 from quarry.services.log import configure_logging, log_event
+from quarry.services.metrics import StartupError
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.browse import browse_topic, search_offset
 from quarry.services.errors import InvalidArgument, NotFound, ServiceError
@@ -209,8 +210,24 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
-    metrics.start_metrics_server(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
+    try:
+        return _serve(args)
+    except StartupError as exc:
+        log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
+        return 2
+
+
+def _count_brokers(registry: BrokerRegistry, missing: bool) -> float:
+    # `known()` (live and missing) where the registry keeps brokers that stopped heartbeating.
+    known = registry.known() if hasattr(registry, "known") else registry.live()
+    return float(sum(1 for b in known if bool(getattr(b, "missing", False)) == missing))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats)
+    metrics.BROKERS.labels("live").set_function(lambda: _count_brokers(registry, missing=False))
+    metrics.BROKERS.labels("missing").set_function(lambda: _count_brokers(registry, missing=True))
     for broker in parse_static_brokers(args.static_brokers):
         registry.register(broker)
     clients = BrokerClients()
@@ -245,5 +262,5 @@ def serve(args: argparse.Namespace) -> int:
         queries.close()
         clients.close()
 
-    wait_for_termination(running, "router", on_stop=_stop)
+    wait_for_termination(running, "router", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0)
     return 0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 from scripts.launcher import free_port
@@ -69,12 +70,18 @@ def test_disk_full_is_resource_exhausted_loses_nothing_and_recovers(launch: Laun
         with pytest.raises(grpc.RpcError) as again:
             _send(stub, 99_999, size=2048)
         assert again.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # Health from state: a commitlog that cannot store says so to probes and orchestrators.
+        health = health_pb2_grpc.HealthStub(ch)
+        status = lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=5).status  # noqa: E731
+        wait_until(lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING, what="NOT_SERVING with the disk full")
+        assert "disk full" in cl.log_path.read_text()
         got = stub.GetMessages(commitlog_pb2.GetMessagesRequest(physical_offsets=[r.physical_offset for r in acked[-500:]]), timeout=10)
         assert not got.not_found and [m.unique_key for m in got.messages] == [r.unique_key for r in acked[-500:]]
         # Space returns: writes resume, nothing acknowledged before is lost.
         subprocess.run(["mount", "-o", "remount,size=8m", str(small_fs)], check=True)
         later = [_send(stub, 5000 + i, size=2048) for i in range(20)]
         assert all(r.status == common_pb2.SEND_STATUS_SEND_OK for r in later)
+        wait_until(lambda: status() == health_pb2.HealthCheckResponse.SERVING, what="SERVING again once writes succeed")
         offsets = [r.physical_offset for r in acked + later]
         for chunk in range(0, len(offsets), 500):
             got = stub.GetMessages(commitlog_pb2.GetMessagesRequest(physical_offsets=offsets[chunk:chunk + 500]), timeout=10)

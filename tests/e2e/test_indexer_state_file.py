@@ -69,7 +69,7 @@ def test_an_old_quarry_checkpoint_is_migrated_and_tailing_resumes_from_it(tmp_pa
     index_dir = tmp_path / "index-dir"
     index_dir.mkdir()
     (index_dir / "checkpoint").write_text(json.dumps({"next_offset": 4321, "timestamp": 1_700_000_000_000}))
-    ix = launch("indexer", "--index-dir", str(index_dir), "--commitlog", "127.0.0.1:1", "--hash-slots", "11", "--index-num", "40")
+    ix = launch("indexer", "--index-dir", str(index_dir), "--commitlog", "127.0.0.1:1", "--hash-slots", "11", "--index-num", "40", serving_only=False)
     assert _status(ix.address).checkpoint_offset == 4321  # resumed where the old file said
     assert not (index_dir / "checkpoint").exists()
     assert json.loads((index_dir / "quarry-index-checkpoint.json").read_text())["next_offset"] == 4321

@@ -336,3 +336,41 @@ def test_a_damaged_consume_queue_unit_never_returns_another_message(tmp_path: Pa
     assert store.pull("T", 0, 2, 1)[:2] == ([recs[1]], 3)
     assert store.pull("T", 0, 9, 5)[1] == 4  # past the end: the end
     store.close()
+
+
+def test_health_says_not_serving_when_the_flusher_fails_or_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Health from the store's state (the commitlog's health service answers this)."""
+    import threading
+
+    from quarry.services.commitlog import flushing
+    from quarry.services.commitlog.health import store_health
+
+    store = _open(tmp_path / "s", flush_interval_ms=10)
+    store.append(_msg(1))
+    assert store_health(store) == ""
+    flushed = threading.Event()
+
+    def broken_checkpoint(*args: object, **kwargs: object) -> None:
+        flushed.set()
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(flushing, "save_checkpoint", broken_checkpoint)
+    store.append(_msg(2))
+    assert flushed.wait(10)
+    deadline = threading.Event()
+    for _ in range(200):  # the flusher records the failure right after the call raised
+        if store_health(store):
+            break
+        deadline.wait(0.05)
+    assert store_health(store).startswith("flusher failing: OSError(5")
+    monkeypatch.undo()
+    store.append(_msg(3))
+    for _ in range(200):
+        if not store_health(store):
+            break
+        deadline.wait(0.05)
+    assert store_health(store) == ""
+    store.flusher.stop()  # the thread gone: nothing written would ever become durable
+    assert "flusher thread is not running" in store_health(store)
+    store.close()
+    assert store_health(_open(tmp_path / "s", read_only=True)) == ""  # read-only needs no flusher

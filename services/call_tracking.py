@@ -1,0 +1,169 @@
+"""Every call a server handles, counted: in flight, and by method and final status.
+
+Two uses, one interceptor. Shutdown waits for the calls in flight (not for the grace period:
+grpc's `stop(grace)` waits the whole grace while any client merely holds an idle
+connection), and the service's metrics get a count and a latency histogram per method and
+status code (`quarry_rpc_requests_total`, `quarry_rpc_duration_seconds`).
+
+Health checks, reflection and other open services are counted in the metrics but not
+waited for: a Health.Watch stream lasts as long as its client wants.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import grpc
+
+from quarry.services.metrics import ServiceMetrics
+
+# Long-lived streams a client keeps open while it lives: cancelled at stop, not waited for.
+_NOT_WAITED = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/Telemetry")
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def _split(method: str) -> tuple[str, str]:
+    """'/pkg.Service/Method' → ('pkg.Service', 'Method')."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    return service or "unknown", name or method
+
+
+def _code_name(context: Any, failed: bool) -> str:
+    code = context.code() if hasattr(context, "code") else None
+    if isinstance(code, int):
+        code = _CODES.get(code)
+    if code is None:
+        return "UNKNOWN" if failed else "OK"
+    return code.name  # type: ignore[no-any-return]
+
+
+class CallTracker:
+    """Counts calls in flight and records their outcome in the service's metrics."""
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._waited = 0
+        self._idle = threading.Event()
+        self._idle.set()
+
+    def begin(self, method: str) -> tuple[str, str, bool, float]:
+        waited = not method.startswith(_NOT_WAITED)
+        if waited:
+            with self._lock:
+                self._waited += 1
+                self._idle.clear()
+        self.metrics.rpc_in_flight.inc()
+        service, name = _split(method)
+        return service, name, waited, time.perf_counter()
+
+    def end(self, token: tuple[str, str, bool, float], code: str) -> None:
+        service, name, waited, t0 = token
+        self.metrics.rpc_in_flight.dec()
+        self.metrics.rpc_requests.labels(service, name, code).inc()
+        self.metrics.rpc_seconds.labels(service, name, code).observe(time.perf_counter() - t0)
+        if waited:
+            with self._lock:
+                self._waited -= 1
+                if self._waited == 0:
+                    self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._waited
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until no call that shutdown waits for is in flight; False at the timeout."""
+        return self._idle.wait(timeout_s)
+
+
+class TrackingInterceptor(grpc.ServerInterceptor):
+    """CallTracker for the thread-pool server; wraps every handler shape."""
+
+    def __init__(self, tracker: CallTracker) -> None:
+        self.tracker = tracker
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        handler = continuation(details)
+        if handler is None:
+            return handler
+        tracker, method = self.tracker, details.method
+
+        def unary(inner: Callable) -> Callable:
+            def call(request: Any, context: grpc.ServicerContext) -> Any:
+                token, failed = tracker.begin(method), True
+                try:
+                    result = inner(request, context)
+                    failed = False
+                    return result
+                finally:
+                    tracker.end(token, _code_name(context, failed))
+            return call
+
+        def streaming(inner: Callable) -> Callable:
+            def call(request: Any, context: grpc.ServicerContext) -> Any:
+                token, failed = tracker.begin(method), True
+                try:
+                    yield from inner(request, context)
+                    failed = False
+                finally:
+                    tracker.end(token, _code_name(context, failed))
+            return call
+
+        return _rewrap(handler, unary, streaming)
+
+
+class AioTrackingInterceptor(grpc.aio.ServerInterceptor):
+    """CallTracker for the asyncio server (coroutine and async-generator handlers)."""
+
+    def __init__(self, tracker: CallTracker) -> None:
+        self.tracker = tracker
+
+    async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        tracker, method = self.tracker, details.method
+
+        def unary(inner: Callable) -> Callable:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                token, failed = tracker.begin(method), True
+                try:
+                    result = await inner(request, context)
+                    failed = False
+                    return result
+                finally:
+                    tracker.end(token, _code_name(context, failed))
+            return call
+
+        def streaming(inner: Callable) -> Callable:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                token, failed = tracker.begin(method), True
+                try:
+                    result = inner(request, context)
+                    if hasattr(result, "__aiter__"):
+                        async for item in result:
+                            yield item
+                    else:  # a handler may also write with context.write and return a coroutine
+                        await result
+                    failed = False
+                finally:
+                    tracker.end(token, _code_name(context, failed))
+            return call
+
+        return _rewrap(handler, unary, streaming)
+
+
+def _rewrap(handler: grpc.RpcMethodHandler, unary: Callable, streaming: Callable) -> grpc.RpcMethodHandler:
+    """The same handler with its behaviour wrapped (unary responses by `unary`, streamed by `streaming`)."""
+    des, ser = handler.request_deserializer, handler.response_serializer
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), des, ser)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), des, ser)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), des, ser)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), des, ser)
+    return handler

@@ -1,0 +1,10 @@
+"""The indexer's metrics (its own registry; see quarry.services.metrics)."""
+from __future__ import annotations
+
+from quarry.services.metrics import ServiceMetrics
+
+METRICS = ServiceMetrics("indexer")
+INDEX_ENTRIES = METRICS.counter("quarry_indexer_entries_total", "IndexFile entries written")
+INDEX_LAG_BYTES = METRICS.gauge("quarry_indexer_lag_bytes", "Commitlog bytes not yet indexed")
+INDEX_LAG_SECONDS = METRICS.gauge("quarry_indexer_lag_seconds", "Seconds between now and the store time of the last indexed record, while behind")
+TAIL_CONNECTED = METRICS.gauge("quarry_indexer_tail_connected", "1 while the Tail stream from the commitlog is connected")

@@ -1,0 +1,11 @@
+"""The router's metrics (its own registry; see quarry.services.metrics)."""
+from __future__ import annotations
+
+from quarry.services.metrics import ServiceMetrics
+
+METRICS = ServiceMetrics("router")
+QUERIES = METRICS.counter("quarry_router_queries_total", "Queries by kind and outcome", ["kind", "outcome"])
+QUERY_LATENCY = METRICS.histogram("quarry_router_query_latency_seconds", "Query latency by kind", ["kind"])
+FANOUT_LATENCY = METRICS.histogram("quarry_router_fanout_latency_seconds", "Per-broker call latency in fan-outs", ["broker"])
+FANOUT_FAILURES = METRICS.counter("quarry_router_fanout_failures_total", "Per-broker failures in fan-outs", ["broker", "code"])
+BROKERS = METRICS.gauge("quarry_router_brokers", "Registered brokers: live (heartbeating or static) and missing (stopped heartbeating, still reported)", ["state"])
