@@ -248,7 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
     running = start_server("router", args.bind, [
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
         Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
-    ])
+    ], metrics=metrics.METRICS)
     remoting = None
     if args.remoting_bind:
         accounts = configured_accounts()
