@@ -1,9 +1,13 @@
 """Quarry's main job on its embedded default: a router and two brokers (commitlog + indexer
-each, on 127.0.0.1 and 127.0.0.2) on loopback; messages sent with the producer, then found
-again with the `quarry` CLI by offsetMsgId, by key and by unique key."""
+each, on 127.0.0.1 and 127.0.0.2) on loopback; messages sent with the producer and with the
+official RocketMQ 5 Python SDK, then found again with the `quarry` CLI by offsetMsgId, by key
+and by unique key. QUARRY_DEMO_HOLD=1 keeps the cluster running afterwards (Ctrl-C stops it),
+for the README's SDK examples."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import sys
 import tempfile
 import threading
@@ -35,6 +39,35 @@ def _wait_for_key(router: str, key: str, count: int, timeout_s: float = 20.0) ->
     raise TimeoutError(f"key {key} not indexed within {timeout_s}s")
 
 
+def _send_with_rocketmq5_sdk(router: str) -> str:
+    """One message sent as a RocketMQ 5 user would: the official SDK, the router as endpoint."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer as Rmq5Producer
+
+    producer = Rmq5Producer(ClientConfiguration(router, Credentials()), (TOPIC,))
+    producer.startup()
+    try:
+        m = Message()
+        m.topic, m.body, m.tag = TOPIC, b"order 1003 paid (RocketMQ 5 SDK)", "paid"
+        m.keys = "order-1003"
+        receipt = producer.send(m)
+    finally:
+        producer.shutdown()
+    print(f"RocketMQ 5 SDK receipt: message_id={receipt.message_id} offset={receipt.offset}")
+    return str(receipt.message_id)
+
+
+def _wait_for_unique_key(router: str, uid: str, timeout_s: float = 20.0) -> str:
+    end = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while time.monotonic() < end:
+        out = io.StringIO()  # quiet while the indexer catches up
+        code, text = quarry(["-n", router, "queryMsgByUniqueKey", "-t", TOPIC, "-i", uid], out=out, err=io.StringIO()), out.getvalue()
+        if code == 0 and uid in text:
+            return text
+        pause.wait(0.05)
+    raise TimeoutError(f"unique key {uid} not indexed within {timeout_s}s")
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="quarry-demo-") as tmp:
         cluster = LocalCluster(root=Path(tmp), commitlog_args=["--segment-size", str(64 << 20)], indexer_args=["--hash-slots", "100003", "--index-num", "400000"])
@@ -61,10 +94,18 @@ def main() -> int:
             code, text = _cli(router, "queryMsgByUniqueKey", "-t", TOPIC, "-i", second.msg_id)
             print(text)
             ok = ok and code == 0 and second.offset_msg_id in text
+            print(f"$ quarry queryMsgByUniqueKey -t {TOPIC} -i <id the RocketMQ 5 SDK returned>")
+            sdk_id = _send_with_rocketmq5_sdk(router)
+            text = _wait_for_unique_key(router, sdk_id)
+            print(text)
             if not ok:
                 print("FAILED: a message was not found as sent", file=sys.stderr)
                 return 1
             print("OK: every message was found by id, key and unique key")
+            if os.environ.get("QUARRY_DEMO_HOLD"):
+                print(f"\nholding the cluster: router (access point for the RocketMQ 5 SDKs) {router}; Ctrl-C stops it")
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+                signal.sigwait({signal.SIGINT, signal.SIGTERM})
         finally:
             cluster.stop()
     return 0

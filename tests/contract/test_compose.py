@@ -46,7 +46,14 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
     cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
     services = cfg["services"]
     assert set(services) == {"router", "router-2", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b"}
-    assert sorted(s for s, v in services.items() if v.get("ports")) == ["router", "router-2"]
+    # routers, and the commitlogs' gRPC port for the RocketMQ 5 SDKs' sends
+    assert sorted(s for s, v in services.items() if v.get("ports")) == ["commitlog-a", "commitlog-b", "router", "router-2"]
+    for b, port in (("a", "10911"), ("b", "10912")):
+        (published,) = services[f"commitlog-{b}"]["ports"]
+        assert (published["published"], published["target"]) == (port, 10911)
+        # the SDKs are told to send to the published port
+        assert services[f"commitlog-{b}"]["environment"]["QUARRY_RMQ5_ADVERTISE"] == f"127.0.0.1:{port}"
+    assert services["router"]["environment"]["QUARRY_MAX_MESSAGE_SIZE"] == services["commitlog-a"]["environment"]["QUARRY_MAX_MESSAGE_SIZE"]
     # gRPC 9876 of each router, and each router's RocketMQ 4 NameServer port (9877 inside).
     assert {(s, p["published"], p["target"]) for s in ("router", "router-2") for p in services[s]["ports"]} == {
         ("router", "9876", 9876), ("router-2", "9877", 9876), ("router", "9878", 9877), ("router-2", "9879", 9877)}
