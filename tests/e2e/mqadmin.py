@@ -1,7 +1,8 @@
 """The query requests exactly as RocketMQ 4.9's mqadmin builds them (MQAdminImpl.queryMessage,
 MQClientAPIImpl.queryMessage/viewMessage), over the suite's small remoting client.
 
-queryMsgByKey / queryMsgByUniqueKey: route from the NameServer, QUERY_MESSAGE with
+queryMsgByKey (maxNum 64) / queryMsgByUniqueKey (maxNum 32), both over [0, Long.MAX_VALUE] as
+QueryMsgByKeySubCommand and QueryMsgByUniqueKeySubCommand call them: route from the NameServer, QUERY_MESSAGE with
 QueryMessageRequestHeader {topic, key, maxNum, beginTimestamp, endTimestamp} and the
 extField _UNIQUE_KEY_QUERY to the master of every BrokerData, records decoded as
 MessageDecoder.decodes does, then MQAdminImpl's filter (KEYS contain the key / the message's
@@ -30,14 +31,20 @@ class BrokerAnswer:
     index_last_update_phy_offset: int | None
     body: bytes
     records: list[Record]
+    raw: list[bytes]
 
 
 def decodes(body: bytes) -> list[Record]:
     """MessageDecoder.decodes: consecutive records until the body ends."""
+    return [rec for rec, _ in decodes_raw(body)]
+
+
+def decodes_raw(body: bytes) -> list[tuple[Record, bytes]]:
+    """decodes, with each record's own bytes."""
     out, pos = [], 0
     while pos < len(body):
         rec = decode_record(body, pos)
-        out.append(rec)
+        out.append((rec, body[pos:pos + rec.store_size]))
         pos += rec.store_size
     return out
 
@@ -59,8 +66,9 @@ async def query_message(namesrv: str, topic: str, key: str, max_num: int, begin:
             req.ext_fields[codes.UNIQUE_KEY_QUERY_FLAG] = "true" if unique else "false"
             resp = await broker.invoke(req)
         ts, phy = resp.ext_fields.get("indexLastUpdateTimestamp"), resp.ext_fields.get("indexLastUpdatePhyoffset")
-        records = decodes(resp.body) if resp.code == codes.SUCCESS else []
-        return BrokerAnswer(addr, resp.code, int(ts) if ts is not None else None, int(phy) if phy is not None else None, resp.body, records)
+        pairs = decodes_raw(resp.body) if resp.code == codes.SUCCESS else []
+        return BrokerAnswer(addr, resp.code, int(ts) if ts is not None else None, int(phy) if phy is not None else None, resp.body,
+                            [r for r, _ in pairs], [b for _, b in pairs])
 
     answers = await asyncio.gather(*(one(a) for a in addrs))
     kept = []
