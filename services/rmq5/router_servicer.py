@@ -5,8 +5,10 @@ addressed here is answered ILLEGAL_ACCESS_POINT saying so. Thread-pool flavour.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Iterator
 
+from quarry.services.log import log_event
 from quarry.services.query.registry import BrokerRegistry
 from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
@@ -20,12 +22,21 @@ log = logging.getLogger("quarry.rmq5")
 _SEND_HERE = "this is the access point (router): SDKs send to the broker endpoints QueryRoute returns"
 
 
+# A Telemetry stream holds one of the router's worker threads for its whole life. The SDKs open
+# theirs to the brokers' endpoints, seldom to the access point; this cap keeps clients that do
+# from taking every worker the queries need.
+MAX_TELEMETRY_STREAMS = 8
+
+
 class RouterMessagingServicer(service_grpc.MessagingServiceServicer):
-    def __init__(self, registry: BrokerRegistry, auth: Authenticator, policy: telemetry.ServerPolicy) -> None:
+    def __init__(self, registry: BrokerRegistry, auth: Authenticator, policy: telemetry.ServerPolicy,
+                 max_telemetry_streams: int = MAX_TELEMETRY_STREAMS) -> None:
         self.registry = registry
         self.auth = auth
         self.policy = policy
         self.sessions = Sessions()
+        self._streams = threading.BoundedSemaphore(max_telemetry_streams)
+        self._max_streams = max_telemetry_streams
 
     def QueryRoute(self, request: service.QueryRouteRequest, context: Any) -> service.QueryRouteResponse:
         try:
@@ -52,10 +63,19 @@ class RouterMessagingServicer(service_grpc.MessagingServiceServicer):
         if refusal is not None:
             yield refusal
             return
-        for command in request_iterator:
-            reply = telemetry.answer(command, md.get(CLIENT_ID, ""), self.sessions, self.policy, context.peer())
-            if reply is not None:
-                yield reply
+        if not self._streams.acquire(blocking=False):
+            log_event(log, "telemetry stream refused", logging.WARNING, peer=context.peer(), open=self._max_streams)
+            yield service.TelemetryCommand(status=v2.Status(
+                code=Code.TOO_MANY_REQUESTS,
+                message=f"the router holds at most {self._max_streams} Telemetry streams; open Telemetry to the broker endpoints QueryRoute returns"))
+            return
+        try:
+            for command in request_iterator:
+                reply = telemetry.answer(command, md.get(CLIENT_ID, ""), self.sessions, self.policy, context.peer())
+                if reply is not None:
+                    yield reply
+        finally:
+            self._streams.release()
 
     def SendMessage(self, request: service.SendMessageRequest, context: Any) -> service.SendMessageResponse:
         return service.SendMessageResponse(status=v2.Status(code=Code.ILLEGAL_ACCESS_POINT, message=_SEND_HERE))

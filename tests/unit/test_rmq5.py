@@ -214,3 +214,32 @@ def test_transaction_half_is_hidden_until_commit_and_resolved_once(tmp_path: Pat
         assert elsewhere.value.code == Code.INVALID_TRANSACTION_ID and "not on this broker" in elsewhere.value.message
     finally:
         store.close()
+
+
+class _Ctx:
+    def __init__(self, md: dict[str, str] | None = None) -> None:
+        self.md = md or {}
+
+    def invocation_metadata(self) -> list[tuple[str, str]]:
+        return list(self.md.items())
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:4000"
+
+
+def test_router_telemetry_answers_settings_and_caps_its_streams() -> None:
+    from quarry.services.rmq5.router_servicer import RouterMessagingServicer
+    servicer = RouterMessagingServicer(BrokerRegistry(expiry_ms=1000), Authenticator(None), telemetry.ServerPolicy(4096), max_telemetry_streams=1)
+    settings = service.TelemetryCommand(settings=v2.Settings(client_type=v2.ClientType.PRODUCER, publishing=v2.Publishing()))
+    first = servicer.Telemetry(iter([settings]), _Ctx({"x-mq-client-id": "c1"}))
+    reply = next(first)  # the stream is open (holding its slot) until the client ends it
+    assert reply.status.code == Code.OK and reply.settings.publishing.max_body_size == 4096
+    second = list(servicer.Telemetry(iter([settings]), _Ctx({"x-mq-client-id": "c2"})))
+    assert [r.status.code for r in second] == [Code.TOO_MANY_REQUESTS] and "broker endpoints" in second[0].status.message
+    assert list(first) == []  # the client closes: the slot is free again
+    assert next(servicer.Telemetry(iter([settings]), _Ctx({"x-mq-client-id": "c3"}))).status.code == Code.OK
+    # heartbeats and terminations are answered, and name what is missing
+    assert servicer.Heartbeat(service.HeartbeatRequest(), _Ctx()).status.code == Code.CLIENT_ID_REQUIRED
+    assert servicer.Heartbeat(service.HeartbeatRequest(client_type=v2.ClientType.PRODUCER), _Ctx({"x-mq-client-id": "c1"})).status.code == Code.OK
+    assert servicer.NotifyClientTermination(service.NotifyClientTerminationRequest(), _Ctx({"x-mq-client-id": "c1"})).status.code == Code.OK
+    assert servicer.SendMessage(service.SendMessageRequest(), _Ctx()).status.code == Code.ILLEGAL_ACCESS_POINT
