@@ -7,8 +7,10 @@ other failure.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+import traceback
 from typing import Any
 
 from quarry.services.settings import EnvArgumentParser, parse_bool
@@ -29,6 +31,7 @@ def _add_spark_settings(p: EnvArgumentParser) -> None:
 def _add_job_settings(p: EnvArgumentParser, reads_segments: bool = True) -> None:
     p.add_setting("--progress-interval", "QUARRY_PIPELINE_PROGRESS_INTERVAL", 5.0, "seconds between progress lines on stderr (0: only stage start/end)", float)
     p.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
+    p.add_argument("--verbose", action="store_true", help="Spark's own log, and on failure the full Python and Java stack traces (default: one line saying why)")
     p.add_argument("--summary-json", default="", metavar="PATH", help="also write the summary as JSON to PATH")
     if reads_segments:
         p.add_setting("--skip-corrupt", "QUARRY_PIPELINE_SKIP_CORRUPT", False, "skip corrupt records and report them (default: fail naming file and offset)", parse_bool)
@@ -113,6 +116,7 @@ def spark_settings(args: argparse.Namespace) -> Any:
         shuffle_partitions=args.shuffle_partitions,
         ui=args.ui,
         local_ip=args.local_ip,
+        verbose=bool(getattr(args, "verbose", False)),
         conf=parse_conf(args.conf),
     )
 
@@ -169,9 +173,36 @@ def run_job(args: argparse.Namespace) -> Any:
     finally:
         summary.seconds = time.monotonic() - ctx.started
         summary.stages = list(progress.stages)
+        progress.close()
         if getattr(args, "summary_json", ""):
             summary.write_json(args.summary_json)
     return summary
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.$]*(?:Error|Exception|Exit|Interrupt)\b.*)$")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line saying why a job failed, from a Python, PySpark or Java (Py4J) exception.
+
+    A task's Python error comes back wrapped in Java exceptions whose message holds the
+    worker's traceback: its last `SomeError: …` line is the reason. Otherwise the first
+    line of the exception's own message, named by its class."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:  # Py4JJavaError: the JVM exception's class and message
+        try:
+            text = f"{java.getClass().getName()}: {java.getMessage()}"
+        except Exception:  # noqa: BLE001 - the gateway may be gone
+            text = str(exc)
+    else:
+        desc = getattr(exc, "desc", None)  # PySpark's CapturedException (AnalysisException, PythonException, …)
+        text = f"{type(exc).__name__}: {desc if desc is not None else exc}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if "Traceback (most recent call last)" in text:
+        raised = [m.group(1) for ln in text.splitlines() if (m := _EXCEPTION_LINE.match(ln)) and not ln.startswith((" ", "\t"))]
+        if raised:
+            return raised[-1]
+    return lines[0] if lines else type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,5 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     except JobError as exc:
         print(f"quarry-pipeline {args.job}: failed: {exc}", file=sys.stderr)
         return EXIT_USAGE if exc.usage else EXIT_FAILED
+    except Exception as exc:  # Spark's and the JVM's errors: one line, the stacks only when asked
+        print(f"quarry-pipeline {args.job}: failed: {failure_reason(exc)}", file=sys.stderr)
+        if args.verbose:
+            traceback.print_exc(file=sys.stderr)
+            jvm_stack = getattr(exc, "stackTrace", None)  # PySpark keeps the JVM's apart
+            if jvm_stack and jvm_stack not in str(exc):
+                print(f"JVM stack trace:\n{jvm_stack}", file=sys.stderr)
+        return EXIT_FAILED
     print(summary.render())
     return EXIT_OK if summary.ok else EXIT_FAILED

@@ -17,7 +17,7 @@ from quarry.pipeline.reader import SplitWalker
 def export_rows(splits: Iterable[Split], with_body: bool, policy: CorruptPolicy, counters: StageCounters | None = None) -> Iterator[tuple[Any, ...]]:
     """Task side: the catalog rows of the splits' records, in log order."""
     for split in splits:
-        walker = SplitWalker(split, policy)
+        walker = SplitWalker(split, policy, counters=counters)
         for rec in walker:
             yield catalog.row(rec, split.broker, with_body)
         res = walker.result

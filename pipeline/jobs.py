@@ -40,7 +40,7 @@ class JobContext:
         return max(1, int(self.sc.defaultParallelism))
 
     def counters(self) -> StageCounters:
-        return StageCounters.create(self.sc)
+        return StageCounters.create(self.sc, self.progress.live_address())
 
     def collect(self, counters: StageCounters, skipped_label: str) -> None:
         """Fold a stage's task counters (records, bytes, corrupt reports) into the summary."""

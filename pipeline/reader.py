@@ -23,6 +23,7 @@ from quarry.formats.record import Record
 from quarry.formats.segment_walk import SegmentEnd, probe, walk_buffer
 from quarry.pipeline.corrupt import CorruptPolicy, CorruptReport
 from quarry.pipeline.planning import Split
+from quarry.pipeline.progress import StageCounters
 
 
 def skippable(buf: bytes | mmap.mmap | memoryview, pos: int, size: int) -> int:
@@ -57,11 +58,13 @@ class SplitWalker:
     """Iterate the decoded records (`quarry.formats.record.Record`) of a split; `result` is
     complete once iteration ends."""
 
-    def __init__(self, split: Split, policy: CorruptPolicy, check_crc: bool = True) -> None:
+    def __init__(self, split: Split, policy: CorruptPolicy, check_crc: bool = True, counters: StageCounters | None = None) -> None:
         self.split = split
         self.policy = policy
         self.check_crc = check_crc
         self.result = WalkResult(split.index, split.broker, split.path)
+        # Progress while the split is read (accumulators only reach the driver when it ends).
+        self.ticker = counters.ticker(split.index) if counters is not None else None
 
     def _report(self, pos: int, reason: str, action: str) -> None:
         report = CorruptReport(self.split.broker, self.split.path, self.split.segment_start + pos, reason, action)
@@ -85,6 +88,8 @@ class SplitWalker:
                         hit_limit = True
                         break
                     res.records += 1
+                    if self.ticker is not None and not res.records & 255:
+                        self.ticker.tick(res.records, rec.physical_offset - base - split.begin)
                     if res.first_offset < 0:
                         res.first_offset = rec.physical_offset
                     res.last_offset = rec.physical_offset
@@ -118,4 +123,8 @@ class SplitWalker:
                     res.end_kind, pos = "corrupt", size
                 break
             res.end_offset = base + pos
-            res.bytes = (split.end if split.end is not None else size) - split.begin
+            # Bytes of the file this split stands for: to its limit, the segment's end after a
+            # blank record (the segment is full), or where the data ends (zero fill not counted).
+            res.bytes = (split.end if split.end is not None else (pos if res.end_kind == "end-of-data" else size)) - split.begin
+            if self.ticker is not None:
+                self.ticker.tick(res.records, res.bytes, final=True)

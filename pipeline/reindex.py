@@ -74,7 +74,7 @@ def index_splits(splits: Iterable[Split], out: str, slots: int, index_num: int, 
                 hashed = hashed[done:]
             pending = []
 
-        walker = SplitWalker(split, policy)
+        walker = SplitWalker(split, policy, counters=counters)
         for rec in walker:
             info = dispatch_info(rec)
             if not is_indexed(info.sys_flag):

@@ -6,6 +6,7 @@ imported lazily so `python -m quarry.pipeline --help` works without starting a J
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -34,6 +35,9 @@ class SparkSettings:
     ui: bool = False
     local_ip: str = "127.0.0.1"
     log_level: str = "WARN"
+    # Spark's own log lines (task failures come with a Java stack trace): off unless --verbose;
+    # a failing job prints one line with its reason instead (cli.failure_reason).
+    verbose: bool = False
     ship_code: bool | None = None  # None: ship when the master is not local
     conf: dict[str, str] = field(default_factory=dict)
 
@@ -58,11 +62,42 @@ class SparkSettings:
         }
         if self.executor_memory:
             conf["spark.executor.memory"] = self.executor_memory
+        if not self.verbose:
+            # The driver JVM's log4j starts with this file: not even its start-up warnings print.
+            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_quiet_log4j_file()}"
         if self.is_local and self.local_ip:
             conf["spark.driver.host"] = self.local_ip
             conf["spark.driver.bindAddress"] = self.local_ip
         conf.update(self.conf)
         return conf
+
+
+# An appender must exist (with none, Spark takes log4j for unconfigured and installs its own);
+# it lets nothing through. The root level is Spark's shell default (WARN), so PySpark does not
+# announce a change of level either.
+_QUIET_LOG4J = """appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %m%n
+appender.console.filter.none.type = ThresholdFilter
+appender.console.filter.none.level = off
+appender.console.filter.none.onMatch = ACCEPT
+appender.console.filter.none.onMismatch = DENY
+rootLogger.level = warn
+rootLogger.appenderRef.console.ref = console
+"""
+
+
+def _quiet_log4j_file() -> str:
+    """A log4j2 configuration that logs nothing (written once, named by its content)."""
+    digest = hashlib.sha256(_QUIET_LOG4J.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"quarry-pipeline-log4j2-quiet-{os.getuid()}-{digest}.properties"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_QUIET_LOG4J)
+        os.replace(tmp, path)
+    return str(path)
 
 
 def parse_conf(items: list[str] | None) -> dict[str, str]:
@@ -118,7 +153,7 @@ def start_session(settings: SparkSettings) -> "SparkSession":
     for key, value in settings.spark_conf().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(settings.log_level)
+    spark.sparkContext.setLogLevel(settings.log_level if settings.verbose else "OFF")
     ship = settings.ship_code if settings.ship_code is not None else not settings.is_local
     if ship:
         tmp = Path(tempfile.mkdtemp(prefix="quarry-pipeline-"))

@@ -6,12 +6,13 @@ the store directory or its `commitlog/` directory itself.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from quarry.formats.segment_walk import SEGMENT_NAME
+from quarry.formats.segment_walk import SEGMENT_NAME, probe
 from quarry.formats.segment_walk import list_segments as list_segment_files
 
 BROKER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -40,10 +41,32 @@ class Store:
     broker: str
     commitlog_dir: str
     segments: tuple[Segment, ...]
+    # Where the data of the newest segment ends: RocketMQ (and Quarry) preallocate a segment
+    # at full size, so the rest is zero fill that is neither read nor counted.
+    last_data_end: int | None = None
 
     @property
     def total_bytes(self) -> int:
-        return sum(s.file_size for s in self.segments)
+        """Bytes the jobs read: every older segment, and the written part of the newest."""
+        if not self.segments:
+            return 0
+        last = self.segments[-1].file_size if self.last_data_end is None else self.last_data_end
+        return sum(s.file_size for s in self.segments[:-1]) + last
+
+
+def data_end(segment: Segment) -> int:
+    """Offset within the file where its records end (zero fill, a blank record, a bad header
+    or the end of the file), from record headers alone."""
+    if segment.file_size == 0:
+        return 0
+    pos = 0
+    with open(segment.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        while pos < segment.file_size:
+            head = probe(buf, pos, segment.file_size)
+            if head.kind != "record":
+                break
+            pos += head.size
+    return pos
 
 
 def parse_store_spec(spec: str) -> tuple[str, Path]:
@@ -97,5 +120,6 @@ def open_stores(specs: list[str]) -> list[Store]:
             raise StoreError(f"--store {spec!r}: broker name {broker!r} given twice")
         seen.add(broker)
         cdir = commitlog_dir_of(path)
-        stores.append(Store(broker, str(cdir.resolve()), list_segments(broker, cdir)))
+        segments = list_segments(broker, cdir)
+        stores.append(Store(broker, str(cdir.resolve()), segments, data_end(segments[-1]) if segments else None))
     return stores

@@ -209,3 +209,38 @@ def test_large_store_reindex_export_and_lookup_agree_with_the_services(tmp_path:
         for k in keys:
             routed = {m.offset_msg_id for m in admin.query_by_key("Big", k, max_num=64).messages}
             assert {r["offset_msg_id"] for r in rows if r["query"] == k and r["found"]} == routed, k
+
+
+def _pipeline(*argv: str, cwd: Path) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "quarry.pipeline", *argv], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_a_failing_job_prints_one_line_and_the_stacks_only_with_verbose(tmp_path: Path) -> None:
+    (tmp_path / "not-a-catalog").mkdir()
+    (tmp_path / "q.txt").write_text("OrderTopic order-1\n")
+    argv = ["lookup", "--catalog", str(tmp_path / "not-a-catalog"), "--queries", str(tmp_path / "q.txt"), "--type", "key",
+            "--out", str(tmp_path / "out"), "--master", "local[1]", "--quiet"]
+    quiet = _pipeline(*argv, cwd=tmp_path)
+    assert quiet.returncode == 1
+    assert quiet.stderr.splitlines() == ["quarry-pipeline lookup: failed: AnalysisException: [UNABLE_TO_INFER_SCHEMA] Unable to infer schema for Parquet. It must be specified manually."]
+    verbose = _pipeline(*argv, "--verbose", cwd=tmp_path)
+    assert verbose.returncode == 1 and "quarry-pipeline lookup: failed: AnalysisException" in verbose.stderr
+    assert "Traceback (most recent call last)" in verbose.stderr and "org.apache.spark" in verbose.stderr
+
+
+def test_progress_counts_only_the_written_part_of_a_preallocated_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from quarry.services.commitlog.message_input import NewMessage
+    from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path / "pre", segment_size=32 << 20))
+    store.append_many([NewMessage(topic="PreTopic", body=b"y" * 60, keys=[f"p{i}"]) for i in range(3000)])
+    written = store.write_offset
+    store.close()
+    summary = job("export", "--store", f"pre={tmp_path / 'pre'}", "--out", str(tmp_path / "cat"), "--master", "local[1]",
+                  "--progress-interval", "0.2", "--shuffle-partitions", "1")
+    assert summary.records == 3000 and summary.bytes == written  # not the 32 MiB file
+    done = [ln for ln in capsys.readouterr().err.splitlines() if "decode+write done:" in ln]
+    assert len(done) == 1 and "(100.0%)" in done[0] and "3,000 records" in done[0]
