@@ -90,7 +90,7 @@ class Appender:
                 raise InvalidArgument(field, f"{p.queue_id} out of range: topic {p.topic} has queues 0..{queues - 1}")
             elif p.queue_id < -1:
                 raise InvalidArgument("queue_id", "must be >= -1")
-        created = [p.topic for p in prepared if p.topic not in state.topics]
+        created = list(dict.fromkeys(p.topic for p in prepared if p.topic not in state.topics))  # each once, in order
         new_topics = dict(state.topics)
         for topic in created:
             new_topics[topic] = config.default_queues
@@ -169,7 +169,8 @@ class Appender:
         if created:
             state.topics = new_topics
             save_topics(state.dir / "config", state.topics)
-            log_event(log, "topic created", topics=",".join(created), queues=config.default_queues)
+            for topic in created:
+                log_event(log, "topic created", topic=topic, queues=config.default_queues)
         self._round_robin = rr
         state.write_offset = offset
         state.dispatch_cache.add(dispatched)

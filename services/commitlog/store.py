@@ -155,6 +155,7 @@ class CommitLogStore:
             topics[topic] = queues
             save_topics(self.dir / "config", topics)
             self.state.topics = topics
+        log_event(log, "topic created", topic=topic, queues=queues)
         return True
 
     # -- flush ----------------------------------------------------------------------------

@@ -54,3 +54,18 @@ def test_a_newline_sent_by_a_peer_cannot_forge_a_log_line(fmt: str, launch: Laun
 
         events = [json.loads(line) for line in lines]
         assert any(e.get("broker") == forged for e in events)
+
+
+def test_topic_created_names_each_topic_once(launch: Launch, tmp_path: Path) -> None:
+    from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+
+    cl = launch("commitlog", "--store-dir", str(tmp_path / "store"), "--segment-size", str(1 << 20))
+    with grpc.insecure_channel(cl.address) as ch:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+        batch = [common_pb2.MessageInput(topic="FreshTopic", body=b"x", queue_id=-1) for _ in range(5)]
+        stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=batch), timeout=10)
+        stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=batch), timeout=10)
+        stub.SendMessage(commitlog_pb2.SendMessageRequest(message=common_pb2.MessageInput(topic="OtherTopic", body=b"y", queue_id=-1)), timeout=10)
+    created = [line for line in _lines(cl.log_path) if 'event="topic created"' in line]
+    assert len(created) == 2, created
+    assert "topic=FreshTopic " in created[0] and "topic=OtherTopic " in created[1]
