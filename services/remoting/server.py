@@ -21,6 +21,7 @@ log = logging.getLogger("quarry.remoting")
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024  # RocketMQ's default frameMaxLength
 MAX_IN_FLIGHT = 256  # requests of one connection being handled at once; reading pauses beyond
+IDLE_S = 120.0  # a connection silent this long (or stuck inside a frame) is closed, as RocketMQ's channel idle limit
 
 
 class RemotingError(Exception):
@@ -58,6 +59,7 @@ class RemotingServer:
         self.handlers = handlers
         self.max_frame_bytes = max_frame_bytes
         self.authorize = authorize
+        self.idle_s = IDLE_S
         self.on_close: list[Callable[[Connection], None]] = []
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[Connection] = set()
@@ -93,16 +95,21 @@ class RemotingServer:
         try:
             while True:
                 try:
-                    head = await reader.readexactly(4)
+                    head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return  # the client closed the connection between frames
+                except asyncio.TimeoutError:
+                    log_event(log, "idle connection closed", service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", idle_s=self.idle_s)
+                    return
                 length = int.from_bytes(head, "big", signed=True)
                 if length < 4 or length > self.max_frame_bytes:
                     raise FrameError(f"frame length {length}: must be 4..{self.max_frame_bytes}")
                 try:
-                    frame = await reader.readexactly(length)
+                    frame = await asyncio.wait_for(reader.readexactly(length), self.idle_s)
                 except asyncio.IncompleteReadError as exc:
                     raise FrameError(f"connection closed inside a frame ({len(exc.partial)} of {length} bytes)") from None
+                except asyncio.TimeoutError:
+                    raise FrameError(f"no complete frame of {length} bytes within {self.idle_s:g} s") from None
                 cmd = decode_frame(frame)
                 if cmd.is_response:
                     continue  # Quarry sends clients no requests, so no response is awaited

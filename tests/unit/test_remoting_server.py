@@ -107,3 +107,20 @@ def test_malformed_frame_closes_that_connection_with_a_log_line(garbage: bytes, 
         run(main())
     lines = [(r.getMessage(), str(getattr(r, "kv", {}).get("reason", ""))) for r in caplog.records]
     assert any("malformed frame" in msg and reason in why for msg, why in lines), lines
+
+
+def test_a_frame_that_never_completes_is_dropped_at_the_idle_limit(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        server = await _server(_Handlers())
+        server.idle_s = 0.2  # the limit is RocketMQ's 120 s; short here so the test ends quickly
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(struct.pack(">i", 100) + b"only part")  # then nothing more
+            await writer.drain()
+            assert await reader.read() == b""  # closed by the server
+            writer.close()
+        finally:
+            await server.close()
+    with caplog.at_level(logging.WARNING, logger="quarry.remoting"):
+        run(main())
+    assert any("no complete frame" in str(getattr(r, "kv", {}).get("reason", "")) for r in caplog.records)
