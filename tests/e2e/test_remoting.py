@@ -367,3 +367,35 @@ def test_acl_signature_and_permissions_on_the_broker(tmp_path: Path, launch, mon
     assert run(pull(access_key="ops", secret_key="ops-secret-123")).code == codes.SUCCESS
     log = cl.log_path.read_text()
     assert "access denied" in log and "orders-secret-789" not in log
+
+
+def test_end_transaction_commits_or_rolls_back_a_prepared_message(cluster: LocalCluster) -> None:
+    """A 4.x transactional producer: the half message is stored prepared (no queue offset, not
+    pulled), END_TRANSACTION commits it (a commit record enters the queue, pointing back at the
+    prepared one) or rolls it back (nothing enters the queue)."""
+    addr = broker_addr(cluster, "broker-a")
+    props = "TRAN_MSG\x01true\x02PGROUP\x01tx-group\x02KEYS\x01tx-{n}"
+    half_c = run(send_v2(addr, "TxTopic", b"to commit", props.format(n="c"), sys_flag=0x4))
+    half_r = run(send_v2(addr, "TxTopic", b"to roll back", props.format(n="r"), sys_flag=0x4))
+    assert half_c.code == half_r.code == codes.SUCCESS
+
+    async def main() -> None:
+        async with RemotingClient(addr) as b:
+            before = await _pull(b, "TxTopic", 0)
+            assert before.code == codes.PULL_NOT_FOUND  # prepared messages are not consumable
+            for half, kind in ((half_c, 8), (half_r, 12)):
+                offset = offset_msg_id.decode(half.ext_fields["msgId"]).offset
+                # END_TRANSACTION goes one-way from RocketMQ's producer; asked two-way here to see the answer.
+                r = await b.call(codes.END_TRANSACTION, {"producerGroup": "tx-group", "tranStateTableOffset": half.ext_fields["queueOffset"],
+                                                         "commitLogOffset": offset, "commitOrRollback": kind, "fromTransactionCheck": False,
+                                                         "msgId": half.ext_fields["msgId"]})
+                assert r.code == codes.SUCCESS, r.remark
+            after = await _pull(b, "TxTopic", 0)
+            assert after.code == codes.SUCCESS
+            (committed,) = mqadmin.decodes(after.body)
+            assert committed.body == b"to commit" and committed.sys_flag & 0xC == 0x8
+            assert committed.prepared_transaction_offset == offset_msg_id.decode(half_c.ext_fields["msgId"]).offset
+            again = await b.call(codes.END_TRANSACTION, {"producerGroup": "tx-group", "tranStateTableOffset": 0,
+                                                         "commitLogOffset": committed.physical_offset, "commitOrRollback": 8, "msgId": ""})
+            assert again.code == codes.SYSTEM_ERROR and "not a prepared transaction message" in (again.remark or "")
+    run(main())
