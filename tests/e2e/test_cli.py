@@ -16,13 +16,19 @@ from scripts.launcher import LocalCluster
 from tests.e2e.conftest import wait_until
 
 
-@pytest.fixture
-def cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyped-def]
-    c = cluster_factory(commitlog_args=["--segment-size", str(1 << 20)], indexer_args=["--hash-slots", "101", "--index-num", "1000", "--flush-interval-ms", "100"])
-    c.start_router()
-    c.add_broker("broker-a", "127.0.0.7")
-    c.add_broker("broker-b", "127.0.0.8")
-    yield c
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    # One cluster for the module: each test below checks one command; the broker-down test,
+    # which kills an indexer, runs last.
+    c = LocalCluster(root=tmp_path_factory.mktemp("cli"), commitlog_args=["--segment-size", str(1 << 20)],
+                     indexer_args=["--hash-slots", "101", "--index-num", "1000", "--flush-interval-ms", "100"])
+    try:
+        c.start_router()
+        c.add_broker("broker-a", "127.0.0.7")
+        c.add_broker("broker-b", "127.0.0.8")
+        yield c
+    finally:
+        c.stop()
 
 
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,38 +38,57 @@ def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str
     return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
 
 
-def test_send_then_find_by_every_query(cluster: LocalCluster) -> None:
-    sent = quarry(cluster, "--json", "sendMessage", "-t", "CliTopic", "-p", "hello cli", "-k", "order-7 cust-3", "-c", "TagC")
-    assert sent.returncode == 0, sent.stderr
-    r = json.loads(sent.stdout)
-    assert r["send_status"] == "SEND_OK" and len(r["offset_msg_id"]) == 32 and len(r["msg_id"]) == 32
+@pytest.fixture(scope="module")
+def sent(cluster: LocalCluster) -> dict[str, object]:
+    """One message sent with the CLI (keys order-7 and cust-3, tag TagC), as its --json result."""
+    out = quarry(cluster, "--json", "sendMessage", "-t", "CliTopic", "-p", "hello cli", "-k", "order-7 cust-3", "-c", "TagC")
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def test_send_reports_its_result_as_json_and_as_rocketmq_text(cluster: LocalCluster, sent: dict[str, object]) -> None:
+    assert sent["send_status"] == "SEND_OK" and len(str(sent["offset_msg_id"])) == 32 and len(str(sent["msg_id"])) == 32
     plain = quarry(cluster, "sendMessage", "-t", "CliTopic", "-p", "second")
     assert plain.stdout.startswith("SendResult [sendStatus=SEND_OK, msgId=") and "messageQueue=MessageQueue [topic=CliTopic" in plain.stdout
 
-    by_id = quarry(cluster, "queryMsgById", "-i", r["offset_msg_id"])
-    assert by_id.returncode == 0 and f"OffsetID:            {r['offset_msg_id']}" in by_id.stdout and "hello cli" in by_id.stdout
-    assert "Keys:                [order-7 cust-3]" in by_id.stdout and "Tags:                [TagC]" in by_id.stdout
-    by_uniq_via_id = quarry(cluster, "queryMsgById", "-i", r["msg_id"], "-t", "CliTopic")
-    assert by_uniq_via_id.returncode == 0 and r["offset_msg_id"] in by_uniq_via_id.stdout
 
+def test_query_by_id_and_by_unique_key_given_as_an_id(cluster: LocalCluster, sent: dict[str, object]) -> None:
+    by_id = quarry(cluster, "queryMsgById", "-i", str(sent["offset_msg_id"]))
+    assert by_id.returncode == 0 and f"OffsetID:            {sent['offset_msg_id']}" in by_id.stdout and "hello cli" in by_id.stdout
+    assert "Keys:                [order-7 cust-3]" in by_id.stdout and "Tags:                [TagC]" in by_id.stdout
+    by_uniq_via_id = quarry(cluster, "queryMsgById", "-i", str(sent["msg_id"]), "-t", "CliTopic")
+    assert by_uniq_via_id.returncode == 0 and str(sent["offset_msg_id"]) in by_uniq_via_id.stdout
+
+
+def test_query_by_key_as_json_and_as_a_table(cluster: LocalCluster, sent: dict[str, object]) -> None:
     found = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgByKey", "-t", "CliTopic", "-k", "cust-3")) and json.loads(p.stdout)["messages"] and p, what="key indexed")
     data = json.loads(found.stdout)
-    assert [m["offset_msg_id"] for m in data["messages"]] == [r["offset_msg_id"]] and data["complete"]
+    assert [m["offset_msg_id"] for m in data["messages"]] == [sent["offset_msg_id"]] and data["complete"]
     table = quarry(cluster, "queryMsgByKey", "-t", "CliTopic", "-k", "order-7", "-b", "2000-01-01T00:00:00")
-    assert table.stdout.splitlines()[0].startswith("#Message ID") and r["msg_id"] in table.stdout
+    assert table.stdout.splitlines()[0].startswith("#Message ID") and str(sent["msg_id"]) in table.stdout
 
-    uniq = quarry(cluster, "queryMsgByUniqueKey", "-t", "CliTopic", "-i", r["msg_id"])
-    assert uniq.returncode == 0 and r["offset_msg_id"] in uniq.stdout
-    at = quarry(cluster, "queryMsgByOffset", "-t", "CliTopic", "-b", r["broker_name"], "-i", str(r["queue_id"]), "-o", str(r["queue_offset"]))
-    assert at.returncode == 0 and r["offset_msg_id"] in at.stdout
 
+def test_query_by_unique_key_and_by_queue_offset(cluster: LocalCluster, sent: dict[str, object]) -> None:
+    uniq = wait_until(lambda: (p := quarry(cluster, "queryMsgByUniqueKey", "-t", "CliTopic", "-i", str(sent["msg_id"]))) and p.returncode == 0 and p, what="unique key indexed")
+    assert str(sent["offset_msg_id"]) in uniq.stdout
+    at = quarry(cluster, "queryMsgByOffset", "-t", "CliTopic", "-b", str(sent["broker_name"]), "-i", str(sent["queue_id"]), "-o", str(sent["queue_offset"]))
+    assert at.returncode == 0 and str(sent["offset_msg_id"]) in at.stdout
+
+
+def test_topic_list_route_and_cluster_list(cluster: LocalCluster, sent: dict[str, object]) -> None:
     assert "CliTopic" in quarry(cluster, "topicList").stdout.split()
     route = json.loads(quarry(cluster, "topicRoute", "-t", "CliTopic").stdout)
-    assert route["topic"] == "CliTopic" and route["brokers"]
+    assert route["topic"] == "CliTopic" and sent["broker_name"] in [b["brokerName"] for b in route["brokers"]]
     clusters = quarry(cluster, "clusterList")
     assert "broker-a" in clusters.stdout and "broker-b" in clusters.stdout
-    status = json.loads(quarry(cluster, "--json", "brokerStatus").stdout)
-    assert {s["broker"] for s in status} == {"broker-a", "broker-b"} and all(s["max_offset"] >= 0 for s in status)
+
+
+def test_broker_status_shows_each_store_end(cluster: LocalCluster, sent: dict[str, object]) -> None:
+    status = {s["broker"]: s for s in json.loads(quarry(cluster, "--json", "brokerStatus").stdout)}
+    assert set(status) == {"broker-a", "broker-b"}
+    # The broker that stored the message ends past it (the offsetMsgId's last 16 hex digits are its offset).
+    assert status[str(sent["broker_name"])]["max_offset"] > int(str(sent["offset_msg_id"])[16:], 16)
 
 
 def test_not_found_bad_input_and_broker_down_exit_codes(cluster: LocalCluster) -> None:

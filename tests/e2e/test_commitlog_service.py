@@ -84,10 +84,12 @@ def test_tail_follows_live_writes_and_resumes_without_gaps_or_repeats(commitlog)
     stub, _ = commitlog
     sent = [r.physical_offset for r in stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(30)]), timeout=10).results]
     seen: list[int] = []
+    records: list[commitlog_pb2.DispatchRecord] = []
     stream = stub.Tail(commitlog_pb2.TailRequest(from_offset=0, max_batch=7), timeout=30)
     next_offset = 0
     for resp in stream:
         seen += [r.physical_offset for r in resp.records]
+        records += resp.records
         next_offset = resp.next_offset
         if len(seen) >= 12:
             break
@@ -97,11 +99,16 @@ def test_tail_follows_live_writes_and_resumes_without_gaps_or_repeats(commitlog)
     stream = stub.Tail(commitlog_pb2.TailRequest(from_offset=next_offset), timeout=30)
     for resp in stream:
         seen += [r.physical_offset for r in resp.records]
+        records += resp.records
         if len(seen) >= 50:
             break
     stream.cancel()
     assert seen == sent + more
-    # Records spanning the segment roll-over (4 KiB segments) carry their dispatch fields.
+    # The 50 records span several 4 KiB segments (blank records between them are skipped), and
+    # each carries its dispatch fields: message i has keys "k<i> shared" and unique key UK<i>.
+    assert len({offset // 4096 for offset in seen}) > 1
+    for i, r in enumerate(records):
+        assert (r.topic, r.keys, r.unique_key, r.size > 0, r.store_timestamp > 0) == ("T", f"k{i} shared", f"UK{i:06d}", True, True)
 
 
 def test_acknowledged_messages_survive_sigkill(launch: Launch, tmp_path: Path) -> None:

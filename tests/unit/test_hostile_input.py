@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quarry.formats import offset_msg_id, unique_key
-from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit
+from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
 from quarry.formats.index_file import HEADER_SIZE, IndexFile, IndexFileError, file_size
-from quarry.formats.properties import PropertyError, decode_pairs, properties_map, validate_pairs
+from quarry.formats.properties import PropertyError, decode_pairs, encode_properties, properties_map, validate_pairs
 from quarry.formats.batch_body import decode_batch_body
 from quarry.formats.record import CorruptRecordError, decode_record, encode_record
 from quarry.formats.segment_walk import SegmentEnd, walk_buffer
@@ -64,8 +64,8 @@ def test_segment_walk_on_garbage_ends_with_a_reason(data: bytes) -> None:
 @SETTINGS
 @given(st.binary(min_size=CQ_UNIT_SIZE, max_size=CQ_UNIT_SIZE))
 def test_consume_queue_units_always_decode(data: bytes) -> None:
-    phy, size, tags = decode_unit(data)
-    assert isinstance(phy, int) and isinstance(size, int) and isinstance(tags, int)
+    # Every 20 bytes are some unit: decoding loses nothing (it encodes back to the same bytes).
+    assert encode_unit(*decode_unit(data)) == data
 
 
 @SETTINGS
@@ -98,9 +98,11 @@ def test_unique_keys_never_crash(text: str, now: int) -> None:
 @given(st.text(max_size=200))
 def test_continuation_tokens_from_anywhere_are_rejected_cleanly(text: str) -> None:
     try:
-        decode_token(text, "digest")
-    except BadTokenError:
-        pass
+        token = decode_token(text, "digest")
+    except BadTokenError as exc:
+        assert str(exc).startswith("continuation_token: ")  # names the field
+    else:  # text that happens to be a token for this query: it means what it says
+        assert token.query_digest == "digest" and decode_token(encode_token(token), "digest") == token
 
 
 @SETTINGS
@@ -114,7 +116,9 @@ def test_tokens_round_trip(bounds: dict[str, int]) -> None:
 @given(st.text(max_size=300))
 def test_property_strings_always_parse(text: str) -> None:
     pairs = decode_pairs(text)
-    assert all(isinstance(n, str) for n, _ in pairs)
+    # One pair per \x02-separated item holding a \x01, nothing else; and they encode back.
+    assert len(pairs) == (sum(1 for item in text.split("\x02") if "\x01" in item) if text else 0)
+    assert decode_pairs(encode_properties(pairs)) == pairs
     assert all(k and v for k, v in properties_map(text).items())
 
 
@@ -133,9 +137,11 @@ def test_property_validation_accepts_exactly_clean_pairs(pairs: list[tuple[str, 
 @given(st.binary(max_size=512))
 def test_batch_bodies_decode_or_raise(data: bytes) -> None:
     try:
-        decode_batch_body(data)
-    except (ValueError, UnicodeDecodeError):
-        pass
+        items = decode_batch_body(data)
+    except ValueError as exc:  # UnicodeDecodeError included
+        assert str(exc)
+    else:  # the messages cover the body exactly: 22 header bytes + body + properties each
+        assert sum(22 + len(i.body) + len(i.properties.encode()) for i in items) == len(data)
 
 
 @SETTINGS

@@ -66,15 +66,17 @@ def test_invalid_argument_is_not_retried(fanout: FanOut) -> None:
 
 def test_a_hanging_broker_costs_at_most_the_deadline(fanout: FanOut) -> None:
     release = threading.Event()
+    finished = threading.Event()
 
     def hang(_t: float) -> str:
-        release.wait(5)
+        release.wait(60)
+        finished.set()
         return "late"
 
-    t0 = time.monotonic()
     out = fanout.run({"fast": lambda t: "x", "slow": hang}, timeout_s=0.3, per_call_s=0.3)
-    elapsed = time.monotonic() - t0
+    # The answer came while the slow call was still hanging: nobody waited for it.
+    answered_before_the_hang_ended = not finished.is_set()
     release.set()
-    assert elapsed < 1.0
+    assert answered_before_the_hang_ended
     assert out[0].ok
     assert out[1].error_code == "DEADLINE_EXCEEDED"
