@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from typing import Any
 def write_json_atomic(path: Path, data: Any, indent: int | None = None) -> None:
     """Replace `path` with `data` as JSON (see module doc); creates the directory (0700)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
+    # Per writer: two writers of the same file never rename each other's temporary file.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as fh:
         json.dump(data, fh, indent=indent)
         fh.flush()

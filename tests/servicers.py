@@ -45,7 +45,18 @@ def serve(name: str, registrations: list[Registration], max_message_bytes: int =
 
 
 class EventLoopThread:
-    """An event loop on a thread of its own, for asyncio servicers (the commitlog)."""
+    """An event loop on a thread of its own, for asyncio servicers (the commitlog). grpc.aio
+    serves from one event loop per process: every in-process asyncio server shares `shared()`."""
+
+    _shared: "EventLoopThread | None" = None
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls) -> "EventLoopThread":
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -63,8 +74,8 @@ class EventLoopThread:
 
 @contextmanager
 def serve_aio(name: str, build: Callable[[asyncio.AbstractEventLoop], list[Registration]], max_message_bytes: int = 128 << 20) -> Iterator[RunningAioServer]:
-    """An asyncio servicer served on its own loop thread; `build` runs on that loop."""
-    loop = EventLoopThread()
+    """An asyncio servicer served on the shared loop thread; `build` runs on that loop."""
+    loop = EventLoopThread.shared()
 
     async def start() -> RunningAioServer:
         return await start_aio_server(name, BIND, build(loop.loop), max_message_bytes=max_message_bytes)
@@ -74,7 +85,6 @@ def serve_aio(name: str, build: Callable[[asyncio.AbstractEventLoop], list[Regis
         yield running
     finally:
         loop.run(running.server.stop(0))
-        loop.close()
 
 
 @dataclass

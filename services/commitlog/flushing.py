@@ -35,6 +35,9 @@ class Flusher:
         self._stop = threading.Event()
         self._wanted = threading.Event()
         self._thread: threading.Thread | None = None
+        # One flush at a time: the flusher thread, close() and callers of store.flush() may
+        # overlap, and two overlapping flushes could write the checkpoint out of order.
+        self._flushing = threading.Lock()
         self.failing = ""  # the error of the last flush round, "" once one succeeds
 
     def alive(self) -> bool:
@@ -80,6 +83,10 @@ class Flusher:
 
     def flush(self, clean: bool = False) -> int:
         """fsync everything written so far; wake waiters. Returns the flushed offset."""
+        with self._flushing:
+            return self._flush(clean)
+
+    def _flush(self, clean: bool) -> int:
         state = self.state
         with state.lock:
             target = state.write_offset
