@@ -8,11 +8,10 @@ Any consumer path (RocketMQ 4 remoting, RocketMQ 5 consumer groups) reads and co
 """
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
-from quarry.services.atomic_file import write_atomically
+from quarry.formats.state_file import read_json, write_json_atomic
 
 FILE_NAME = "consumerOffset.json"
 
@@ -25,11 +24,15 @@ class ConsumerOffsets:
         self._table: dict[tuple[str, str], dict[int, int]] = {}  # (topic, group) -> queue -> offset
         self._dirty = False
         if self.path.exists():
-            data = json.loads(self.path.read_text() or "{}")
-            for key, queues in (data.get("offsetTable") or {}).items():
-                topic, sep, group = str(key).rpartition("@")
-                if sep and isinstance(queues, dict):
-                    self._table[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+            try:
+                data = read_json(self.path)
+                for key, queues in (data.get("offsetTable") or {}).items():
+                    topic, sep, group = str(key).rpartition("@")
+                    if sep and isinstance(queues, dict):
+                        self._table[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+            except (ValueError, AttributeError, TypeError) as exc:
+                # Refuse to start rather than serve (and later overwrite) offsets it cannot read.
+                raise ValueError(f"{self.path}: not a consumer offset table ({exc}); fix or move it away") from None
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._lock:
@@ -58,7 +61,7 @@ class ConsumerOffsets:
             table = {f"{t}@{g}": {str(q): o for q, o in sorted(qs.items())} for (t, g), qs in sorted(self._table.items())}
             self._dirty = False
         try:
-            write_atomically(self.path, json.dumps({"offsetTable": table}, indent=1).encode())
+            write_json_atomic(self.path, {"offsetTable": table}, indent=1)
         except OSError:
             with self._lock:
                 self._dirty = True

@@ -59,3 +59,9 @@ def test_client_table_groups_expiry_and_closed_connections() -> None:
     assert table.consumers("G") == []
     with pytest.raises(ValueError, match="clientID"):
         table.heartbeat({}, conn_a)
+
+
+def test_an_unreadable_offset_table_stops_the_start_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "consumerOffset.json").write_text('{"offsetTable": {"T@g": {"0": "x"}}}')
+    with pytest.raises(ValueError, match="consumerOffset.json: not a consumer offset table"):
+        ConsumerOffsets(tmp_path)
