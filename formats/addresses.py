@@ -7,6 +7,14 @@ IPv6 hosts are written in brackets, `[::1]:9876`.
 from __future__ import annotations
 
 
+def split_host_port(text: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` → (host without brackets, port); ValueError when it is not that."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected host:port, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
 def parse_host_port(text: str, what: str = "address") -> str:
     """Check one `host:port` (`[v6]:port` for IPv6) and return it stripped; ValueError names `what`."""
     addr = text.strip()

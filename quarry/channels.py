@@ -15,7 +15,19 @@ from typing import Any
 
 import grpc
 
+from quarry.formats.addresses import split_host_port
 from quarry.signing import SigningInterceptor
+
+
+def parse_peer(peer: str) -> tuple[str, int]:
+    """gRPC's peer string ('ipv4:1.2.3.4:5', 'ipv6:[::1]:5', zone ids escaped as %25) as
+    (ip, port); ('127.0.0.1', 0) when it is not an address (a unix socket, or unknown)."""
+    _, _, rest = (peer or "").partition(":")
+    try:
+        host, port = split_host_port(rest.replace("%25", "%"))
+    except ValueError:
+        return "127.0.0.1", 0
+    return host.split("%")[0], port
 
 
 def _read(env: str) -> bytes | None:

@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from quarry.channels import open_channel
+from quarry.formats.addresses import split_host_port
 
 EXIT_SERVING, EXIT_USAGE, EXIT_CONNECTION, EXIT_RPC, EXIT_UNHEALTHY = 0, 1, 2, 3, 4
 
@@ -34,11 +35,12 @@ class ProbeResult:
 def _connects(address: str, timeout_s: float) -> str:
     """"" when a TCP connection to host:port opens within the timeout, else why not. (A plain
     socket: grpc's connectivity watcher leaves a polling thread behind on a closed channel.)"""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    try:
+        host, port = split_host_port(address)
+    except ValueError:
         return f"--addr {address!r}: expected host:port"
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.001, timeout_s)):
+        with socket.create_connection((host, port), timeout=max(0.001, timeout_s)):
             return ""
     except OSError as exc:
         return f"failed to connect to {address} within {timeout_s:g}s: {exc.strerror or exc}"

@@ -6,25 +6,19 @@ import socket
 
 import grpc
 
+from quarry.channels import parse_peer
 from quarry.formats import scheduled
+from quarry.formats.addresses import split_host_port
 from quarry.formats.record import Record
 from quarry.v1 import common_pb2
 from quarry.services.commitlog.append import AppendResult
 from quarry.services.commitlog.message_input import NewMessage
 
 
-def parse_host(text: str) -> tuple[str, int]:
-    """'ip:port' or '[v6]:port' → (ip, port)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected ip:port, got {text!r}")
-    return host.strip("[]"), int(port)
-
-
 def resolve_store_host(advertise: str) -> tuple[str, int]:
     """The IP and port offsetMsgIds carry: a host name is resolved, a wildcard replaced by
     this host's address (an id must hold an IP the router can match)."""
-    host, port = parse_host(advertise)
+    host, port = split_host_port(advertise)
     if host in ("0.0.0.0", "::", ""):
         host = socket.gethostbyname(socket.gethostname())
     try:
@@ -35,13 +29,8 @@ def resolve_store_host(advertise: str) -> tuple[str, int]:
 
 
 def peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
-    peer = context.peer() or ""
-    try:
-        _, _, rest = peer.partition(":")
-        host, port = parse_host(rest.replace("%25", "%"))
-        return host.split("%")[0], port
-    except ValueError:
-        return "127.0.0.1", 0
+    """The caller's (ip, port): the born host of a message sent without one."""
+    return parse_peer(context.peer() or "")
 
 
 def to_new_message(m: common_pb2.MessageInput, peer: tuple[str, int]) -> NewMessage:

@@ -8,7 +8,8 @@ import logging
 import threading
 
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
-from quarry.services.commitlog.convert import parse_host, resolve_store_host
+from quarry.formats.addresses import split_host_port
+from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.remoting_broker import RemotingBroker
 from quarry.services.commitlog.server import CommitLogServicer
@@ -65,5 +66,5 @@ async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, 
     server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None)
     server.on_close.append(broker.connection_closed)
     await server.start(args.remoting_bind)
-    parse_host(args.remoting_advertise)  # validated by the settings; raises on a malformed address
+    split_host_port(args.remoting_advertise)  # validated by the settings; raises on a malformed address
     return RemotingPort(server, broker, offsets, advertised(args.remoting_advertise), args.offsets_persist_interval_ms / 1000.0)

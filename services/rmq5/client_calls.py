@@ -20,15 +20,6 @@ def metadata(context: Any) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
-def parse_peer(peer: str) -> tuple[str, int]:
-    """gRPC's 'ipv4:1.2.3.4:5' / 'ipv6:[::1]:5' as (ip, port); ('127.0.0.1', 0) when unknown."""
-    _, _, rest = (peer or "").partition(":")
-    host, sep, port = rest.replace("%25", "%").rpartition(":")
-    if not sep or not port.isdigit():
-        return "127.0.0.1", 0
-    return host.strip("[]").split("%")[0], int(port)
-
-
 def heartbeat(auth: Authenticator, sessions: Sessions, request: service.HeartbeatRequest, md: Mapping[str, str]) -> service.HeartbeatResponse:
     try:
         auth.check(md, "Heartbeat", None)

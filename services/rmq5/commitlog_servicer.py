@@ -9,6 +9,7 @@ import asyncio
 import logging
 from typing import Any, AsyncIterator
 
+from quarry.channels import parse_peer
 from quarry.services.commitlog.errors import StoreError
 from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
@@ -56,7 +57,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
                 if m.topic.name != topic:
                     raise RmqError(Code.MESSAGE_CORRUPTED, f"messages[{i}].topic.name: one request holds one topic ({topic!r})")
             self.auth.check(md, "SendMessage", "publish", [topic])
-            peer = client_calls.parse_peer(context.peer())
+            peer = parse_peer(context.peer())
             msgs, halves = [], []
             for i, m in enumerate(messages):
                 is_half = m.system_properties.message_type == v2.MessageType.TRANSACTION

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from quarry.formats.addresses import split_host_port
 from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY, TopicError, validate_topic
 from quarry.services.query.registry import Broker, BrokerRegistry
 from quarry.services.rmq5.contract import Code, v2
@@ -19,10 +20,10 @@ ACCEPTED_TYPES = (v2.MessageType.NORMAL, v2.MessageType.FIFO, v2.MessageType.DEL
 
 def endpoints(address: str) -> v2.Endpoints:
     """host:port (or [v6]:port) as the SDKs' Endpoints: IPv4, IPv6 or a domain name."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise RmqError(Code.INTERNAL_SERVER_ERROR, f"broker endpoint {address!r}: expected host:port")
-    host = host.strip("[]")
+    try:
+        host, port = split_host_port(address)
+    except ValueError:
+        raise RmqError(Code.INTERNAL_SERVER_ERROR, f"broker endpoint {address!r}: expected host:port") from None
     try:
         scheme = v2.AddressScheme.IPv6 if ipaddress.ip_address(host).version == 6 else v2.AddressScheme.IPv4
     except ValueError:
