@@ -97,6 +97,7 @@ async def _serve(args: argparse.Namespace) -> None:
         flushed.fire()
         if remoting is not None:
             remoting.server.stop_accepting()  # no remoting send may reach a closing store
+            remoting.broker.appended.fire_in_loop()  # long-polling pulls see `stopping` and answer now
 
     await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace, grace_s=args.shutdown_grace_ms / 1000.0)
     if remoting is not None:
