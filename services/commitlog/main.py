@@ -58,7 +58,8 @@ async def _serve(args: argparse.Namespace) -> None:
     servicer = CommitLogServicer(store, args.broker_name, stopping, flushed)
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
     # RocketMQ 5 SDKs send here too (local mode), on the same port: see services/rmq5.
-    rmq5 = CommitLogMessagingServicer(servicer, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size))
+    rmq5 = CommitLogMessagingServicer(servicer, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size,
+                                      consumer_max_attempts=args.max_delivery_attempts))
     # Bodies above the limit are refused by gRPC before the payload is buffered.
     running = await start_aio_server(
         "commitlog", args.bind,

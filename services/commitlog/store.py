@@ -19,6 +19,7 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog import reads, retention
 from quarry.services.commitlog.append import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, AppendResult, Appender
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
+from quarry.services.commitlog.consumer_groups import ConsumerGroups
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, ReadOnly
@@ -60,6 +61,8 @@ class CommitLogStore:
         # Consumer groups' committed offsets (RocketMQ 4 remoting today, RocketMQ 5 consumer
         # groups too): part of the store, written at close and by the serving process's interval.
         self.consumer_offsets = ConsumerOffsets(self.dir / "config", self.read_only)
+        # RocketMQ 5 consumer groups' pop state (in flight, acked, dead-lettered), journaled.
+        self.consumer_groups = ConsumerGroups(self.dir, self.read_only)
         self._appender = Appender(self.state)
         self.flusher = Flusher(self.state, self.delete_expired)
         self.disk_full = ""  # why the last append failed for want of space ("" once one succeeds)
@@ -226,6 +229,10 @@ class CommitLogStore:
             self.consumer_offsets.persist()
         except OSError as exc:
             log_event(log, "consumer offsets not persisted at close", logging.ERROR, error=str(exc))
+        try:
+            self.consumer_groups.close()
+        except OSError as exc:
+            log_event(log, "consumer group journal not closed cleanly", logging.ERROR, error=str(exc))
         self.state.segments.close()
         self.state.cqs.close()
         if not self.read_only:

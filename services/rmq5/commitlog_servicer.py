@@ -1,5 +1,6 @@
 """MessagingService at a commitlog: SendMessage and EndTransaction for this broker's queues,
-plus the client lifecycle RPCs. asyncio flavour: it runs on the commitlog's event loop and
+the SimpleConsumer RPCs (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue: services/rmq5/consume.py), plus the client lifecycle RPCs. asyncio flavour: it runs on the commitlog's event loop and
 stores through the quarry.v1 servicer's append path (same store, same fsync wait, same
 metrics), translating the store's errors to in-band codes.
 """
@@ -13,6 +14,7 @@ from quarry.channels import parse_peer
 from quarry.services.commitlog.errors import StoreError
 from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
+from quarry.services.rmq5.consume import Consumption
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.send import receipt, to_new_message
 from quarry.services.rmq5.sessions import Sessions
@@ -32,6 +34,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         self.policy = policy
         self.sessions = Sessions()
         self.transactions = Transactions(core.store)
+        self.consumption = Consumption(core, policy.consumer_max_attempts)
         self._closing = asyncio.Event()
 
     def close(self) -> None:
@@ -101,6 +104,47 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
                 self.transactions.release(half)
             return service.EndTransactionResponse(status=client_calls.internal(exc, "EndTransaction"))
         return service.EndTransactionResponse(status=ok())
+
+    async def ReceiveMessage(self, request: service.ReceiveMessageRequest, context: Any) -> AsyncIterator[service.ReceiveMessageResponse]:
+        try:
+            self.auth.check(client_calls.metadata(context), "ReceiveMessage", "query", [request.message_queue.topic.name])
+            async for response in self.consumption.receive(request, context):
+                yield response
+        except RmqError as exc:
+            yield service.ReceiveMessageResponse(status=status_of(exc))
+        except StoreError as exc:
+            yield service.ReceiveMessageResponse(status=status_of(from_store_error(exc)))
+        except Exception as exc:
+            yield service.ReceiveMessageResponse(status=client_calls.internal(exc, "ReceiveMessage"))
+
+    async def AckMessage(self, request: service.AckMessageRequest, context: Any) -> service.AckMessageResponse:
+        try:
+            self.auth.check(client_calls.metadata(context), "AckMessage", "query", [request.topic.name])
+            return await self.consumption.ack(request)
+        except RmqError as exc:
+            return service.AckMessageResponse(status=status_of(exc))
+        except Exception as exc:
+            return service.AckMessageResponse(status=client_calls.internal(exc, "AckMessage"))
+
+    async def ChangeInvisibleDuration(self, request: service.ChangeInvisibleDurationRequest, context: Any) -> service.ChangeInvisibleDurationResponse:
+        try:
+            self.auth.check(client_calls.metadata(context), "ChangeInvisibleDuration", "query", [request.topic.name])
+            return await self.consumption.change_invisible(request)
+        except RmqError as exc:
+            return service.ChangeInvisibleDurationResponse(status=status_of(exc))
+        except Exception as exc:
+            return service.ChangeInvisibleDurationResponse(status=client_calls.internal(exc, "ChangeInvisibleDuration"))
+
+    async def ForwardMessageToDeadLetterQueue(self, request: service.ForwardMessageToDeadLetterQueueRequest, context: Any) -> service.ForwardMessageToDeadLetterQueueResponse:
+        try:
+            self.auth.check(client_calls.metadata(context), "ForwardMessageToDeadLetterQueue", "query", [request.topic.name])
+            return await self.consumption.forward_to_dlq(request)
+        except RmqError as exc:
+            return service.ForwardMessageToDeadLetterQueueResponse(status=status_of(exc))
+        except StoreError as exc:
+            return service.ForwardMessageToDeadLetterQueueResponse(status=status_of(from_store_error(exc)))
+        except Exception as exc:
+            return service.ForwardMessageToDeadLetterQueueResponse(status=client_calls.internal(exc, "ForwardMessageToDeadLetterQueue"))
 
     async def Heartbeat(self, request: service.HeartbeatRequest, context: Any) -> service.HeartbeatResponse:
         return client_calls.heartbeat(self.auth, self.sessions, request, client_calls.metadata(context))

@@ -29,6 +29,7 @@ class ServerPolicy:
     backoff_initial_ms: int = 10
     backoff_max_ms: int = 1000
     backoff_multiplier: float = 2.0
+    consumer_max_attempts: int = 17  # deliveries to a consumer group before its dead-letter topic
 
 
 def _duration(ms: int) -> duration_pb2.Duration:
@@ -44,6 +45,11 @@ def server_settings(client: v2.Settings, policy: ServerPolicy) -> v2.Settings:
     backoff.initial.CopyFrom(_duration(policy.backoff_initial_ms))
     backoff.max.CopyFrom(_duration(policy.backoff_max_ms))
     backoff.multiplier = policy.backoff_multiplier
+    if settings.WhichOneof("pub_sub") == "subscription":
+        # A consumer's attempts are the group's deliveries before dead-lettering (RocketMQ's proxy
+        # sends the group's retry policy); a SimpleConsumer polls with its own batch and timeout.
+        settings.backoff_policy.max_attempts = policy.consumer_max_attempts
+        settings.subscription.fifo = False
     if settings.WhichOneof("pub_sub") == "publishing" or client.client_type in (v2.ClientType.PRODUCER,):
         settings.publishing.max_body_size = policy.max_body_size
         settings.publishing.validate_message_type = True
