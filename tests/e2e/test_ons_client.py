@@ -65,6 +65,7 @@ def test_ali_ons_producer_and_push_consumer_through_quarry(cluster: LocalCluster
     ids = UniqueKeyGenerator("10.1.2.3", 4242, 77, timezone.utc)
     wanted = [{"body": f"ons-{i}", "tags": "TagA" if i % 2 else "TagB", "keys": [f"order-{i}", "ons-shared"],
                "uniqueKey": ids.next_id() if i % 2 else None} for i in range(12)]
+    wanted[3]["body"] = "ons-3 " + "large body, sent zlib-compressed by ali-ons (over 4 KiB) " * 120
     assert cluster.router is not None
     env = {**os.environ, "NAMESRV_ADDR": cluster.router.remoting_address, "ONS_TOPIC": TOPIC, "ONS_GROUP": GROUP,
            "ONS_MESSAGES": json.dumps(wanted), "ONS_TIMEOUT_MS": "60000"}
@@ -82,6 +83,7 @@ def test_ali_ons_producer_and_push_consumer_through_quarry(cluster: LocalCluster
     for w in wanted:
         got = by_body[w["body"]]
         assert got["tags"] == w["tags"] and got["keys"] == " ".join(w["keys"])
+        assert got["msgId"] == sent[w["body"]]["msgId"]  # ali-ons names a message by its offsetMsgId on both sides
 
     # The consumer committed its offsets through the brokers: every queue consumed to its end.
     async def offsets() -> dict[tuple[str, int], tuple[int, int]]:
