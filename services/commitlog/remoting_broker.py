@@ -257,7 +257,11 @@ class RemotingBroker:
         matching = [r for r in records if tag_filter.matches_code(tags_code(r.tags or ""))]
         if not matching:
             return req.response(codes.PULL_RETRY_IMMEDIATELY, "no message matches the subscription", fields)
-        body = b"".join(self._record_bytes(r.physical_offset) for r in matching)
+        # The records were just read and checked by the pull: their bytes again, without a second decode.
+        segments = [(r, self.store.segments.find(r.physical_offset)) for r in matching]
+        body = b"".join(seg.read(r.physical_offset, r.store_size) for r, seg in segments if seg is not None)
+        if not body:
+            return req.response(codes.PULL_RETRY_IMMEDIATELY, "the messages expired while being read", fields)
         return req.response(codes.SUCCESS, None, fields, body)
 
     async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
