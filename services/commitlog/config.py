@@ -33,6 +33,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body in bytes", int, minimum=1)
     p.add_setting("--file-reserved-hours", "QUARRY_FILE_RESERVED_HOURS", 72.0, "keep segments this long", float, minimum=0)
     p.add_setting("--tail-cache-records", "QUARRY_TAIL_CACHE_RECORDS", 32768, "newest records Tail serves from memory (0: always read the log)", int, minimum=0)
+    p.add_setting("--recovery-verify-segments", "QUARRY_RECOVERY_VERIFY_SEGMENTS", 3,
+                  "newest segments whose record CRCs are checked at every start (RocketMQ checks 3; 0: trust a clean checkpoint)", int, minimum=0)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
     p.add_setting("--remoting-bind", "QUARRY_COMMITLOG_REMOTING_BIND", "127.0.0.1:10931", "host:port of the RocketMQ 4 remoting (broker) port; 'off' disables it")
     p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "", "remoting address announced to the router (NameServer routes); default: --remoting-bind")

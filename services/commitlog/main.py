@@ -14,6 +14,7 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.health import store_health
 from quarry.services.commitlog.registration import Heartbeats, announced_topics, registration_request
 from quarry.services.commitlog.remoting_port import start_remoting
+from quarry.services.commitlog.segments import StoreLayoutError
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.log import configure_logging, log_event
@@ -33,7 +34,7 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
         asyncio.run(_serve(args))
-    except StartupError as exc:
+    except (StartupError, StoreLayoutError) as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2
     return 0
@@ -49,7 +50,7 @@ async def _serve(args: argparse.Namespace) -> None:
             sync_flush_timeout_ms=args.sync_flush_timeout_ms, auto_create_topics=args.auto_create_topics,
             default_queues=args.default_queues, max_message_size=args.max_message_size,
             file_reserved_hours=args.file_reserved_hours, read_only=args.read_only,
-            dispatch_cache_records=args.tail_cache_records,
+            dispatch_cache_records=args.tail_cache_records, verify_segments=args.recovery_verify_segments,
         )
     )
     stopping = threading.Event()

@@ -50,7 +50,7 @@ def _read(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
     except CorruptRecordError as exc:
         if "PHYSICALOFFSET" in exc.reason or "magic" in exc.reason:
             raise NotFound(f"no record starts at physical offset {physical_offset}") from None
-        state.report(str(exc))
+        state.report(str(exc), exc.offset)
         raise NotFound(f"record at physical offset {physical_offset} is corrupt: {exc.reason}") from None
 
 

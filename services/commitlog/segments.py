@@ -70,17 +70,51 @@ class Segment:
             os.close(self.fd)
 
 
+class StoreLayoutError(Exception):
+    """Segment files a writable store cannot use as they are (the message says which and why)."""
+
+
 class SegmentQueue:
-    """The ordered segments of one CommitLog directory."""
+    """The ordered segments of one CommitLog directory.
+
+    Writable, every file must be named by a multiple of the segment size and be exactly that
+    long, as RocketMQ requires; the only file allowed short is the newest (torn by a crash):
+    it keeps its nominal size here and recovery re-extends it (`torn` says what was found).
+    Anything else stops the store with StoreLayoutError. Read-only stores (e.g. Apache
+    RocketMQ directories) take the files as they are.
+    """
 
     def __init__(self, directory: Path, segment_size: int, read_only: bool) -> None:
         self.directory = directory
         self.segment_size = segment_size
         self.read_only = read_only
         self.segments: list[Segment] = []
-        for start, path in list_segments(directory):
+        self.torn: tuple[int, int] | None = None  # (start, bytes on disk) of a short newest file
+        found = list_segments(directory)
+        for i, (start, path) in enumerate(found):
             size = path.stat().st_size
+            if not read_only:
+                size = self._check(path, start, size, last=i == len(found) - 1)
             self.segments.append(Segment(path, start, size, read_only))
+
+    def _check(self, path: Path, start: int, size: int, last: bool) -> int:
+        nominal = self.segment_size
+        if start % nominal:
+            raise StoreLayoutError(f"{path}: segment named {start}, not a multiple of --segment-size {nominal} "
+                                   "(a store is opened with the segment size it was written with)")
+        if size > nominal or (size < nominal and not last):
+            raise StoreLayoutError(f"{path}: {size} bytes, every segment but the newest must be --segment-size {nominal} "
+                                   "bytes (a store is opened with the segment size it was written with)")
+        if size < nominal:
+            self.torn = (start, size)
+        return nominal
+
+    def restore_sizes(self) -> None:
+        """Give every file its nominal size again (a torn newest one is zero-extended)."""
+        for seg in self.segments:
+            if not self.read_only and os.fstat(seg.fd).st_size != seg.size:
+                os.ftruncate(seg.fd, seg.size)
+                seg.dirty = True
 
     @property
     def min_offset(self) -> int:

@@ -38,6 +38,7 @@ class StoreConfig:
     file_reserved_hours: float = 72.0
     read_only: bool = False
     dispatch_cache_records: int = 32768  # newest records whose dispatch info Tail serves from memory
+    verify_segments: int = 3  # newest segments whose record CRCs recovery checks at every start (RocketMQ: 3)
 
 
 class StoreState:
@@ -64,6 +65,7 @@ class StoreState:
         for topic, qid in self.cqs.queues:
             self.topics[topic] = max(self.topics.get(topic, 0), qid + 1)
         self.corruption: list[str] = []
+        self._reported: set[object] = set()  # physical offsets (or texts) already reported
         self.recovered = False
         self.write_offset = 0
         self.flushed_offset = 0
@@ -74,7 +76,16 @@ class StoreState:
     def min_offset(self) -> int:
         return self.segments.min_offset
 
-    def report(self, problem: str) -> None:
-        """Remember and log a corruption found (shown by GetStoreStatus)."""
+    def report(self, problem: str, offset: int | None = None) -> None:
+        """Remember and log a corruption found (shown by GetStoreStatus), once: a problem at a
+        physical offset already reported (by recovery or an earlier read) is not repeated."""
+        key: object = offset if offset is not None else problem
+        if key in self._reported:
+            return
+        self._reported.add(key)
         self.corruption.append(problem)
         log_event(log, "corruption found", logging.ERROR, dir=str(self.dir), problem=problem)
+
+    def damaged(self, offset: int) -> bool:
+        """A record at this physical offset was reported corrupt."""
+        return offset in self._reported
