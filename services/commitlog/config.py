@@ -36,6 +36,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--recovery-verify-segments", "QUARRY_RECOVERY_VERIFY_SEGMENTS", 3,
                   "newest segments whose record CRCs are checked at every start (RocketMQ checks 3; 0: trust a clean checkpoint)", int, minimum=0)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
+    p.add_setting("--follow", "QUARRY_FOLLOW", False, "follow a store directory another process (a running RocketMQ broker) keeps writing: read-only, new records served within --follow-interval-ms, queues rebuilt in memory", parse_bool)
+    p.add_setting("--follow-interval-ms", "QUARRY_FOLLOW_INTERVAL_MS", 100, "follow mode: how often the directory is checked for new records and segment files", int, minimum=10)
     p.add_setting("--remoting-bind", "QUARRY_COMMITLOG_REMOTING_BIND", "127.0.0.1:10931", "host:port of the RocketMQ 4 remoting (broker) port; 'off' disables it")
     p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "", "remoting address announced to the router (NameServer routes); default: --remoting-bind")
     p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)

@@ -162,6 +162,16 @@ class MemoryConsumeQueue:
             self.max_offset -= 1
             del self.units[-CQ_UNIT_SIZE:]
 
+    def drop_below_phy(self, phy_offset: int) -> None:
+        """Forget the units of records below phy_offset (their segments were deleted): the
+        queue's minimum moves as RocketMQ's does when its CommitLog expires."""
+        cut = 0
+        while cut < len(self.units) and CQ_UNIT.unpack_from(self.units, cut)[0] < phy_offset:
+            cut += CQ_UNIT_SIZE
+        if cut:
+            del self.units[:cut]
+            self.min_offset += cut // CQ_UNIT_SIZE
+
     def take_dirty(self) -> list[int]:
         return []
 

@@ -19,6 +19,10 @@ def _free_bytes(path: os.PathLike[str] | str) -> int:
 
 def store_health(store: CommitLogStore) -> str:
     """"" when the store can take writes, else why not."""
+    if store.follower is not None:
+        if not store.follower.alive():
+            return "follower thread is not running: the writer's new records are not picked up"
+        return f"following failed: {store.follower.failing}" if store.follower.failing else ""
     if store.read_only:
         return ""
     if store.disk_full:

@@ -51,6 +51,7 @@ async def _serve(args: argparse.Namespace) -> None:
             default_queues=args.default_queues, max_message_size=args.max_message_size,
             file_reserved_hours=args.file_reserved_hours, read_only=args.read_only,
             dispatch_cache_records=args.tail_cache_records, verify_segments=args.recovery_verify_segments,
+            follow=args.follow, follow_interval_ms=args.follow_interval_ms,
         )
     )
     stopping = threading.Event()

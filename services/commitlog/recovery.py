@@ -33,6 +33,10 @@ def recover(state: StoreState) -> None:
     if not state.segments.segments:
         state.write_offset = state.flushed_offset = 0
         return
+    if state.config.follow:
+        # A live writer's store: the follower reads it from the start (services/commitlog/follow.py).
+        state.write_offset = state.flushed_offset = state.segments.min_offset
+        return
     segments = state.segments
     if state.rebuild_in_memory:
         start = segments.min_offset  # every record: the queues are built from the log

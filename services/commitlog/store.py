@@ -24,6 +24,7 @@ from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
+from quarry.services.commitlog.follow import Follower
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.recovery import recover
 from quarry.services.commitlog.segments import SegmentQueue
@@ -66,7 +67,13 @@ class CommitLogStore:
         self._appender = Appender(self.state)
         self.flusher = Flusher(self.state, self.delete_expired)
         self.disk_full = ""  # why the last append failed for want of space ("" once one succeeds)
-        if not self.read_only:
+        self.follower: Follower | None = None
+        if config.follow:
+            # Another process writes this directory: catch up with it now, then keep following.
+            self.follower = Follower(self.state, self.flusher.notify, config.follow_interval_ms)
+            self.follower.poll()
+            self.follower.start()
+        elif not self.read_only:
             (self.dir / ABORT_FILE).touch(mode=0o600)
             self.flusher.start()
 
@@ -219,6 +226,8 @@ class CommitLogStore:
         """Flush, write a clean checkpoint, remove the abort marker, close files."""
         if self.state.closed:
             return
+        if self.follower is not None:
+            self.follower.stop()
         if not self.read_only:
             self.flusher.stop()
             self.flusher.flush(clean=True)

@@ -39,6 +39,8 @@ class StoreConfig:
     read_only: bool = False
     dispatch_cache_records: int = 32768  # newest records whose dispatch info Tail serves from memory
     verify_segments: int = 3  # newest segments whose record CRCs recovery checks at every start (RocketMQ: 3)
+    follow: bool = False  # another process writes the directory: read-only, followed (services/commitlog/follow.py)
+    follow_interval_ms: int = 100
 
 
 class StoreState:
@@ -48,7 +50,7 @@ class StoreState:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.dir = Path(config.store_dir)
-        self.read_only = config.read_only
+        self.read_only = config.read_only or config.follow
         if not self.read_only:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             (self.dir / "commitlog").mkdir(exist_ok=True, mode=0o700)
@@ -58,7 +60,7 @@ class StoreState:
         self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
         # A read-only store without consumequeue/ (a dead broker's copied CommitLog): its
         # queues, topics and queue offsets are rebuilt in memory by recovery; nothing is written.
-        self.rebuild_in_memory = self.read_only and not (self.dir / "consumequeue").is_dir()
+        self.rebuild_in_memory = self.read_only and (config.follow or not (self.dir / "consumequeue").is_dir())
         self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only, in_memory=self.rebuild_in_memory)
         self.store_hosts_seen: set[tuple[str, int]] = set()  # filled by a full walk (rebuild)
         self.topics: dict[str, int] = load_topics(self.dir / "config")

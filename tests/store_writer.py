@@ -1,0 +1,186 @@
+"""A process that writes a CommitLog directory the way a RocketMQ broker does, for follow-mode tests.
+
+Like RocketMQ's MappedFile/AllocateMappedFileService: segment files of a fixed (small) size
+are preallocated full of zeros ahead of use (the file first set to a part of its size, then
+grown, then zero-filled through the mapping, as warmMappedFile does), records are written
+through mmap in pieces (a reader sees a growing prefix), a segment that cannot take the next
+record is closed by a BLANK record, and the oldest segments are deleted past --keep-segments.
+
+  python -m tests.store_writer generate --store-dir D --count N [--keep-segments K]
+  python -m tests.store_writer golden --store-dir D --segments-of tests/golden/messages/basic_ipv4/commitlog
+
+Each record written whole is printed as a JSON line {"offset", "size", ...}; with --stop-mid-record N
+the writer writes part of record N, prints {"mid_record": offset} and waits to be killed.
+A restarted `generate` run finds the end of what is whole (as RocketMQ's recovery does),
+writes over a torn record and goes on numbering from the records already there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from quarry.formats.offset_msg_id import create as offset_msg_id
+from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
+from quarry.formats.record import BLANK_HEADER_SIZE, blank_record, encode_record
+from quarry.formats.segment_walk import SegmentEnd, WalkResult, list_segments, segment_name, walk_buffer, walk_segments
+
+TOPIC = "FollowTopic"
+QUEUES = 4
+
+
+class Writer:
+    def __init__(self, directory: Path, segment_size: int, pause_s: float, keep_segments: int) -> None:
+        self.dir = directory / "commitlog"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.segment_size = segment_size
+        self.pause = threading.Event()
+        self.pause_s = pause_s
+        self.keep = keep_segments
+        self.maps: dict[int, tuple[int, mmap.mmap]] = {}
+
+    def _map(self, start: int) -> mmap.mmap:
+        if start not in self.maps:
+            path = self.dir / segment_name(start)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size < self.segment_size:
+                # Preallocation caught in the middle: part of the size first, then the rest.
+                os.ftruncate(fd, self.segment_size // 2)
+                self.pause.wait(self.pause_s)
+                os.ftruncate(fd, self.segment_size)
+            mm = mmap.mmap(fd, self.segment_size, access=mmap.ACCESS_WRITE)
+            self.maps[start] = (fd, mm)
+        return self.maps[start][1]
+
+    def open_segment(self, start: int) -> None:
+        """The segment of `start`, then the next one: RocketMQ allocates a file before it is needed."""
+        for s in (start, start + self.segment_size):
+            if s not in self.maps:
+                mm = self._map(s)
+                if not any(mm[: self.segment_size]):
+                    mm[: self.segment_size] = bytes(self.segment_size)  # warmMappedFile: zeros through the map
+
+    def write(self, offset: int, data: bytes, pieces: int = 3) -> None:
+        """Write data at a log offset through the mapping, in pieces, as a growing prefix."""
+        start = offset - offset % self.segment_size
+        mm = self._map(start)
+        pos = offset - start
+        step = max(1, -(-len(data) // pieces))
+        for i in range(0, len(data), step):
+            chunk = data[i:i + step]
+            mm[pos + i:pos + i + len(chunk)] = chunk
+            self.pause.wait(self.pause_s)
+
+    def room(self, offset: int) -> int:
+        return self.segment_size - offset % self.segment_size
+
+    def close_segment(self, offset: int) -> int:
+        """Write the BLANK record that ends the segment holding offset; returns the next start."""
+        remaining = self.room(offset)
+        self.write(offset, blank_record(remaining)[:BLANK_HEADER_SIZE], pieces=1)
+        return offset + remaining
+
+    def expire(self) -> None:
+        segs = list_segments(self.dir)
+        while self.keep and len(segs) > self.keep + 1:  # +1: the preallocated next file
+            start, path = segs.pop(0)
+            fd_mm = self.maps.pop(start, None)
+            if fd_mm:
+                fd_mm[1].close()
+                os.close(fd_mm[0])
+            os.unlink(path)
+            emit({"deleted": path.name})
+
+
+def emit(obj: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def recover_end(directory: Path) -> tuple[int, int]:
+    """(end of the whole records, how many there are): a restarted writer goes on from there."""
+    result = WalkResult()
+    count = sum(1 for _ in walk_segments(directory / "commitlog", result=result))
+    return result.end_offset, count
+
+
+def generate(args: argparse.Namespace) -> None:
+    w = Writer(Path(args.store_dir), args.segment_size, args.pause_ms / 1000.0, args.keep_segments)
+    offset, done = recover_end(Path(args.store_dir))
+    if done:
+        emit({"recovered": offset, "records": done})
+    # Queue offsets go on from the whole records (the torn one is written again).
+    next_qoff = [0] * QUEUES
+    for rec in walk_segments(w.dir):
+        next_qoff[rec.queue_id] = rec.queue_offset + 1
+    host, port = args.store_host.rsplit(":", 1)
+    for n in range(done, args.count):
+        qid = n % QUEUES
+        uniq = f"{0x7F000001:08X}{os.getpid() & 0xFFFF:04X}{n:020X}"
+        props = encode_properties([(KEYS, f"follow-key-{n}"), (TAGS, "TagA" if n % 2 else "TagB"), (UNIQ_KEY, uniq)])
+        body = (f"follow body {n} " * (1 + n % 7)).encode()
+        make = lambda at: encode_record(topic=TOPIC, body=body, properties=props, queue_id=qid, flag=0, queue_offset=next_qoff[qid],
+                                        physical_offset=at, sys_flag=0, born_timestamp=int(time.time() * 1000), born_host=("10.0.0.9", 50000),
+                                        store_timestamp=int(time.time() * 1000), store_host=(host, int(port)))
+        data = make(offset)
+        if len(data) + BLANK_HEADER_SIZE > w.room(offset):
+            offset = w.close_segment(offset)
+            data = make(offset)
+        w.open_segment(offset - offset % args.segment_size)
+        if n == args.stop_mid_record:
+            w.write(offset, data[: len(data) // 2], pieces=2)
+            emit({"mid_record": offset})
+            threading.Event().wait()  # the test kills the process here
+        w.write(offset, data)
+        emit({"offset": offset, "size": len(data), "n": n, "queue_id": qid, "queue_offset": next_qoff[qid], "key": f"follow-key-{n}",
+              "uniq_key": uniq, "msg_id": offset_msg_id(host, int(port), offset), "topic": TOPIC})
+        next_qoff[qid] += 1
+        offset += len(data)
+        w.expire()
+    emit({"done": offset})
+    threading.Event().wait(0 if args.exit else 3600)
+
+
+def golden(args: argparse.Namespace) -> None:
+    """Write a golden store's segments record by record into preallocated files."""
+    src = Path(args.segments_of)
+    segments = list_segments(src)
+    size = segments[0][1].stat().st_size
+    w = Writer(Path(args.store_dir), size, args.pause_ms / 1000.0, 0)
+    for start, path in segments:
+        data = path.read_bytes()
+        w.open_segment(start)
+        end = SegmentEnd(0)
+        for rec in walk_buffer(data, start, 0, True, end):
+            at = rec.physical_offset - start
+            w.write(rec.physical_offset, data[at:at + rec.store_size])
+            emit({"offset": rec.physical_offset, "size": rec.store_size})
+        if end.blank_at is not None:
+            w.write(start + end.blank_at, data[end.blank_at:end.blank_at + BLANK_HEADER_SIZE], pieces=1)
+    emit({"done": True})
+    threading.Event().wait(0 if args.exit else 3600)
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="store_writer")
+    p.add_argument("mode", choices=["generate", "golden"])
+    p.add_argument("--store-dir", required=True)
+    p.add_argument("--segment-size", type=int, default=4096)
+    p.add_argument("--count", type=int, default=50)
+    p.add_argument("--keep-segments", type=int, default=0, help="delete the oldest segments past this many (0: keep all)")
+    p.add_argument("--pause-ms", type=float, default=2.0, help="pause between the pieces of a record")
+    p.add_argument("--store-host", default="10.20.30.40:10911")
+    p.add_argument("--stop-mid-record", type=int, default=-1)
+    p.add_argument("--segments-of", default="")
+    p.add_argument("--exit", action="store_true", help="exit when done instead of waiting to be stopped")
+    args = p.parse_args(argv)
+    (generate if args.mode == "generate" else golden)(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
