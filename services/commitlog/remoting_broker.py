@@ -27,7 +27,7 @@ from quarry.formats.record import (
 )
 from quarry.services.commitlog.client_table import ClientTable
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
-from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
+from quarry.services.commitlog.errors import StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
 from quarry.services.commitlog.browse import search_offset_by_time
@@ -35,6 +35,7 @@ from quarry.services.commitlog.store import AppendResult
 from quarry.services.remoting import codes
 from quarry.services.remoting.command import RemotingCommand
 from quarry.services.remoting.server import Connection, Handler, RemotingError
+from quarry.services.remoting.status import remoting_error
 from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 
 log = logging.getLogger("quarry.commitlog.remoting")
@@ -44,19 +45,11 @@ MAX_SUSPEND_MS = 30_000  # longest a pull is held waiting for new messages
 UNIQUE_KEY_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum, used for unique-key queries
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
-# Store errors as RocketMQ's broker answers them (response code).
-_SEND_CODES = {InvalidArgument: codes.MESSAGE_ILLEGAL, NotFound: codes.TOPIC_NOT_EXIST, ReadOnly: codes.SERVICE_NOT_AVAILABLE,
-               DiskFull: codes.SERVICE_NOT_AVAILABLE, Expired: codes.SYSTEM_ERROR}
 # SendMessageRequestHeaderV2's one-letter names.
 _V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag",
               "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode", "l": "consumeRetryTimes",
               "m": "batch", "n": "brokerName"}
 _I32 = (-(1 << 31), (1 << 31) - 1)
-
-
-def _store_error(exc: StoreError) -> RemotingError:
-    code = next((c for t, c in _SEND_CODES.items() if isinstance(exc, t)), codes.SYSTEM_ERROR)
-    return RemotingError(code, str(exc))
 
 
 class RemotingBroker:
@@ -116,7 +109,7 @@ class RemotingBroker:
                 msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *_I32), **common)  # type: ignore[arg-type]
                 results = await self.servicer.append_flushed([msg], "RemotingSend")
         except StoreError as exc:
-            raise _store_error(exc) from None
+            raise remoting_error(exc) from None
         return self._send_response(req, results)
 
     @staticmethod
@@ -150,7 +143,7 @@ class RemotingBroker:
         try:
             await self.servicer.append_flushed([msg], "RemotingEndTransaction")
         except StoreError as exc:
-            raise _store_error(exc) from None
+            raise remoting_error(exc) from None
         return req.response(codes.SUCCESS)
 
     # -- reads --------------------------------------------------------------------------------
@@ -242,7 +235,7 @@ class RemotingBroker:
             try:
                 records, next_offset, lo, hi = self.store.pull(topic, queue_id, offset, min(max_msgs, MAX_PULL_MSGS))
             except StoreError as exc:
-                raise _store_error(exc) from None
+                raise remoting_error(exc) from None
             left = deadline - time.monotonic()
             if records or offset != hi or left <= 0 or self.stopping.is_set():
                 break
@@ -302,7 +295,7 @@ class RemotingBroker:
         try:
             created = self.store.create_topic(topic, queues)
         except StoreError as exc:
-            raise _store_error(exc) from None
+            raise remoting_error(exc) from None
         if created:
             self.servicer.on_topic_created()
         elif self.store.topics[topic] != queues:

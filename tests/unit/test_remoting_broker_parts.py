@@ -65,3 +65,19 @@ def test_an_unreadable_offset_table_stops_the_start_naming_the_file(tmp_path: Pa
     (tmp_path / "consumerOffset.json").write_text('{"offsetTable": {"T@g": {"0": "x"}}}')
     with pytest.raises(ValueError, match="consumerOffset.json: not a consumer offset table"):
         ConsumerOffsets(tmp_path)
+
+
+def test_docs_show_the_remoting_response_code_table() -> None:
+    import re
+
+    from quarry.services.remoting import codes
+    from quarry.services.remoting.status import RESPONSE_CODES, remoting_error
+    from quarry.services.errors import DiskFull, Expired, NotFound, ReadOnly, Unavailable
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
+    table = doc.split("<!-- remoting-table:begin -->")[1].split("<!-- remoting-table:end -->")[0]
+    rows = {m.group(1): (m.group(2), int(m.group(3))) for m in re.finditer(r"\| `(\w+)` \| `(\w+)` \((\d+)\) \|", table)}
+    assert rows == {t.__name__: (name, code) for t, (code, name) in RESPONSE_CODES.items()}
+    assert all(getattr(codes, name) == code for name, code in rows.values())
+    for exc in (NotFound("x"), Expired("x"), ReadOnly("x"), DiskFull("x"), Unavailable("x"), InvalidArgument("topic", "bad")):
+        assert remoting_error(exc).code == RESPONSE_CODES[type(exc)][0]
