@@ -1,48 +1,34 @@
 """`quarry`: an mqadmin-style command line over the router.
 
-Subcommands and flags follow mqadmin: queryMsgById -i, queryMsgByKey -t -k [-b -e -m],
-queryMsgByUniqueKey -t -i [-a], queryMsgByOffset -t -b -i -o, sendMessage -t -p [-k -c],
-topicList, topicRoute -t, brokerStatus [-b], clusterList. `-n` or $NAMESRV_ADDR is the
-router. Exit codes: 0 found/done, 1 not found, 2 bad input, 3 unavailable, 4 other error.
+Commands and options follow mqadmin (short and long names): queryMsgById -i, queryMsgByKey
+-t -k [-b -e -m], queryMsgByUniqueKey -t -i [-a -b -e], queryMsgByOffset -t -b -i -o,
+sendMessage -t -p [-k -c], topicList, topicRoute -t, brokerStatus [-b], clusterList,
+unregisterBroker -b. `-n` (or $NAMESRV_ADDR) names the router(s) and `--json` prints the
+protobuf JSON mapping; both go anywhere on the line. Option parsing lives in `cli_options`.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from quarry.clients.admin import AdminClient
 from quarry.clients.cli_browse import BrowseCommands
 from quarry.clients.cli_browse import add_parsers as add_browse_parsers
+from quarry.clients.cli_options import (
+    EXIT_CODES, EXIT_INCOMPLETE, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, add_option, common_options, human_time, parse_time, proto_json,
+)
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
 from quarry.clients.model import Message, QueryResult
 from quarry.clients.producer import Producer
 from quarry.formats import offset_msg_id
+from quarry.v1 import commitlog_pb2, router_pb2
 
-EXIT_OK, EXIT_NOT_FOUND, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_ERROR = 0, 1, 2, 3, 4
-
-
-def parse_time(text: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC when no zone is given)."""
-    text = text.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected epoch milliseconds or an ISO-8601 time, got {text!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
-
-
-def human_time(ms: int) -> str:
-    """As mqadmin prints times: yyyy-MM-dd HH:mm:ss,SSS (local time)."""
-    dt = datetime.fromtimestamp(ms / 1000)
-    return dt.strftime("%Y-%m-%d %H:%M:%S") + f",{ms % 1000:03d}"
+ROUTER_MAX_NUM = 2048  # the router's page cap; larger -m values are read page by page
+EXIT_ERROR = EXIT_UNAVAILABLE  # kept for callers of the old name
 
 
 def print_message(m: Message, out: Any) -> None:
@@ -63,6 +49,12 @@ def report_incomplete(result: QueryResult, err: Any) -> None:
         print(f"WARNING: broker {b.broker_name} did not answer ({b.error_code}: {b.error_message}); the result may be incomplete", file=err)
 
 
+def result_code(result: QueryResult) -> int:
+    if result.failed_brokers:
+        return EXIT_INCOMPLETE
+    return EXIT_OK if result.messages else EXIT_NOT_FOUND
+
+
 class Cli(BrowseCommands):
     def __init__(self, args: argparse.Namespace, out: Any, err: Any) -> None:
         self.args, self.out, self.err = args, out, err
@@ -70,11 +62,7 @@ class Cli(BrowseCommands):
 
     def emit_result(self, result: QueryResult, table: bool = False) -> int:
         if self.args.json:
-            print(json.dumps({
-                "messages": [m.to_json() for m in result.messages], "complete": result.complete,
-                "brokers": [b.__dict__ for b in result.brokers], "copies": result.copies,
-                "collisions_filtered": result.collisions_filtered, "notes": result.notes, "next_token": result.next_token,
-            }, indent=1), file=self.out)
+            print(json.dumps(proto_json(result.raw) if result.raw is not None else {}, indent=1), file=self.out)
         elif table:
             print(f"{'#Message ID':<56s} {'#QID':>4s} {'#Offset':>12s} {'#Broker':<12s} {'#Store Time'}", file=self.out)
             for m in result.messages:
@@ -89,10 +77,26 @@ class Cli(BrowseCommands):
             if result.copies > 1:
                 print(f"\n{result.copies} stored copies carry this unique key (-a shows all)", file=self.out)
         report_incomplete(result, self.err)
-        return EXIT_OK
+        if not result.messages and not self.args.json:
+            print("not found: no message matched" + (f" ({'; '.join(result.notes)})" if result.notes else ""), file=self.err)
+        return result_code(result)
 
     def queryMsgById(self) -> int:
-        msg_id = self.args.id
+        codes = []
+        for n, msg_id in enumerate(self.args.id):
+            if n and not self.args.json:
+                print("", file=self.out)
+            try:
+                codes.append(self._one_id(msg_id))
+            except QuarryError as exc:
+                codes.append(report_error(exc, self.err, prefix=f"-i {msg_id}: "))
+        # The worst outcome decides: bad input, then unavailable, incomplete, not found.
+        for code in (EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_INCOMPLETE, EXIT_NOT_FOUND):
+            if code in codes:
+                return code
+        return EXIT_OK
+
+    def _one_id(self, msg_id: str) -> int:
         try:
             offset_msg_id.decode(msg_id)
             is_offset_id = True
@@ -105,145 +109,202 @@ class Cli(BrowseCommands):
                 if not self.args.topic:
                     raise
         if not self.args.topic:
-            raise InvalidArgumentError("INVALID_ARGUMENT", f"-i {msg_id}: not an offsetMsgId; give -t <topic> to look it up as a unique key")
+            raise InvalidArgumentError("INVALID_ARGUMENT", "not an offsetMsgId; give -t <topic> to look it up as a unique key")
         return self.emit_result(self.admin.query_by_unique_key(self.args.topic, msg_id))
 
     def queryMsgByKey(self) -> int:
-        result = self.admin.query_by_key(self.args.topic, self.args.key, self.args.max, self.args.begin, self.args.end, self.args.token)
-        return self.emit_result(result, table=True)
+        want, token = self.args.max, self.args.token
+        result = self.admin.query_by_key(self.args.topic, self.args.key, min(want, ROUTER_MAX_NUM), self.args.begin, self.args.end, token)
+        merged = result
+        # Past the router's page cap, read on page by page (the answer is one list).
+        while len(merged.messages) < want and merged.next_token:
+            page = self.admin.query_by_key(self.args.topic, self.args.key, min(want - len(merged.messages), ROUTER_MAX_NUM), self.args.begin, self.args.end, merged.next_token)
+            merged = merged.extended(page)
+        return self.emit_result(merged, table=True)
 
     def queryMsgByUniqueKey(self) -> int:
-        return self.emit_result(self.admin.query_by_unique_key(self.args.topic, self.args.id, self.args.all))
+        return self.emit_result(self.admin.query_by_unique_key(self.args.topic, self.args.id, self.args.all, self.args.begin, self.args.end))
 
     def queryMsgByOffset(self) -> int:
         return self.emit_result(self.admin.query_by_offset(self.args.topic, self.args.broker, self.args.queue, self.args.offset))
 
     def sendMessage(self) -> int:
-        keys = self.args.keys.split() if self.args.keys else None
         with Producer(self.args.namesrv) as producer:
-            result = producer.send(self.args.topic, self.args.body.encode("utf-8"), keys=keys, tags=self.args.tags or "")
+            result = producer.send(self.args.topic, self.args.body.encode("utf-8"), keys=self.args.keys or None, tags=self.args.tags or "")
         if self.args.json:
-            print(json.dumps({"send_status": result.send_status, "msg_id": result.msg_id, "offset_msg_id": result.offset_msg_id,
-                              "broker_name": result.message_queue.broker_name, "queue_id": result.message_queue.queue_id,
-                              "queue_offset": result.queue_offset}), file=self.out)
+            print(json.dumps(proto_json(result.raw) if result.raw is not None else {}, indent=1), file=self.out)
         else:
             print(result, file=self.out)
         return EXIT_OK
 
     def topicList(self) -> int:
         topics = self.admin.topics()
-        print(json.dumps(topics) if self.args.json else "\n".join(topics), file=self.out)
+        print(json.dumps(proto_json(router_pb2.ListTopicsResponse(topics=topics)), indent=1) if self.args.json else "\n".join(topics), file=self.out)
         return EXIT_OK
 
     def topicRoute(self) -> int:
-        route = self.admin.topic_route(self.args.topic)
-        data = {"topic": route.topic, "brokers": [{"brokerName": b.broker_name, "addr": b.commitlog_addr, "queueNums": b.queue_count} for b in route.brokers]}
-        print(json.dumps(data, indent=1), file=self.out)
+        print(json.dumps(proto_json(self.admin.topic_route(self.args.topic)), indent=1), file=self.out)
         return EXIT_OK
 
     def clusterList(self) -> int:
         brokers = self.admin.brokers()
         if self.args.json:
-            print(json.dumps([{"cluster": b.cluster_name, "broker": b.broker_name, "commitlog": b.commitlog_addr, "indexer": b.indexer_addr, "store_host": b.store_host} for b in brokers]), file=self.out)
-            return EXIT_OK
-        print(f"{'#Cluster Name':<16s} {'#Broker Name':<16s} {'#Commitlog':<24s} {'#Indexer':<24s} {'#Store Host'}", file=self.out)
-        for b in brokers:
-            print(f"{b.cluster_name:<16s} {b.broker_name:<16s} {b.commitlog_addr:<24s} {b.indexer_addr:<24s} {b.store_host}", file=self.out)
+            print(json.dumps(proto_json(router_pb2.ListBrokersResponse(brokers=brokers)), indent=1), file=self.out)
+        else:
+            print(f"{'#Cluster Name':<16s} {'#Broker Name':<16s} {'#Commitlog':<24s} {'#Indexer':<24s} {'#Store Host':<24s} {'#Status'}", file=self.out)
+            for b in brokers:
+                status = f"MISSING (last heartbeat {human_time(b.last_heartbeat_ms)})" if b.missing else "live"
+                print(f"{b.cluster_name:<16s} {b.broker_name:<16s} {b.commitlog_addr:<24s} {b.indexer_addr:<24s} {b.store_host:<24s} {status}", file=self.out)
+        return EXIT_INCOMPLETE if any(b.missing for b in brokers) else EXIT_OK
+
+    def unregisterBroker(self) -> int:
+        self.admin.unregister_broker(self.args.broker)
+        print(f"broker {self.args.broker} unregistered", file=self.out)
         return EXIT_OK
 
     def brokerStatus(self) -> int:
         brokers = [b for b in self.admin.brokers() if not self.args.broker or b.broker_name == self.args.broker]
         if not brokers:
-            raise NotFoundError("NOT_FOUND", f"-b {self.args.broker}: no such live broker")
-        rows = []
-        code = EXIT_OK
+            raise NotFoundError("NOT_FOUND", f"-b {self.args.broker}: no such broker")
+        rows: list[tuple[str, commitlog_pb2.GetStoreStatusResponse | None, str]] = []
         for b in brokers:
+            if b.missing:
+                rows.append((b.broker_name, None, f"missing: no heartbeat since {human_time(b.last_heartbeat_ms)}"))
+                continue
             try:
-                st = self.admin.broker_status(b.commitlog_addr)
-                rows.append({"broker": b.broker_name, "min_offset": st.min_offset, "max_offset": st.max_offset, "committed_offset": st.committed_offset,
-                             "segments": len(st.segments), "topics": len(st.topics), "flush_mode": "SYNC" if st.flush_mode == 2 else "ASYNC",
-                             "read_only": st.read_only, "corruption": list(st.corruption)})
+                rows.append((b.broker_name, self.admin.broker_status(b.commitlog_addr), ""))
             except UnavailableError as exc:
-                rows.append({"broker": b.broker_name, "error": exc.message})
-                code = EXIT_UNAVAILABLE
+                rows.append((b.broker_name, None, f"{exc.code}: {exc.message}"))
         if self.args.json:
-            print(json.dumps(rows), file=self.out)
+            print(json.dumps({"brokers": [{"brokerName": name, **({"status": proto_json(st)} if st is not None else {"error": error})} for name, st, error in rows]}, indent=1), file=self.out)
         else:
-            for row in rows:
-                print(f"[{row['broker']}]", file=self.out)
-                for k, v in row.items():
-                    if k != "broker":
-                        print(f"  {k:<18s}: {v}", file=self.out)
-        return code
+            for name, st, error in rows:
+                print(f"[{name}]", file=self.out)
+                if st is None:
+                    print(f"  {'error':<18s}: {error}", file=self.out)
+                    continue
+                for k, v in (("min_offset", st.min_offset), ("max_offset", st.max_offset), ("committed_offset", st.committed_offset),
+                             ("segments", len(st.segments)), ("topics", len(st.topics)), ("flush_mode", "SYNC" if st.flush_mode == 2 else "ASYNC"),
+                             ("read_only", st.read_only), ("corruption", list(st.corruption))):
+                    print(f"  {k:<18s}: {v}", file=self.out)
+        failed = sum(1 for _, st, _ in rows if st is None)
+        return EXIT_OK if not failed else (EXIT_UNAVAILABLE if failed == len(rows) else EXIT_INCOMPLETE)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quarry", description="mqadmin-style queries over a Quarry router.")
-    p.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"), help="router address [env NAMESRV_ADDR]")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="quarry", description="mqadmin-style queries over Quarry routers.", epilog=EXIT_CODES + TIME_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common_options(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="<command>")
 
     def add(name: str, alias: str, help: str) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, aliases=[alias], help=help)
+        sp = sub.add_parser(name, aliases=[alias], help=help, description=help, epilog=EXIT_CODES + TIME_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.set_defaults(handler=name)
+        common_options(sp)
         return sp
 
-    s = add("queryMsgById", "query-msg-by-id", "a message by offsetMsgId (or unique key with -t)")
-    s.add_argument("-i", "--id", required=True)
-    s.add_argument("-t", "--topic", default="")
-    s = add("queryMsgByKey", "query-msg-by-key", "messages by business key")
-    s.add_argument("-t", "--topic", required=True)
-    s.add_argument("-k", "--key", required=True)
-    s.add_argument("-b", "--begin", type=parse_time, default=0, help="epoch ms or ISO time")
-    s.add_argument("-e", "--end", type=parse_time, default=0, help="epoch ms or ISO time (default now)")
-    s.add_argument("-m", "--max", type=int, default=64)
-    s.add_argument("--token", default="", help="continuation token of the previous page")
+    s = add("queryMsgById", "query-msg-by-id", "messages by offsetMsgId (or unique key with -t)")
+    add_option(s, "-i", "--msgId", "--id", dest="id", kind="ids", required=True, help="offsetMsgId; several separated by commas")
+    add_option(s, "-t", "--topic", default="", help="topic, to look ids up as unique keys when they are not offsetMsgIds")
+    s = add("queryMsgByKey", "query-msg-by-key", "messages by business key, newest first")
+    add_option(s, "-t", "--topic", required=True, help="topic")
+    add_option(s, "-k", "--msgKey", "--key", dest="key", required=True, help="key (one KEYS token)")
+    add_option(s, "-b", "--beginTimestamp", "--begin", dest="begin", kind="time", default=0, help="earliest store time (default: the oldest retained)")
+    add_option(s, "-e", "--endTimestamp", "--end", dest="end", kind="time", default=0, help="latest store time (default: now)")
+    add_option(s, "-m", "--maxNum", "--max", dest="max", kind="positive", default=64, help="most messages to print (default 64; pages are read as needed)")
+    add_option(s, "--token", default="", help="continuation token printed after a page (more: --token ...)")
     s = add("queryMsgByUniqueKey", "query-msg-by-unique-key", "a message by unique key (client msgId)")
-    s.add_argument("-t", "--topic", required=True)
-    s.add_argument("-i", "--id", required=True)
-    s.add_argument("-a", "--all", action="store_true", help="every stored copy")
+    add_option(s, "-t", "--topic", required=True, help="topic")
+    add_option(s, "-i", "--msgId", "--id", dest="id", required=True, help="unique key (client msgId)")
+    s.add_argument("-a", "--showAll", "--all", dest="all", action="store_true", help="every stored copy, not only the earliest")
+    add_option(s, "-b", "--beginTimestamp", "--begin", dest="begin", kind="time", default=0,
+               help="search only from this store time (default: the id's own window, then the whole retained index)")
+    add_option(s, "-e", "--endTimestamp", "--end", dest="end", kind="time", default=0, help="search only up to this store time (default: now)")
     s = add("queryMsgByOffset", "query-msg-by-offset", "the message at a queue offset")
-    s.add_argument("-t", "--topic", required=True)
-    s.add_argument("-b", "--broker", required=True)
-    s.add_argument("-i", "--queue", type=int, required=True)
-    s.add_argument("-o", "--offset", type=int, required=True)
+    add_option(s, "-t", "--topic", required=True, help="topic")
+    add_option(s, "-b", "--brokerName", "--broker", dest="broker", required=True, help="broker name")
+    add_option(s, "-i", "--queueId", "--queue", dest="queue", kind="non_negative", required=True, help="queue id")
+    add_option(s, "-o", "--offset", kind="non_negative", required=True, help="queue offset")
     s = add("sendMessage", "send-message", "send one message")
-    s.add_argument("-t", "--topic", required=True)
-    s.add_argument("-p", "--body", required=True)
-    s.add_argument("-k", "--keys", default="")
-    s.add_argument("-c", "--tags", default="")
-    add("topicList", "topic-list", "topics of live brokers")
-    s = add("topicRoute", "topic-route", "brokers and queues of a topic")
-    s.add_argument("-t", "--topic", required=True)
+    add_option(s, "-t", "--topic", required=True, help="topic")
+    add_option(s, "-p", "--body", required=True, help="message body (UTF-8 text)")
+    add_option(s, "-k", "--keys", default="", help="keys, several separated by spaces (as RocketMQ's setKeys)")
+    add_option(s, "-c", "--tags", default="", help="tag")
+    add("topicList", "topic-list", "topics of known brokers")
+    s = add("topicRoute", "topic-route", "live brokers and queues of a topic")
+    add_option(s, "-t", "--topic", required=True, help="topic")
     s = add("brokerStatus", "broker-status", "store status of each broker")
-    s.add_argument("-b", "--broker", default="")
-    add("clusterList", "cluster-list", "live brokers")
-    add_browse_parsers(add, parse_time)
+    add_option(s, "-b", "--brokerName", "--broker", dest="broker", default="", help="only this broker")
+    add("clusterList", "cluster-list", "brokers, live and missing (stopped heartbeating), with their addresses")
+    s = add("unregisterBroker", "unregister-broker", "forget a broker on every router (a missing broker is reported until then)")
+    add_option(s, "-b", "--brokerName", "--broker", dest="broker", required=True, help="broker name")
+    add_browse_parsers(add, time_type)
     return p
+
+
+TIME_HELP = """
+
+times: epoch milliseconds, ISO-8601 with Z or an offset (2024-05-01T12:00:00Z), or a time
+without zone (2024-05-01T12:00:00, or as printed: 2024-05-01 12:00:00,123) read in the zone
+times are printed in (local time, set by TZ). Epoch seconds are refused."""
+
+
+def time_type(text: str) -> int:
+    """parse_time for `type=` options (argparse shows the reason)."""
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def report_error(exc: QuarryError, err: Any, prefix: str = "") -> int:
+    if isinstance(exc, NotFoundError):
+        print(f"not found: {prefix}{exc.message}", file=err)
+        return EXIT_NOT_FOUND
+    if isinstance(exc, InvalidArgumentError):
+        print(f"invalid argument: {prefix}{exc.message}", file=err)
+        return EXIT_INVALID
+    if isinstance(exc, UnavailableError):
+        print(f"unavailable: {prefix}{exc.message}", file=err)
+        return EXIT_UNAVAILABLE
+    print(f"error: {prefix}{exc}", file=err)
+    return EXIT_UNAVAILABLE
 
 
 def main(argv: list[str] | None = None, out: Any = None, err: Any = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
+    try:
+        return _main(argv, out, err)
+    except BrokenPipeError:
+        # `quarry ... | head -1`: the reader left; say nothing more (and no traceback at exit).
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
+
+
+def _main(argv: list[str] | None, out: Any, err: Any) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # usage and --help where the caller reads
+            args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_INVALID if exc.code else EXIT_OK
-    cli = Cli(args, out, err)
+    try:
+        cli = Cli(args, out, err)
+    except ValueError as exc:
+        print(f"invalid argument: -n: {exc}", file=err)
+        return EXIT_INVALID
     handler: Callable[[], int] = getattr(cli, args.handler)
     try:
-        return handler()
-    except NotFoundError as exc:
-        print(f"not found: {exc.message}", file=err)
-        return EXIT_NOT_FOUND
-    except InvalidArgumentError as exc:
-        print(f"invalid argument: {exc.message}", file=err)
-        return EXIT_INVALID
-    except UnavailableError as exc:
-        print(f"unavailable: {exc.message}", file=err)
-        return EXIT_UNAVAILABLE
+        code = handler()
     except QuarryError as exc:
-        print(f"error: {exc}", file=err)
-        return EXIT_ERROR
+        code = report_error(exc, err)
     finally:
         cli.admin.close()
+    out.flush()  # here, where a reader that left (`| head -1`) is caught, not at exit
+    return code

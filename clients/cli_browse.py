@@ -13,6 +13,7 @@ import re
 from datetime import datetime
 from typing import Any, Callable
 
+from quarry.clients.cli_options import camel_keys, proto_json
 from quarry.clients.errors import InvalidArgumentError, NotFoundError
 from quarry.clients.model import Message, QueryResult
 from quarry.formats import message_id, message_trace
@@ -81,6 +82,7 @@ class BrowseCommands:
         limit = self.args.max
         token = self.args.token
         shown: list[Message] = []
+        raws: list[Any] = []
         failed: dict[str, str] = {}
         none_answered = False
         next_token, retry_token = "", ""
@@ -91,6 +93,7 @@ class BrowseCommands:
                 if not self.args.json:
                     print(message_line(m, charset, print_body), file=self.out)
             shown += result.messages
+            raws += list(result.raw.messages) if result.raw is not None else []
             next_token = result.next_token
             if result.failed_brokers:
                 failed.update({b.broker_name: f"{b.error_code}: {b.error_message}" for b in result.failed_brokers})
@@ -101,8 +104,8 @@ class BrowseCommands:
                 break
             token = next_token
         if self.args.json:
-            print(json.dumps({"messages": [_msg_json(m, charset, print_body) for m in shown], "complete": not failed,
-                              "failed_brokers": failed, "next_token": next_token, "retry_token": retry_token}, indent=1), file=self.out)
+            print(json.dumps({"messages": [_msg_json(m, print_body) for m in raws], "complete": not failed,
+                              "failedBrokers": failed, "nextToken": next_token, "retryToken": retry_token}, indent=1), file=self.out)
         else:
             if next_token and not failed:
                 print(f"more: --token {next_token}", file=self.out)
@@ -125,8 +128,7 @@ class BrowseCommands:
     def searchOffset(self) -> int:
         a = self.args
         r = self.admin.search_offset(a.topic, a.broker_name, a.queue_id, a.timestamp, a.upper)
-        data = {"broker_name": r.broker_name, "queue_offset": r.queue_offset, "min_queue_offset": r.min_queue_offset, "max_queue_offset": r.max_queue_offset}
-        print(json.dumps(data) if a.json else f"offset={r.queue_offset} (queue range [{r.min_queue_offset}, {r.max_queue_offset}))", file=self.out)
+        print(json.dumps(proto_json(r)) if a.json else f"offset={r.queue_offset} (queue range [{r.min_queue_offset}, {r.max_queue_offset}))", file=self.out)
         return EXIT_OK
 
     def queryMsgTraceById(self) -> int:
@@ -152,8 +154,8 @@ class BrowseCommands:
                 break
         contexts.sort(key=lambda c: (c.timestamp, c.trace_type))
         if a.json:
-            print(json.dumps({"msg_id": a.msg_id, "trace_topic": a.trace_topic, "contexts": [c.to_json() for c in contexts],
-                              "problems": problems, "complete": not failed, "failed_brokers": failed}, indent=1), file=self.out)
+            print(json.dumps(camel_keys({"msg_id": a.msg_id, "trace_topic": a.trace_topic, "contexts": [c.to_json() for c in contexts],
+                                         "problems": problems, "complete": not failed}) | {"failedBrokers": failed}, indent=1), file=self.out)
         else:
             print_trace(contexts, self.out)
         for p in problems:
@@ -171,7 +173,7 @@ class BrowseCommands:
         except message_id.MessageIdError as exc:
             raise InvalidArgumentError("INVALID_ARGUMENT", f"-i/--messageId: {exc}") from None
         if self.args.json:
-            print(json.dumps(info, indent=1), file=self.out)
+            print(json.dumps(camel_keys(info), indent=1), file=self.out)
             return EXIT_OK
         if "offset_msg_id" in info:
             o = info["offset_msg_id"]
@@ -188,10 +190,11 @@ class BrowseCommands:
         return EXIT_OK
 
 
-def _msg_json(m: Message, charset: str, print_body: bool) -> dict[str, Any]:
-    out = m.to_json(with_body=False)
-    if print_body:
-        out["body"] = m.body.decode(charset, errors="replace")
+def _msg_json(m: Any, print_body: bool) -> dict[str, Any]:
+    """A StoredMessage in the protobuf JSON mapping (as every --json prints messages); -d false drops the body."""
+    out = proto_json(m)
+    if not print_body:
+        out.pop("body", None)
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from quarry.formats.addresses import format_host_port
 from quarry.v1 import common_pb2, router_pb2
 
 
@@ -62,7 +63,7 @@ class Message:
 
 
 def _host(h: common_pb2.HostAddress) -> str:
-    return f"[{h.ip}]:{h.port}" if ":" in h.ip else f"{h.ip}:{h.port}"
+    return format_host_port(h.ip, h.port)
 
 
 @dataclass
@@ -85,6 +86,7 @@ class QueryResult:
     copies: int = 0
     notes: list[str] = field(default_factory=list)
     next_token: str = ""
+    raw: router_pb2.QueryResult | None = field(default=None, repr=False, compare=False)  # as the router sent it
 
     @classmethod
     def from_proto(cls, r: router_pb2.QueryResult) -> "QueryResult":
@@ -92,8 +94,22 @@ class QueryResult:
             messages=[Message.from_proto(m) for m in r.messages],
             brokers=[BrokerOutcome(o.broker_name, o.answered, o.error_code, o.error_message, o.latency_ms) for o in r.brokers],
             complete=r.complete, collisions_filtered=r.collisions_filtered, copies=r.copies,
-            notes=list(r.notes), next_token=r.next_continuation_token,
+            notes=list(r.notes), next_token=r.next_continuation_token, raw=r,
         )
+
+    def extended(self, page: "QueryResult") -> "QueryResult":
+        """This result followed by the next page of the same query (as one answer)."""
+        raw = router_pb2.QueryResult()
+        if self.raw is not None:
+            raw.CopyFrom(self.raw)
+        if page.raw is not None:
+            raw.messages.extend(page.raw.messages)
+            failed = {o.broker_name for o in raw.brokers if not o.answered}
+            raw.brokers.extend(o for o in page.raw.brokers if not o.answered and o.broker_name not in failed)
+            raw.complete = raw.complete and page.raw.complete
+            raw.collisions_filtered += page.raw.collisions_filtered
+            raw.next_continuation_token = page.raw.next_continuation_token
+        return QueryResult.from_proto(raw)
 
     @property
     def failed_brokers(self) -> list[BrokerOutcome]:
@@ -119,6 +135,7 @@ class SendResult:
     offset_msg_id: str
     message_queue: MessageQueue
     queue_offset: int
+    raw: common_pb2.SendResult | None = field(default=None, repr=False, compare=False)  # as the broker sent it
 
     def __str__(self) -> str:
         return (

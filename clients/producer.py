@@ -22,6 +22,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError, from_rpc_error
 from quarry.clients.model import MessageQueue, SendResult
+from quarry.clients.routers import RouterPool
 from quarry.formats.properties import PropertyError, message_properties
 from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY, DEFAULT_TOPIC_QUEUE_NUMS, TopicError, validate_topic
 from quarry.formats.unique_key import UniqueKeyGenerator
@@ -54,7 +55,9 @@ class Producer:
     """Sends messages to the brokers that hold a topic, retrying elsewhere when one is down."""
 
     def __init__(self, router_addr: str, retries: int = 2, timeout_s: float = 5.0, max_message_size: int = 4 * 1024 * 1024) -> None:
+        """`router_addr`: host:port, or several routers as 'a:9876;b:9876' (tried in turn)."""
         self.router_addr = router_addr
+        self._routers = RouterPool(router_addr)
         self.retries = retries
         self.timeout_s = timeout_s
         self.max_message_size = max_message_size
@@ -79,14 +82,13 @@ class Producer:
         every broker that creates topics on first send (see _auto_create_route)."""
         if not refresh and topic in self._routes:
             return self._routes[topic]
-        router = router_pb2_grpc.QueryRouterServiceStub(self._channel(self.router_addr))
         try:
-            resp = router.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=topic), timeout=self.timeout_s)
+            resp = self._routers.call(lambda r: r.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=topic), timeout=self.timeout_s))
             queues = [(MessageQueue(topic, b.broker_name, q), b.commitlog_addr) for b in resp.brokers for q in range(b.queue_count)]
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
                 raise from_rpc_error(exc) from None
-            queues = self._auto_create_route(router, topic)
+            queues = self._auto_create_route(topic)
         if not queues:
             raise UnavailableError("UNAVAILABLE", f"no live broker to send topic {topic} to")
         # Interleave brokers (a0, b0, a1, b1, …) so round robin spreads load from the first send.
@@ -94,12 +96,12 @@ class Producer:
         self._routes[topic] = queues
         return queues
 
-    def _auto_create_route(self, router: router_pb2_grpc.QueryRouterServiceStub, topic: str) -> list[tuple[MessageQueue, str]]:
+    def _auto_create_route(self, topic: str) -> list[tuple[MessageQueue, str]]:
         """A topic no broker holds yet goes along TBW102's route, as RocketMQ's producer does:
         to every broker that creates topics on first send (each then holds it), using at most
         DEFAULT_TOPIC_QUEUE_NUMS queues of each."""
         try:
-            resp = router.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=AUTO_CREATE_TOPIC_KEY), timeout=self.timeout_s)
+            resp = self._routers.call(lambda r: r.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=AUTO_CREATE_TOPIC_KEY), timeout=self.timeout_s))
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
                 raise NotFoundError("NOT_FOUND", f"topic {topic} does not exist and no live broker creates topics on first send") from None
@@ -116,7 +118,8 @@ class Producer:
             raise InvalidArgumentError("INVALID_ARGUMENT", "body: must not be empty")
         if len(body) > self.max_message_size:
             raise InvalidArgumentError("INVALID_ARGUMENT", f"body: {len(body)} bytes exceeds the max message size {self.max_message_size}")
-        key_list = [keys] if isinstance(keys, str) else list(keys or [])
+        # A string is split on spaces, as RocketMQ's Message.setKeys(String) stores it.
+        key_list = [k for k in keys.split(" ") if k] if isinstance(keys, str) else list(keys or [])
         uid = unique_key or unique_key_generator().next_id()  # a caller-set key is kept
         pairs = list((properties or {}).items())
         try:
@@ -176,7 +179,7 @@ class Producer:
                     avoid.add(queue.broker_name)
                 raise err from None
             return [
-                SendResult(common_pb2.SendStatus.Name(r.status).removeprefix("SEND_STATUS_"), r.unique_key, r.offset_msg_id, MessageQueue(topic, r.broker_name or queue.broker_name, r.queue_id), r.queue_offset)
+                SendResult(common_pb2.SendStatus.Name(r.status).removeprefix("SEND_STATUS_"), r.unique_key, r.offset_msg_id, MessageQueue(topic, r.broker_name or queue.broker_name, r.queue_id), r.queue_offset, r)
                 for r in results
             ]
 
@@ -187,6 +190,7 @@ class Producer:
             raise QuarryError("UNAVAILABLE", str(exc)) from None
 
     def close(self) -> None:
+        self._routers.close()
         for ch in self._channels.values():
             ch.close()
         self._channels.clear()

@@ -2,9 +2,11 @@
 
 Shared by the clients (`-n 'a;b'`: fail over between routers) and the services (`--router
 'a;b'`: register with each), as RocketMQ's clients and brokers read one namesrvAddr form.
-IPv6 hosts are written in brackets, `[::1]:9876`.
+IPv6 hosts are written in brackets, `[::1]:9876`, and printed one way (`format_host_port`).
 """
 from __future__ import annotations
+
+import ipaddress
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -40,3 +42,21 @@ def parse_router_addresses(text: str, what: str = "router address") -> list[str]
     if not out:
         raise ValueError(f"{what}: empty; expected host:port, several separated by ';'")
     return out
+
+
+def format_host_port(host: str, port: int | str) -> str:
+    """`ip:port`, or `[ip]:port` when the host is an IPv6 address (as URLs and gRPC write it)."""
+    host = host.strip().strip("[]")
+    if ":" in host:
+        try:  # one spelling everywhere: ::1, not 0:0:0:0:0:0:0:1 as Java prints it
+            host = ipaddress.IPv6Address(host.split("%")[0]).compressed + (f"%{host.split('%')[1]}" if "%" in host else "")
+        except ValueError:
+            pass
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def normalize_host_port(text: str) -> str:
+    """`::1:10911` → `[::1]:10911`; other forms are returned stripped (unchecked)."""
+    host, sep, port = text.strip().rpartition(":")
+    return format_host_port(host, port) if sep and host else text.strip()

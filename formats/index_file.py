@@ -207,6 +207,16 @@ class IndexFile:
             current = prev
         return out
 
+    @staticmethod
+    def entry_time_window(begin: int, end: int) -> tuple[int, int]:
+        """The entry times (as select reads them) that can hold store times in [begin, end].
+
+        An entry keeps whole seconds since the file's beginTimestamp, so its time reads up to
+        999 ms earlier than the store time: a select over [begin - 999, end] misses nothing,
+        and the caller checks each record's own store time to drop the extra ones.
+        """
+        return max(0, begin - 999), end
+
     def is_time_matched(self, begin: int, end: int) -> bool:
         """True when [begin, end] meets the file's time range (RocketMQ's test)."""
         fb, fe = self.header.begin_timestamp, self.header.end_timestamp

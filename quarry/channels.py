@@ -10,6 +10,7 @@ environment, so services and tools in one deployment share it:
 from __future__ import annotations
 
 import os
+from urllib.parse import unquote
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,12 @@ from quarry.signing import SigningInterceptor
 
 
 def parse_peer(peer: str) -> tuple[str, int]:
-    """gRPC's peer string ('ipv4:1.2.3.4:5', 'ipv6:[::1]:5', zone ids escaped as %25) as
+    """gRPC's peer string ('ipv4:1.2.3.4:5', 'ipv6:%5B::1%5D:5', zone ids escaped as %25) as
     (ip, port); ('127.0.0.1', 0) when it is not an address (a unix socket, or unknown)."""
     _, _, rest = (peer or "").partition(":")
     try:
-        host, port = split_host_port(rest.replace("%25", "%"))
+        # gRPC escapes an IPv6 peer as a URI: 'ipv6:%5B::1%5D:5' (a zone as %25eth0).
+        host, port = split_host_port(unquote(rest))
     except ValueError:
         return "127.0.0.1", 0
     return host.split("%")[0], port

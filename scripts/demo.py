@@ -1,8 +1,11 @@
 """Quarry's main job on its embedded default: a router and two brokers (commitlog + indexer
 each, on 127.0.0.1 and 127.0.0.2) on loopback; messages sent with the producer and with the
 official RocketMQ 5 Python SDK, then found again with the `quarry` CLI by offsetMsgId, by key
-and by unique key. QUARRY_DEMO_HOLD=1 keeps the cluster running afterwards (Ctrl-C stops it),
-for the README's SDK examples."""
+and by unique key.
+
+In a terminal the cluster then keeps serving until Ctrl-C, so `.venv/bin/quarry <command>` (and
+the README's SDK examples) work from another terminal; QUARRY_DEMO_HOLD=1 does the same without
+a terminal. Otherwise (CI, a pipe) or with --once it stops at once and says so."""
 from __future__ import annotations
 
 import io
@@ -68,7 +71,20 @@ def _wait_for_unique_key(router: str, uid: str, timeout_s: float = 20.0) -> str:
     raise TimeoutError(f"unique key {uid} not indexed within {timeout_s}s")
 
 
-def main() -> int:
+def _serve_until_stopped(router: str) -> None:
+    print(f"\nThe cluster keeps serving until Ctrl-C (router, also the RocketMQ 5 SDKs' access point: {router}).\n"
+          f"In another terminal, from this directory:\n"
+          f"  export NAMESRV_ADDR={router}\n"
+          f"  .venv/bin/quarry clusterList\n"
+          f"  .venv/bin/quarry queryMsgByKey -t {TOPIC} -k customer-42\n", flush=True)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    print("\nstopping the cluster", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    serve = "--once" not in args and (bool(os.environ.get("QUARRY_DEMO_HOLD")) or (sys.stdin.isatty() and sys.stdout.isatty()))
     with tempfile.TemporaryDirectory(prefix="quarry-demo-") as tmp:
         cluster = LocalCluster(root=Path(tmp), commitlog_args=["--segment-size", str(64 << 20)], indexer_args=["--hash-slots", "100003", "--index-num", "400000"])
         try:
@@ -76,7 +92,7 @@ def main() -> int:
             for name, host in (("broker-a", "127.0.0.1"), ("broker-b", "127.0.0.2")):
                 b = cluster.add_broker(name, host)
                 print(f"{name}: commitlog {b.commitlog.address}, indexer {b.indexer.address}")
-            print(f"router: {router}   (NAMESRV_ADDR={router} quarry <command> … works while this runs)\n")
+            print(f"router: {router}\n")
             with Producer(router) as producer:
                 first = producer.send(TOPIC, b"order 1001 paid", keys=["order-1001", "customer-42"], tags="paid")
                 second = producer.send(TOPIC, b"order 1002 paid", keys=["order-1002", "customer-42"], tags="paid")
@@ -102,14 +118,17 @@ def main() -> int:
                 print("FAILED: a message was not found as sent", file=sys.stderr)
                 return 1
             print("OK: every message was found by id, key and unique key")
-            if os.environ.get("QUARRY_DEMO_HOLD"):
-                print(f"\nholding the cluster: router (access point for the RocketMQ 5 SDKs) {router}; Ctrl-C stops it")
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-                signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            if serve:
+                _serve_until_stopped(router)
+            else:
+                print("Not a terminal (or --once): the cluster stops now. Run `make run` in a terminal to keep it serving.")
         finally:
             cluster.stop()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before the demo finished: the cluster was stopped
+        sys.exit(130)

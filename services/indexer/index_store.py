@@ -187,7 +187,14 @@ class IndexStore:
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
         """Offsets under topic#key with time in [begin, end] (and below `below`), newest files first, capped."""
+        return self.query_page(topic, key, max_num, begin, end, below)[0]
+
+    def query_page(self, topic: str, key: str, max_num: int, begin: int, end: int, below: int | None = None) -> tuple[list[int], int]:
+        """(offsets, next_below): offsets under topic#key whose entry time may hold a store
+        time in [begin, end] (entries keep whole seconds: callers check each record's own
+        time), newest files first, capped; next_below > 0 when more may lie below it."""
         max_num = min(max_num, self.config.max_msgs_num_batch)
+        begin, end = IndexFile.entry_time_window(begin, end)
         out: list[int] = []
         name = key_name(topic, key)
         for f in reversed(self.files):
@@ -199,15 +206,26 @@ class IndexStore:
                 f.select_phy_offsets(name, max_num, begin, end, into=out, below=below)
             if f.header.begin_timestamp < begin:
                 break
-        return list(dict.fromkeys(out))
+        next_below = min(out) if len(out) >= max_num and out else 0
+        return list(dict.fromkeys(out)), next_below
 
     def query_topics(self, topics: Sequence[str], key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
         """query() over several topics (a topic and its parking topics): the newest offsets of
         all, highest first, capped; each list is already its own newest, so the cap is exact."""
+        return self.query_topics_page(topics, key, max_num, begin, end, below)[0]
+
+    def query_topics_page(self, topics: Sequence[str], key: str, max_num: int, begin: int, end: int, below: int | None = None) -> tuple[list[int], int]:
+        """query_topics with where to continue (as query_page). A topic whose list was full has
+        all it left unread below its lowest offset, which is at or below the merged page's
+        lowest: continuing below the page's lowest misses nothing."""
         if len(topics) == 1:
-            return self.query(topics[0], key, max_num, begin, end, below)
-        merged = {off for t in topics for off in self.query(t, key, max_num, begin, end, below)}
-        return sorted(merged, reverse=True)[:min(max_num, self.config.max_msgs_num_batch)]
+            return self.query_page(topics[0], key, max_num, begin, end, below)
+        cap = min(max_num, self.config.max_msgs_num_batch)
+        pages = [self.query_page(t, key, max_num, begin, end, below) for t in topics]
+        merged = sorted({off for offs, _ in pages for off in offs}, reverse=True)
+        page = merged[:cap]
+        more = len(merged) > cap or any(nb for _, nb in pages)
+        return page, (min(page) if more and page else 0)
 
     def file_infos(self) -> list[FileInfo]:
         return [

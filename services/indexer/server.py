@@ -70,9 +70,13 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         max_num = request.max_num or (UNIQUE_KEY_DEFAULT_MAX_NUM if request.unique_key_flag else DEFAULT_MAX_NUM)
         with self.lock:
             # Delayed messages parked before delivery are indexed under the parking topics.
-            offsets = self.index.query_topics(scheduled.index_topics(request.topic), request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None)
+            offsets, next_below = self.index.query_topics_page(
+                scheduled.index_topics(request.topic), request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None
+            )
             last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
-        response = indexer_pb2.QueryMessageResponse(index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off)
+        response = indexer_pb2.QueryMessageResponse(
+            index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off, next_before_phy_offset=next_below
+        )
         if not offsets:
             return response
         remaining = context.time_remaining()
@@ -86,7 +90,8 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             raise Unavailable(f"commitlog of {self.broker_name} did not answer: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
         for msg in got.messages:
             msg.broker_name = self.broker_name
-        response.messages.extend(got.messages)
+        # The index narrows to whole seconds; each record's own store time decides.
+        response.messages.extend(m for m in got.messages if request.begin_timestamp <= m.store_timestamp <= end)
         response.unreadable_entries = len(got.not_found)
         return response
 

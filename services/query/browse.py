@@ -10,7 +10,7 @@ from quarry.v1 import commitlog_pb2, common_pb2
 from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, browse_digest, decode_token, encode_token, merge_page
 from quarry.services.query.fanout import Outcome
 from quarry.services.errors import InvalidArgument, NotFound
-from quarry.services.query.queries import Answer, Queries, _check_topic, _raise_unless_ok, _timeout_s
+from quarry.services.query.queries import Answer, Queries, _check_topic, _raise_unless_ok, _timeout_s, missing_outcome
 from quarry.services.query.registry import Broker, UnknownBrokerError
 
 DEFAULT_PAGE = 64
@@ -56,7 +56,7 @@ def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest
         else:
             brokers = q._holding(topic)
         token = BrowseToken(digest, resolved_end, {b.name: BrokerPlace() for b in brokers})
-    live = {b.name: b for b in q.registry.live()}
+    known = {b.name: b for b in q.registry.known()}
     asking = [name for name, place in sorted(token.brokers.items()) if not place.finished]
     if token_text and not broker_name:
         joined = sorted(b.name for b in q.registry.holding(topic) if b.name not in token.brokers)
@@ -65,14 +65,17 @@ def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest
     calls: dict[str, Callable[[float], commitlog_pb2.BrowseMessagesResponse]] = {}
     missing: list[Outcome] = []
     for name in asking:
-        broker = live.get(name)
+        broker = known.get(name)
         if broker is None:
             missing.append(Outcome(key=name, error_code="UNAVAILABLE", error_message=f"broker {name} is no longer registered"))
+            continue
+        if broker.missing:  # stopped heartbeating: reported, not asked
+            missing.append(missing_outcome(broker, q.clock_ms()))
             continue
         calls[name] = _browse_call(q, broker, topic, begin, token.end, tags, oldest_first, max_num, token.brokers[name], queue_id)
     outcomes = q.fanout.run(calls, timeout_s, timeout_s) if calls else []
     if broker_name and queue_id is not None and outcomes and outcomes[0].error_code in ("NOT_FOUND", "INVALID_ARGUMENT"):
-        _raise_unless_ok(outcomes[0], live[broker_name])
+        _raise_unless_ok(outcomes[0], known[broker_name])
     answers = {o.key: o.value for o in outcomes if o.ok}
     page = merge_page(answers, token, max_num, oldest_first)
     for o in outcomes:

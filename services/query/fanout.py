@@ -1,8 +1,10 @@
 """Call many brokers at once, each with its own deadline inside the overall one.
 
-Like a sharded cache's fan-out: every shard (broker) gets a per-call timeout and bounded
-retries, and the caller gets every shard's outcome — answered or failed and why — so a
-slow or dead broker costs at most its deadline and never fails the whole query.
+Like a sharded cache's fan-out: every shard (broker) gets a per-call timeout, and the
+caller gets every shard's outcome — answered or failed and why — so a slow broker costs at
+most its deadline and never fails the whole query. A dead broker costs one connection
+attempt: a refused connection or a broker's own UNAVAILABLE answer is reported at once with
+its cause; only a connection lost mid-call is tried once more (a new connection may work).
 """
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
 import grpc
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
+
+from quarry.transport import lost_connection
 
 T = TypeVar("T")
 K = TypeVar("K")
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+MAX_ATTEMPTS = 2  # the first, and one more after a connection lost mid-call
 
 
 @dataclass
@@ -37,11 +41,11 @@ class Outcome(Generic[T]):
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and exc.code() in RETRYABLE  # type: ignore[attr-defined]
+    return lost_connection(exc)
 
 
 def call_with_retry(call: Callable[[float], T], deadline: float, per_call_s: float, on_attempt: Callable[[], None] = lambda: None) -> T:
-    """Run call(timeout) retrying UNAVAILABLE with jittered backoff while time is left.
+    """Run call(timeout), once more after a connection lost mid-call, while time is left.
 
     Each attempt's timeout is min(per_call_s, time left); on_attempt counts attempts.
     """
@@ -56,7 +60,7 @@ def call_with_retry(call: Callable[[float], T], deadline: float, per_call_s: flo
     budget = max(0.0, deadline - time.monotonic())
     retrying = Retrying(
         retry=retry_if_exception(_retryable),
-        stop=stop_after_delay(budget),
+        stop=stop_after_delay(budget) | stop_after_attempt(MAX_ATTEMPTS),
         wait=wait_exponential_jitter(initial=0.02, max=0.25, jitter=0.02),
         reraise=True,
     )

@@ -20,13 +20,20 @@ def of_topic(msg: common_pb2.StoredMessage, topic: str) -> bool:
     return msg.topic == topic or (msg.topic in PARKING_TOPICS and msg.real_topic == topic)
 
 
-def key_matches(msg: common_pb2.StoredMessage, topic: str, key: str) -> bool:
-    """True when the message is of `topic` and one of its KEYS tokens is exactly `key`."""
-    return of_topic(msg, topic) and key in msg.keys
+def in_window(msg: common_pb2.StoredMessage, begin: int, end: int) -> bool:
+    """The message's own store time lies in [begin, end] (epoch ms, inclusive). IndexFile
+    entries hold whole seconds, so the index alone cannot decide this."""
+    return begin <= msg.store_timestamp <= end
 
 
-def unique_key_matches(msg: common_pb2.StoredMessage, topic: str, unique_key: str) -> bool:
-    return of_topic(msg, topic) and msg.unique_key == unique_key
+def key_matches(msg: common_pb2.StoredMessage, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> bool:
+    """True when the message is of `topic`, one of its KEYS tokens is exactly `key`, and it
+    was stored in [begin, end]."""
+    return of_topic(msg, topic) and key in msg.keys and in_window(msg, begin, end)
+
+
+def unique_key_matches(msg: common_pb2.StoredMessage, topic: str, unique_key: str, begin: int = 0, end: int = 2**63 - 1) -> bool:
+    return of_topic(msg, topic) and msg.unique_key == unique_key and in_window(msg, begin, end)
 
 
 def order_key(msg: common_pb2.StoredMessage) -> tuple[int, str, int]:
@@ -84,64 +91,44 @@ def decode_token(text: str, digest: str) -> PageToken:
 @dataclass
 class KeyPage:
     messages: list[common_pb2.StoredMessage]
-    collisions: int
     next_token: PageToken | None
 
 
 def merge_key_answers(
-    answers: dict[str, list[common_pb2.StoredMessage]],
-    topic: str,
-    key: str,
+    matched: dict[str, list[common_pb2.StoredMessage]],
+    more_below: dict[str, int],
     max_num: int,
     after: PageToken | None,
     digest: str,
-    fetch_cap: int,
 ) -> KeyPage:
-    """Filter collisions, order newest first, cap at max_num, and say where each broker stands.
+    """Order every broker's matches newest first, cap at max_num, and say where each broker stands.
 
-    `answers` maps each broker that answered to what its index returned (at most fetch_cap).
-    A broker whose matches were all taken and that returned fewer than fetch_cap entries is
-    exhausted; otherwise its next page starts below the last offset this page consumed.
+    `matched` maps each broker that answered to its matches (collisions already dropped);
+    `more_below[b]` is the offset below which b's index may hold more entries (0: none).
+    A broker whose matches were all taken continues below where its index read stopped;
+    one with matches left over continues below the last one this page took.
     """
-    matched: dict[str, list[common_pb2.StoredMessage]] = {}
-    collisions = 0
-    for broker, msgs in answers.items():
-        keep = []
-        for msg in msgs:
-            if key_matches(msg, topic, key):
-                keep.append(msg)
-            else:
-                collisions += 1
-        matched[broker] = keep
     ordered = sorted(dedupe(m for ms in matched.values() for m in ms), key=order_key)
     page = ordered[:max_num]
     taken = {(m.broker_name, m.commit_log_offset) for m in page}
     bounds = dict(after.bounds) if after else {}
-    for broker, raw in answers.items():
+    for broker, msgs in matched.items():
         page_offsets = [m.commit_log_offset for m in page if m.broker_name == broker]
-        cut = [m for m in matched[broker] if (broker, m.commit_log_offset) not in taken]
+        cut = [m for m in msgs if (broker, m.commit_log_offset) not in taken]
         if cut:
             if page_offsets:
                 bounds[broker] = min(page_offsets)
-        elif len(raw) >= fetch_cap:
-            bounds[broker] = min(m.commit_log_offset for m in raw)
+        elif more_below.get(broker, 0) > 0:
+            bounds[broker] = more_below[broker]
         else:
             bounds[broker] = -1
         if bounds.get(broker) == 0:
             bounds[broker] = -1  # nothing lies below offset 0
     more = any(v != -1 for v in bounds.values())
     token = PageToken(bounds, digest) if page and more else None
-    return KeyPage(page, collisions, token)
+    return KeyPage(page, token)
 
 
-def merge_unique_key_answers(
-    answers: Iterable[common_pb2.StoredMessage], topic: str, unique_key: str
-) -> tuple[list[common_pb2.StoredMessage], int]:
-    """All copies of a unique key, earliest store time first, and the count of collisions dropped."""
-    copies, collisions = [], 0
-    for msg in answers:
-        if unique_key_matches(msg, topic, unique_key):
-            copies.append(msg)
-        else:
-            collisions += 1
-    return sorted(dedupe(copies), key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset)), collisions
+def order_copies(copies: Iterable[common_pb2.StoredMessage]) -> list[common_pb2.StoredMessage]:
+    """All copies of a unique key (already matched), earliest store time first, repeats dropped."""
+    return sorted(dedupe(copies), key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset))

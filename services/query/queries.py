@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Callable
 
+from quarry.formats.addresses import format_host_port
 from quarry.formats import offset_msg_id
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
@@ -17,11 +19,14 @@ from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unav
 from quarry.services.status import error_from_status
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.fanout import FanOut, Outcome
-from quarry.services.query.merge import of_topic, BadTokenError, decode_token, encode_token, merge_key_answers, merge_unique_key_answers, query_digest
+from quarry.services.query.merge import (
+    BadTokenError, decode_token, encode_token, key_matches, of_topic, merge_key_answers, order_copies, query_digest, unique_key_matches,
+)
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError
 from quarry.services.query.unique_key_window import search_window
 
-MAX_NUM_CAP = 64
+MAX_NUM_CAP = 2048  # per page; brokers are read in batches of INDEX_BATCH
+INDEX_BATCH = 64  # RocketMQ's maxMsgsNumBatch: what one indexer call returns at most
 UNIQUE_KEY_MAX_NUM = 32  # as the RocketMQ broker does for unique-key queries
 MAX_KEY_BYTES = 4096
 
@@ -42,6 +47,33 @@ class Answer:
     @property
     def complete(self) -> bool:
         return all(o.ok for o in self.outcomes)
+
+
+@dataclass
+class Scan:
+    """One broker's index read for a query: its matches, the collisions and out-of-window
+    entries it skipped, and the offset below which its index may hold more (0: none)."""
+
+    matched: list[common_pb2.StoredMessage] = field(default_factory=list)
+    skipped: int = 0
+    more_below: int = 0
+
+    def __len__(self) -> int:
+        return len(self.matched)
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch ms as ISO-8601 UTC with milliseconds, for messages read by people."""
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def missing_outcome(broker: Broker, now_ms: int) -> Outcome:
+    """A broker that stopped heartbeating: not asked, reported as not answering."""
+    return Outcome(
+        key=broker.name, error_code="UNAVAILABLE",
+        error_message=f"broker {broker.name} is missing: no heartbeat since {iso_ms(broker.last_heartbeat_ms)} "
+                      f"({(now_ms - broker.last_heartbeat_ms) // 1000} s ago); `quarry unregisterBroker -b {broker.name}` forgets it",
+    )
 
 
 @dataclass
@@ -99,8 +131,8 @@ class Queries:
         if len(key.encode()) > MAX_KEY_BYTES:
             raise InvalidArgument(f"key: at most {MAX_KEY_BYTES} bytes")
         if max_num < 0 or max_num > MAX_NUM_CAP:
-            raise InvalidArgument(f"max_num: must be 0..{MAX_NUM_CAP} (0 means {MAX_NUM_CAP})")
-        max_num = max_num or MAX_NUM_CAP
+            raise InvalidArgument(f"max_num: must be 0..{MAX_NUM_CAP} (0 means 64)")
+        max_num = max_num or INDEX_BATCH
         if begin < 0:
             raise InvalidArgument("begin_timestamp: must be >= 0")
         # The token binds the window as asked: "until now" stays "until now" across pages.
@@ -117,64 +149,81 @@ class Queries:
         brokers = self._holding(topic)
         if after is not None:
             brokers = [b for b in brokers if after.bounds.get(b.name, 0) != -1]
-        fetch_cap = MAX_NUM_CAP  # ask each broker for a full batch: collisions and other pages share it
         requests = {
             b.name: indexer_pb2.QueryMessageRequest(
-                topic=topic, key=key, max_num=fetch_cap, begin_timestamp=begin, end_timestamp=end,
+                topic=topic, key=key, max_num=INDEX_BATCH, begin_timestamp=begin, end_timestamp=end,
                 before_phy_offset=after.bounds.get(b.name, 0) if after else 0,
             )
             for b in brokers
         }
-        outcomes = self._ask_indexers(brokers, requests, timeout_ms)
-        answers = {o.key: o.value for o in outcomes if o.ok}
-        page = merge_key_answers(answers, topic, key, max_num, after, digest, fetch_cap)
+        outcomes = self._scan(brokers, requests, max_num, lambda m: key_matches(m, topic, key, begin, end), timeout_ms)
+        scans = {o.key: o.value for o in outcomes if o.ok}
+        page = merge_key_answers({b: sc.matched for b, sc in scans.items()}, {b: sc.more_below for b, sc in scans.items()}, max_num, after, digest)
         return Answer(
             messages=page.messages,
             outcomes=outcomes,
-            collisions=page.collisions,
+            collisions=sum(sc.skipped for sc in scans.values()),
             begin=begin,
             end=end,
             next_token=encode_token(page.next_token) if page.next_token else "",
         )
 
     # -- by unique key --------------------------------------------------------------------
-    def by_unique_key(self, topic: str, unique_key: str, return_all: bool = False, timeout_ms: int = 0) -> Answer:
+    def by_unique_key(self, topic: str, unique_key: str, return_all: bool = False, timeout_ms: int = 0, begin: int = 0, end: int = 0) -> Answer:
+        """The id's own window first, then the whole retained index (newest first), unless
+        the caller gave [begin, end]; NOT_FOUND says every window searched."""
         _check_topic(topic)
         if not unique_key:
             raise InvalidArgument("unique_key: must not be empty")
         _timeout_s(timeout_ms, self.settings)
         if len(unique_key) > 128:
             raise InvalidArgument("unique_key: at most 128 characters")
+        if begin < 0:
+            raise InvalidArgument("begin_timestamp: must be >= 0")
+        if end and end < begin:
+            raise InvalidArgument(f"end_timestamp: must be >= begin_timestamp ({begin})")
         timeout_s = _timeout_s(timeout_ms, self.settings)
-        notes: list[str] = []
         direct = self._try_as_offset_msg_id(topic, unique_key, timeout_s)
         if direct is not None:
             direct.notes.insert(0, "id decoded as an offsetMsgId of a registered broker: read directly")
             return direct
         now = self.clock_ms()
-        window = search_window(unique_key, now, self.settings.clock_skew_ms, self.settings.fallback_window_ms)
-        notes.append(window.note)
+        if begin or end:
+            windows = [(begin, end or now, f"searched the given window {iso_ms(begin)}..{iso_ms(end or now)}")]
+        else:
+            window = search_window(unique_key, now, self.settings.clock_skew_ms, self.settings.fallback_window_ms)
+            whole_end = now + self.settings.clock_skew_ms
+            windows = [(window.begin, window.end, window.note)]
+            if window.begin > 0 or window.end < whole_end:
+                windows.append((0, whole_end, f"not in that window: searched the whole retained index (store times up to {iso_ms(whole_end)}), newest first"))
         brokers = self._holding(topic)
-        request = indexer_pb2.QueryMessageRequest(
-            topic=topic, key=unique_key, max_num=UNIQUE_KEY_MAX_NUM, begin_timestamp=window.begin, end_timestamp=window.end, unique_key_flag=True
-        )
-        outcomes = self._ask_indexers(brokers, {b.name: request for b in brokers}, timeout_ms)
-        copies, collisions = merge_unique_key_answers((m for o in outcomes if o.ok for m in o.value), topic, unique_key)
-        answer = Answer(
-            messages=copies if return_all else copies[:1],
-            outcomes=outcomes,
-            collisions=collisions,
-            copies=len(copies),
-            begin=window.begin,
-            end=window.end,
-            notes=notes,
-        )
-        if not copies:
-            failed = [f"{o.key} ({o.error_code}: {o.error_message})" for o in outcomes if not o.ok]
-            if failed:
-                raise Unavailable(f"unique key {unique_key} not found on the brokers that answered; no answer from: {', '.join(failed)}")
-            raise NotFound(f"no message with unique key {unique_key} in topic {topic} (searched store times {window.begin}..{window.end})")
-        return answer
+        notes: list[str] = []
+        searched: list[str] = []
+        answer = Answer()
+        for w_begin, w_end, note in windows:
+            notes.append(note)
+            searched.append(f"{iso_ms(w_begin)}..{iso_ms(w_end)}")
+            request = indexer_pb2.QueryMessageRequest(
+                topic=topic, key=unique_key, max_num=UNIQUE_KEY_MAX_NUM, begin_timestamp=w_begin, end_timestamp=w_end, unique_key_flag=True
+            )
+            outcomes = self._scan(brokers, {b.name: request for b in brokers}, UNIQUE_KEY_MAX_NUM,
+                                  lambda m, lo=w_begin, hi=w_end: unique_key_matches(m, topic, unique_key, lo, hi), timeout_ms)
+            copies = order_copies(m for o in outcomes if o.ok for m in o.value.matched)
+            answer = Answer(
+                messages=copies if return_all else copies[:1],
+                outcomes=outcomes,
+                collisions=sum(o.value.skipped for o in outcomes if o.ok),
+                copies=len(copies),
+                begin=w_begin,
+                end=w_end,
+                notes=list(notes),
+            )
+            if copies:
+                return answer
+        failed = [f"{o.key} ({o.error_code}: {o.error_message})" for o in answer.outcomes if not o.ok]
+        if failed:
+            raise Unavailable(f"unique key {unique_key} not found on the brokers that answered (searched store times {' then '.join(searched)}); no answer from: {', '.join(failed)}")
+        raise NotFound(f"no message with unique key {unique_key} in topic {topic} on {', '.join(b.name for b in brokers)} (searched store times {' then '.join(searched)})")
 
     def _try_as_offset_msg_id(self, topic: str, text: str, timeout_s: float) -> Answer | None:
         try:
@@ -182,7 +231,7 @@ class Queries:
         except ValueError:
             return None
         broker = self.registry.by_store_host(decoded.ip, decoded.port)
-        if broker is None:
+        if broker is None or broker.missing:
             return None
         try:
             answer = self._view(broker, decoded.offset, timeout_s)
@@ -203,7 +252,8 @@ class Queries:
             raise InvalidArgument(f"offset_msg_id: {exc}") from exc
         broker = self.registry.by_store_host(decoded.ip, decoded.port)
         if broker is None:
-            raise NotFound(f"offset_msg_id {msg_id}: no registered broker advertises store host {decoded.ip}:{decoded.port}")
+            raise NotFound(f"offset_msg_id {msg_id}: no registered broker advertises store host {format_host_port(decoded.ip, decoded.port)}")
+        self._live(broker)
         return self._view(broker, decoded.offset, _timeout_s(timeout_ms, self.settings))
 
     def _view(self, broker: Broker, offset: int, timeout_s: float) -> Answer:
@@ -232,6 +282,7 @@ class Queries:
             broker = self.registry.get(broker_name)
         except UnknownBrokerError as exc:
             raise NotFound(f"broker_name: {exc}") from exc
+        self._live(broker)
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.PullMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=1)
         outcome = self.fanout.run(
@@ -242,7 +293,8 @@ class Queries:
         _raise_unless_ok(outcome, broker)
         pulled: commitlog_pb2.PullMessagesResponse = outcome.value
         if not pulled.messages:
-            raise NotFound(f"no message at queue offset {queue_offset} of {topic}/{broker.name}/{queue_id}; valid range is "
+            raise NotFound(
+                f"no message at queue offset {queue_offset} of {topic}/{broker.name}/{queue_id}; valid range is "
                 f"[{pulled.min_queue_offset}, {pulled.max_queue_offset})",
             )
         msg = pulled.messages[0]
@@ -257,23 +309,56 @@ class Queries:
             raise NotFound(f"no route for topic {topic}: no live broker holds it")
         return brokers
 
-    def _ask_indexers(self, brokers: list[Broker], requests: dict[str, indexer_pb2.QueryMessageRequest], timeout_ms: int) -> list[Outcome]:
-        timeout_s = _timeout_s(timeout_ms, self.settings)
-        calls = {broker.name: self._indexer_call(broker, requests[broker.name]) for broker in brokers}
-        outcomes = self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)
-        for outcome in outcomes:
-            if outcome.ok:
-                for msg in outcome.value:
-                    msg.broker_name = outcome.key
-        return outcomes
+    def _live(self, broker: Broker) -> None:
+        """A single-broker read of a missing broker fails at once, saying so."""
+        if broker.missing:
+            o = missing_outcome(broker, self.clock_ms())
+            raise Unavailable(o.error_message)
 
-    def _indexer_call(self, broker: Broker, request: indexer_pb2.QueryMessageRequest) -> Callable[[float], list[common_pb2.StoredMessage]]:
+    def _scan(
+        self, brokers: list[Broker], requests: dict[str, indexer_pb2.QueryMessageRequest], want: int,
+        matches: Callable[[common_pb2.StoredMessage], bool], timeout_ms: int,
+    ) -> list[Outcome]:
+        """Ask every live broker's indexer, in batches, until `want` entries match or its index
+        has no more; missing brokers are reported without a call. One Outcome[Scan] per broker."""
+        timeout_s = _timeout_s(timeout_ms, self.settings)
+        now = self.clock_ms()
+        live = [b for b in brokers if not b.missing]
+        calls = {b.name: self._scan_call(b, requests[b.name], want, matches) for b in live}
+        outcomes = {o.key: o for o in self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)} if calls else {}
+        for b in brokers:
+            if b.missing:
+                outcomes[b.name] = missing_outcome(b, now)
+        return [outcomes[b.name] for b in sorted(brokers, key=lambda b: b.name)]
+
+    def _scan_call(
+        self, broker: Broker, first: indexer_pb2.QueryMessageRequest, want: int, matches: Callable[[common_pb2.StoredMessage], bool]
+    ) -> Callable[[float], Scan]:
         if not broker.indexer_addr:
-            def _none(_t: float) -> list[common_pb2.StoredMessage]:
+            def _none(_t: float) -> Scan:
                 raise LookupError(f"broker {broker.name} has no indexer registered")
             return _none
         stub = self.clients.indexer(broker.indexer_addr)
-        return lambda t: list(stub.QueryMessage(request, timeout=t).messages)
+
+        def run(timeout_s: float) -> Scan:
+            request = indexer_pb2.QueryMessageRequest()
+            request.CopyFrom(first)
+            scan = Scan()
+            while True:
+                response = stub.QueryMessage(request, timeout=timeout_s)
+                for msg in response.messages:
+                    msg.broker_name = broker.name
+                    if matches(msg):
+                        scan.matched.append(msg)
+                    else:
+                        scan.skipped += 1
+                scan.more_below = response.next_before_phy_offset
+                # Collisions do not count toward the page: read on while the index has more.
+                if not scan.more_below or len(scan.matched) >= want:
+                    return scan
+                request.before_phy_offset = scan.more_below
+
+        return run
 
     def close(self) -> None:
         self.fanout.close()

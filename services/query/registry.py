@@ -1,7 +1,10 @@
 """The broker registry: who is alive, where they are, which topics they hold.
 
 Plain Python (no gRPC). Brokers register and heartbeat; one that misses heartbeats for
-`expiry_ms` leaves the routes. Static brokers (configured at start) never expire.
+`expiry_ms` leaves the routes but is kept as *missing* (with its last heartbeat), so queries
+of its topics keep saying it did not answer, until it registers again, it is unregistered
+(clean shutdown or an operator), or `forget_after_ms` more pass (0: never). Static brokers
+(configured at start) never expire.
 """
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+from quarry.formats.addresses import normalize_host_port
 
 
 @dataclass
@@ -27,6 +32,7 @@ class Broker:
     rmq5_endpoint: str = ""  # where RocketMQ 5 SDKs reach it; empty: commitlog_addr
     other_store_hosts: list[str] = field(default_factory=list)  # further ip:port its records carry
     remoting_addr: str = ""  # RocketMQ 4 remoting (broker) address, given to NameServer clients
+    missing: bool = False
 
 
 class UnknownBrokerError(LookupError):
@@ -36,8 +42,9 @@ class UnknownBrokerError(LookupError):
 class BrokerRegistry:
     """Thread-safe broker table with heartbeat expiry."""
 
-    def __init__(self, expiry_ms: int, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, expiry_ms: int, clock_ms: Callable[[], int] | None = None, forget_after_ms: int = 0) -> None:
         self.expiry_ms = expiry_ms
+        self.forget_after_ms = forget_after_ms
         self._clock = clock_ms or (lambda: int(time.time() * 1000))
         self._lock = threading.Lock()
         self._brokers: dict[str, Broker] = {}
@@ -53,6 +60,7 @@ class BrokerRegistry:
             if old is not None and not broker.indexer_addr:
                 broker.indexer_addr = old.indexer_addr
             broker.last_heartbeat_ms = self._clock()
+            broker.missing = False
             self._brokers[broker.name] = broker
 
     def unregister(self, name: str) -> None:
@@ -60,29 +68,39 @@ class BrokerRegistry:
             if self._brokers.pop(name, None) is None:
                 raise UnknownBrokerError(f"unknown broker {name!r}")
 
-    def live(self) -> list[Broker]:
-        """Live brokers sorted by name; expired ones are dropped."""
+    def known(self) -> list[Broker]:
+        """Live and missing brokers sorted by name (`missing` set on those past expiry)."""
         now = self._clock()
         with self._lock:
-            expired = [n for n, b in self._brokers.items() if not b.static and now - b.last_heartbeat_ms > self.expiry_ms]
-            for name in expired:
-                del self._brokers[name]
+            for name, b in list(self._brokers.items()):
+                if b.static:
+                    continue
+                silent = now - b.last_heartbeat_ms
+                b.missing = silent > self.expiry_ms
+                if self.forget_after_ms and silent > self.expiry_ms + self.forget_after_ms:
+                    del self._brokers[name]
             return sorted(self._brokers.values(), key=lambda b: b.name)
 
+    def live(self) -> list[Broker]:
+        """Brokers that heartbeat (or are static), sorted by name."""
+        return [b for b in self.known() if not b.missing]
+
     def get(self, name: str) -> Broker:
-        for broker in self.live():
+        """A live or missing broker by name (callers check `missing`)."""
+        for broker in self.known():
             if broker.name == name:
                 return broker
         raise UnknownBrokerError(f"unknown broker {name!r}")
 
     def holding(self, topic: str) -> list[Broker]:
-        """Live brokers holding `topic`; a static broker that never announced topics is asked for all."""
-        return [b for b in self.live() if topic in b.topics or (b.static and not b.topics)]
+        """Live and missing brokers holding `topic`; a static broker that never announced
+        topics is asked for all. Callers report missing ones as not answering."""
+        return [b for b in self.known() if topic in b.topics or (b.static and not b.topics)]
 
     def by_store_host(self, ip: str, port: int) -> Broker | None:
-        """The live broker whose advertised store host is ip:port (addresses compared as IPs)."""
+        """The live or missing broker whose advertised store host is ip:port (addresses compared as IPs)."""
         want = _ip(ip)
-        for broker in self.live():
+        for broker in self.known():
             for store_host in (broker.store_host, *broker.other_store_hosts):
                 host, _, bport = store_host.rpartition(":")
                 if bport == str(port) and (_ip(host.strip("[]")) or host.strip("[]")) == (want or ip):
@@ -90,7 +108,7 @@ class BrokerRegistry:
         return None
 
     def topics(self) -> list[str]:
-        return sorted({t for b in self.live() for t in b.topics})
+        return sorted({t for b in self.known() for t in b.topics})
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -112,6 +130,6 @@ def parse_static_brokers(text: str) -> list[Broker]:
         if not sep or not name or not addrs[0]:
             raise ValueError(f"static broker {item!r}: expected name=commitlog_addr[,indexer_addr[,store_host]]")
         indexer = addrs[1] if len(addrs) > 1 else ""
-        store_host = addrs[2] if len(addrs) > 2 and addrs[2] else addrs[0]
+        store_host = normalize_host_port(addrs[2] if len(addrs) > 2 and addrs[2] else addrs[0])
         brokers.append(Broker(name=name.strip(), commitlog_addr=addrs[0], indexer_addr=indexer, store_host=store_host, static=True))
     return brokers

@@ -10,6 +10,7 @@ from typing import Callable
 
 import grpc
 
+from quarry.formats.addresses import normalize_host_port
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
 from quarry.services.query.nameserver import NameServer
@@ -22,7 +23,7 @@ from quarry.services.metrics import StartupError
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.browse import browse_topic, search_offset
 from quarry.services.errors import InvalidArgument, NotFound, ServiceError
-from quarry.services.query.queries import Answer, Queries, QuerySettings
+from quarry.services.query.queries import Answer, Queries, QuerySettings, Scan
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
 from quarry.services.status import rpc_errors, status_code
 from quarry.services.rmq5.auth import Authenticator
@@ -45,7 +46,7 @@ def _result(answer: Answer) -> router_pb2.QueryResult:
                 answered=o.ok,
                 error_code=o.error_code,
                 error_message=o.error_message,
-                messages_returned=len(o.value) if o.ok and isinstance(o.value, list) else 0,
+                messages_returned=len(o.value) if o.ok and isinstance(o.value, (list, Scan)) else 0,
                 latency_ms=o.latency_ms,
                 attempts=o.attempts,
             )
@@ -108,14 +109,15 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             if t.queue_count <= 0:
                 raise InvalidArgument(f"topics[{i}].queue_count: must be > 0")
             topics[t.topic] = t.queue_count
-        known = {b.name: b for b in self.registry.live()}
+        known = {b.name: b for b in self.registry.known()}
         old = known.get(request.broker_name)
+        store_host = normalize_host_port(request.store_host)
         self.registry.register(
             Broker(
                 name=request.broker_name,
                 commitlog_addr=request.commitlog_addr,
                 indexer_addr=request.indexer_addr,
-                store_host=request.store_host,
+                store_host=store_host,
                 cluster_name=request.cluster_name or "DefaultCluster",
                 topics=topics,
                 rmq5_endpoint=request.rmq5_endpoint,
@@ -123,8 +125,8 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
                 remoting_addr=request.remoting_addr,
             )
         )
-        if old is None or old.commitlog_addr != request.commitlog_addr or old.store_host != request.store_host:
-            log_event(log, "broker registered", broker=request.broker_name, commitlog=request.commitlog_addr, indexer=request.indexer_addr, store_host=request.store_host)
+        if old is None or old.missing or old.commitlog_addr != request.commitlog_addr or old.store_host != store_host:
+            log_event(log, "broker registered", broker=request.broker_name, commitlog=request.commitlog_addr, indexer=request.indexer_addr, store_host=store_host)
         return router_pb2.RegisterBrokerResponse(expiry_ms=self.registry.expiry_ms)
 
     def UnregisterBroker(self, request: router_pb2.UnregisterBrokerRequest, context: grpc.ServicerContext) -> router_pb2.UnregisterBrokerResponse:
@@ -140,7 +142,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             validate_topic(request.topic)
         except TopicError as exc:
             raise InvalidArgument(str(exc)) from None
-        brokers = [b for b in self.registry.holding(request.topic) if request.topic in b.topics]
+        brokers = [b for b in self.registry.holding(request.topic) if request.topic in b.topics and not b.missing]
         if not brokers:
             raise NotFound(f"no route for topic {request.topic}")
         return router_pb2.GetTopicRouteResponse(
@@ -161,8 +163,9 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
                     last_heartbeat_ms=b.last_heartbeat_ms,
                     rmq5_endpoint=b.rmq5_endpoint,
                     remoting_addr=b.remoting_addr,
+                    missing=b.missing,
                 )
-                for b in self.registry.live()
+                for b in self.registry.known()
             ]
         )
 
@@ -176,7 +179,9 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         return router_pb2.QueryMsgByKeyResponse(result=_result(answer))
 
     def QueryMsgByUniqueKey(self, request: router_pb2.QueryMsgByUniqueKeyRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByUniqueKeyResponse:
-        answer = _run(context, "unique_key", lambda: self.queries.by_unique_key(request.topic, request.unique_key, request.return_all, request.timeout_ms))
+        answer = _run(context, "unique_key", lambda: self.queries.by_unique_key(
+            request.topic, request.unique_key, request.return_all, request.timeout_ms, request.begin_timestamp, request.end_timestamp
+        ))
         return router_pb2.QueryMsgByUniqueKeyResponse(result=_result(answer))
 
     def QueryMsgById(self, request: router_pb2.QueryMsgByIdRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByIdResponse:
@@ -225,7 +230,7 @@ def _count_brokers(registry: BrokerRegistry, missing: bool) -> float:
 
 def _serve(args: argparse.Namespace) -> int:
     metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
-    registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats)
+    registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats, forget_after_ms=args.forget_missing_after_ms)
     metrics.BROKERS.labels("live").set_function(lambda: _count_brokers(registry, missing=False))
     metrics.BROKERS.labels("missing").set_function(lambda: _count_brokers(registry, missing=True))
     for broker in parse_static_brokers(args.static_brokers):

@@ -4,6 +4,7 @@ parked for their topic, trace records in RocketMQ's format, and a broker killed 
 The killing test runs last in this module (it stops broker-b)."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -54,6 +55,11 @@ def send(cluster: LocalCluster, broker: str, msgs: list[common_pb2.MessageInput]
         return list(out)
 
 
+def _body(m: dict[str, Any]) -> str:
+    """--json prints the protobuf JSON mapping: bytes in base64."""
+    return base64.b64decode(m["body"]).decode()
+
+
 def _json(p: subprocess.CompletedProcess[str]) -> Any:
     assert "Traceback" not in p.stderr, p.stderr
     return json.loads(p.stdout)
@@ -76,19 +82,19 @@ def test_a_window_of_thousands_is_complete_and_ordered_both_ways(cluster: LocalC
     newest = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--page-size", "500")
     assert newest.returncode == 0, newest.stderr
     data = _json(newest)
-    bodies = [m["body"] for m in data["messages"]]
-    assert sorted(bodies) == sorted(f"many-{i}" for i in range(MANY)) and data["complete"] and data["next_token"] == ""
-    times = [m["store_timestamp"] for m in data["messages"]]
+    bodies = [_body(m) for m in data["messages"]]
+    assert sorted(bodies) == sorted(f"many-{i}" for i in range(MANY)) and data["complete"] and data["nextToken"] == ""
+    times = [int(m["storeTimestamp"]) for m in data["messages"]]
     assert times == sorted(times, reverse=True)
     oldest = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--oldest-first", "-d", "false"))
-    assert [m["store_timestamp"] for m in oldest["messages"]] == sorted(times) and "body" not in oldest["messages"][0]
-    assert {m["broker_name"] for m in oldest["messages"]} == {"broker-a", "broker-b"}
+    assert [int(m["storeTimestamp"]) for m in oldest["messages"]] == sorted(times) and "body" not in oldest["messages"][0]
+    assert {m["brokerName"] for m in oldest["messages"]} == {"broker-a", "broker-b"}
 
 
 def test_tag_filter_and_plain_output(cluster: LocalCluster, many: dict[str, Any]) -> None:
     b, e = str(many["begin"]), str(many["end"])
     a = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "-s", "TagA"))
-    assert sorted(m["body"] for m in a["messages"]) == sorted(f"many-{i}" for i in range(0, MANY, 3))
+    assert sorted(_body(m) for m in a["messages"]) == sorted(f"many-{i}" for i in range(0, MANY, 3))
     ab = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "-s", "TagA || TagB"))
     assert len(ab["messages"]) == len([i for i in range(MANY) if i % 3 != 2])
     plain = quarry(cluster, "printMsg", "-t", "ManyT", "-b", b, "-e", e, "-s", "TagB", "--max", "5")
@@ -103,17 +109,17 @@ def test_windows_of_zero_and_one_message_and_bad_input(cluster: LocalCluster, ma
     (r,) = send(cluster, "broker-a", [common_pb2.MessageInput(topic="OneT", body=b"only one", queue_id=-1)])
     everything = _json(quarry(cluster, "--json", "printMsg", "-t", "OneT"))
     (msg,) = everything["messages"]
-    ts = msg["store_timestamp"]
+    ts = int(msg["storeTimestamp"])
     exact = _json(quarry(cluster, "--json", "printMsg", "-t", "OneT", "-b", str(ts), "-e", str(ts)))
-    assert [m["offset_msg_id"] for m in exact["messages"]] == [r.offset_msg_id]
+    assert [m["offsetMsgId"] for m in exact["messages"]] == [r.offset_msg_id]
     as_mqadmin = datetime.fromtimestamp(ts / 1000).strftime("%Y-%m-%d#%H:%M:%S:") + f"{ts % 1000:03d}"  # mqadmin's format, local zone
     same = _json(quarry(cluster, "--json", "printMsg", "-t", "OneT", "-b", as_mqadmin, "-e", as_mqadmin))
-    assert [m["offset_msg_id"] for m in same["messages"]] == [r.offset_msg_id]
-    empty = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", "1000", "-e", "2000")
+    assert [m["offsetMsgId"] for m in same["messages"]] == [r.offset_msg_id]
+    empty = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", "1970-01-01T00:00:01Z", "-e", "1970-01-01T00:00:02Z")
     assert empty.returncode == 1 and _json(empty)["messages"] == []
     after = quarry(cluster, "printMsg", "-t", "OneT", "-b", str(ts + 1), "-e", str(ts + 10_000))
     assert after.returncode == 1 and after.stdout == ""
-    for args, field in ((["-s", "||"], "tag_expression"), (["--token", "bogus"], "continuation_token"), (["-b", "9", "-e", "5"], "end_timestamp"),
+    for args, field in ((["-s", "||"], "tag_expression"), (["--token", "bogus"], "continuation_token"), (["-b", "1970-01-01T00:00:09Z", "-e", "1970-01-01T00:00:05Z"], "end_timestamp"), (["-b", "1700000000"], "seconds"),
                         (["--page-size", "5000"], "max_num"), (["-c", "NOPE-CHARSET"], "charset")):
         bad = quarry(cluster, "printMsg", "-t", "OneT", *args)
         assert bad.returncode == 2 and field in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
@@ -126,15 +132,15 @@ def test_print_msg_by_queue_and_search_offset(cluster: LocalCluster, many: dict[
         status = commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10)
     count = next(t for t in status.topics if t.topic == "ManyT").max_queue_offsets[1]
     q = _json(quarry(cluster, "--json", "printMsgByQueue", "-t", "ManyT", "-a", "broker-a", "-i", "1", "--oldest-first"))
-    assert [m["queue_offset"] for m in q["messages"]] == list(range(count))
-    assert {(m["broker_name"], m["queue_id"]) for m in q["messages"]} == {("broker-a", 1)}
+    assert [int(m["queueOffset"]) for m in q["messages"]] == list(range(count))
+    assert {(m["brokerName"], m["queueId"]) for m in q["messages"]} == {("broker-a", 1)}
     mid = q["messages"][count // 2]
-    found = _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", str(mid["store_timestamp"])))
-    first_at = next(m["queue_offset"] for m in q["messages"] if m["store_timestamp"] >= mid["store_timestamp"])
-    assert found == {"broker_name": "broker-a", "queue_offset": first_at, "min_queue_offset": 0, "max_queue_offset": count}
-    last = _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", str(mid["store_timestamp"]), "--upper"))
-    assert last["queue_offset"] == max(m["queue_offset"] for m in q["messages"] if m["store_timestamp"] <= mid["store_timestamp"])
-    assert _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", "0"))["queue_offset"] == 0
+    found = _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", mid["storeTimestamp"]))
+    first_at = next(int(m["queueOffset"]) for m in q["messages"] if int(m["storeTimestamp"]) >= int(mid["storeTimestamp"]))
+    assert (found["brokerName"], int(found["queueOffset"]), int(found["minQueueOffset"]), int(found["maxQueueOffset"])) == ("broker-a", first_at, 0, count)
+    last = _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", mid["storeTimestamp"], "--upper"))
+    assert int(last["queueOffset"]) == max(int(m["queueOffset"]) for m in q["messages"] if int(m["storeTimestamp"]) <= int(mid["storeTimestamp"]))
+    assert _json(quarry(cluster, "--json", "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "1", "-s", "0"))["queueOffset"] == "0"
     assert quarry(cluster, "searchOffset", "-t", "ManyT", "-a", "broker-a", "-i", "99", "-s", "0").returncode == 1
 
 
@@ -149,26 +155,26 @@ def test_delayed_message_is_found_before_delivery_under_its_real_topic(cluster: 
         properties=[common_pb2.Property(name="DELAY", value="3"), common_pb2.Property(name="REAL_TOPIC", value="DelayT"),
                     common_pb2.Property(name="REAL_QID", value="0")])])
     data = _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT"))
-    by_body = {m["body"]: m for m in data["messages"]}
+    by_body = {_body(m): m for m in data["messages"]}
     assert set(by_body) == {"now-broker-a", "now-broker-b", "later"}
     later = by_body["later"]
-    assert later["scheduled"] and later["real_topic"] == "DelayT" and later["deliver_timestamp"] == later["store_timestamp"] + 10_000
+    assert later["scheduled"] and later["realTopic"] == "DelayT" and int(later["deliverTimestamp"]) == int(later["storeTimestamp"]) + 10_000
     assert not by_body["now-broker-a"]["scheduled"]
-    assert [m["body"] for m in _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT", "-s", "Pay"))["messages"]] == ["later"]
+    assert [_body(m) for m in _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT", "-s", "Pay"))["messages"]] == ["later"]
     plain = quarry(cluster, "printMsg", "-t", "DelayT", "-s", "Pay")
     assert "scheduled=true" in plain.stdout and "realTopic=DelayT" in plain.stdout
     by_key = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgByKey", "-t", "DelayT", "-k", "order-77")) and _json(p)["messages"] and p, what="parked message indexed")
     (m,) = _json(by_key)["messages"]
-    assert m["offset_msg_id"] == parked.offset_msg_id and m["scheduled"]
+    assert m["offsetMsgId"] == parked.offset_msg_id and m["scheduled"]
     by_uid = _json(quarry(cluster, "--json", "queryMsgByUniqueKey", "-t", "DelayT", "-i", uid))
-    assert [x["offset_msg_id"] for x in by_uid["messages"]] == [parked.offset_msg_id]
+    assert [x["offsetMsgId"] for x in by_uid["messages"]] == [parked.offset_msg_id]
     assert quarry(cluster, "queryMsgByKey", "-t", "Elsewhere", "-k", "order-77").stdout.count("order") == 0
     # What the RocketMQ 5 front door stores for a delivery time: the real topic, TIMER_DELIVER_MS.
     due = int(time.time() * 1000) + 3_600_000
     send(cluster, "broker-b", [common_pb2.MessageInput(topic="DelayT", body=b"timer", queue_id=1,
                                                        properties=[common_pb2.Property(name="TIMER_DELIVER_MS", value=str(due))])])
-    timer = {m["body"]: m for m in _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT"))["messages"]}["timer"]
-    assert timer["scheduled"] and timer["deliver_timestamp"] == due and timer["real_topic"] == "DelayT"
+    timer = {_body(m): m for m in _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT"))["messages"]}["timer"]
+    assert timer["scheduled"] and int(timer["deliverTimestamp"]) == due and timer["realTopic"] == "DelayT"
 
 
 def _trace_msg(body: str, keys: list[str], host: str) -> common_pb2.MessageInput:
@@ -188,10 +194,10 @@ def test_message_trace_is_decoded_into_the_send_and_consume_timeline(cluster: Lo
                                _trace_msg(sub("CG-audit", "r2", "false", 1700000002000), [mid, "k1"], "10.9.8.9")])
     got = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgTraceById", "-i", mid)) and len(_json(p)["contexts"]) == 5 and p, what="trace indexed")
     data = _json(got)
-    kinds = [(c["trace_type"], c["group"], c["client_host"], c["success"]) for c in data["contexts"]]
+    kinds = [(c["traceType"], c["group"], c["clientHost"], c["success"]) for c in data["contexts"]]
     assert kinds == [("Pub", "PG-orders", "10.9.8.7", True), ("SubBefore", "CG-billing", "10.9.8.8", True), ("SubAfter", "CG-billing", "10.9.8.8", True),
                      ("SubBefore", "CG-audit", "10.9.8.9", True), ("SubAfter", "CG-audit", "10.9.8.9", False)]
-    assert data["contexts"][0]["offset_msg_id"] == "0A00000100002A9F0000000000000100" and data["complete"]
+    assert data["contexts"][0]["offsetMsgId"] == "0A00000100002A9F0000000000000100" and data["complete"]
     table = quarry(cluster, "queryMsgTraceById", "-i", mid)
     assert table.returncode == 0
     lines = [line.split() for line in table.stdout.splitlines() if line.strip()]
@@ -205,22 +211,22 @@ def test_message_trace_is_decoded_into_the_send_and_consume_timeline(cluster: Lo
 def test_decode_message_id_offline(cluster: LocalCluster) -> None:
     (r,) = send(cluster, "broker-b", [common_pb2.MessageInput(topic="OneT", body=b"id", queue_id=-1, unique_key=unique_key_generator().next_id())])
     out = _json(quarry(cluster, "--json", "DecodeMessageId", "-i", r.offset_msg_id))
-    assert out["offset_msg_id"]["store_host"].startswith("127.0.0.22:") and out["offset_msg_id"]["commit_log_offset"] == r.physical_offset
-    uk = _json(quarry(cluster, "--json", "DecodeMessageId", "-i", r.unique_key))["unique_key_v4"]
-    assert uk["pid"] == os.getpid() & 0xFFFF and abs(uk["nearly_time_ms"] - time.time() * 1000) < 3_600_000
+    assert out["offsetMsgId"]["storeHost"].startswith("127.0.0.22:") and out["offsetMsgId"]["commitLogOffset"] == r.physical_offset
+    uk = _json(quarry(cluster, "--json", "DecodeMessageId", "-i", r.unique_key))["uniqueKeyV4"]
+    assert uk["pid"] == os.getpid() & 0xFFFF and abs(uk["nearlyTimeMs"] - time.time() * 1000) < 3_600_000
     assert quarry(cluster, "DecodeMessageId", "-i", "xyz").returncode == 2
 
 
 def test_broker_killed_mid_browse_is_reported_and_the_page_can_be_retried(cluster: LocalCluster, many: dict[str, Any]) -> None:
     b, e = str(many["begin"]), str(many["end"])
     first = _json(quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--max", "1000"))
-    assert len(first["messages"]) == 1000 and first["next_token"]
+    assert len(first["messages"]) == 1000 and first["nextToken"]
     cluster.brokers["broker-b"].commitlog.kill()
-    second = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--max", "1000", "--token", first["next_token"])
+    second = quarry(cluster, "--json", "printMsg", "-t", "ManyT", "-b", b, "-e", e, "--max", "1000", "--token", first["nextToken"])
     assert second.returncode == 4, second.stderr
     data = _json(second)
-    assert not data["complete"] and "broker-b" in data["failed_brokers"] and data["retry_token"] == first["next_token"]
-    assert data["messages"] and {m["broker_name"] for m in data["messages"]} == {"broker-a"}
+    assert not data["complete"] and "broker-b" in data["failedBrokers"] and data["retryToken"] == first["nextToken"]
+    assert data["messages"] and {m["brokerName"] for m in data["messages"]} == {"broker-a"}
     assert "broker-b" in second.stderr and "--token" in second.stderr
     seen = {m["body"] for m in first["messages"]}
     assert not seen & {m["body"] for m in data["messages"]}  # the page continues, it does not repeat

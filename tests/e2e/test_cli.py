@@ -48,47 +48,47 @@ def sent(cluster: LocalCluster) -> dict[str, object]:
 
 
 def test_send_reports_its_result_as_json_and_as_rocketmq_text(cluster: LocalCluster, sent: dict[str, object]) -> None:
-    assert sent["send_status"] == "SEND_OK" and len(str(sent["offset_msg_id"])) == 32 and len(str(sent["msg_id"])) == 32
+    assert sent["status"] == "SEND_STATUS_SEND_OK" and len(str(sent["offsetMsgId"])) == 32 and len(str(sent["uniqueKey"])) == 32  # protobuf JSON mapping
     plain = quarry(cluster, "sendMessage", "-t", "CliTopic", "-p", "second")
     assert plain.stdout.startswith("SendResult [sendStatus=SEND_OK, msgId=") and "messageQueue=MessageQueue [topic=CliTopic" in plain.stdout
 
 
 def test_query_by_id_and_by_unique_key_given_as_an_id(cluster: LocalCluster, sent: dict[str, object]) -> None:
-    by_id = quarry(cluster, "queryMsgById", "-i", str(sent["offset_msg_id"]))
-    assert by_id.returncode == 0 and f"OffsetID:            {sent['offset_msg_id']}" in by_id.stdout and "hello cli" in by_id.stdout
+    by_id = quarry(cluster, "queryMsgById", "-i", str(sent["offsetMsgId"]))
+    assert by_id.returncode == 0 and f"OffsetID:            {sent['offsetMsgId']}" in by_id.stdout and "hello cli" in by_id.stdout
     assert "Keys:                [order-7 cust-3]" in by_id.stdout and "Tags:                [TagC]" in by_id.stdout
-    by_uniq_via_id = quarry(cluster, "queryMsgById", "-i", str(sent["msg_id"]), "-t", "CliTopic")
-    assert by_uniq_via_id.returncode == 0 and str(sent["offset_msg_id"]) in by_uniq_via_id.stdout
+    by_uniq_via_id = quarry(cluster, "queryMsgById", "-i", str(sent["uniqueKey"]), "-t", "CliTopic")
+    assert by_uniq_via_id.returncode == 0 and str(sent["offsetMsgId"]) in by_uniq_via_id.stdout
 
 
 def test_query_by_key_as_json_and_as_a_table(cluster: LocalCluster, sent: dict[str, object]) -> None:
     found = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgByKey", "-t", "CliTopic", "-k", "cust-3")) and json.loads(p.stdout)["messages"] and p, what="key indexed")
     data = json.loads(found.stdout)
-    assert [m["offset_msg_id"] for m in data["messages"]] == [sent["offset_msg_id"]] and data["complete"]
+    assert [m["offsetMsgId"] for m in data["messages"]] == [sent["offsetMsgId"]] and data["complete"]
     table = quarry(cluster, "queryMsgByKey", "-t", "CliTopic", "-k", "order-7", "-b", "2000-01-01T00:00:00")
-    assert table.stdout.splitlines()[0].startswith("#Message ID") and str(sent["msg_id"]) in table.stdout
+    assert table.stdout.splitlines()[0].startswith("#Message ID") and str(sent["uniqueKey"]) in table.stdout
 
 
 def test_query_by_unique_key_and_by_queue_offset(cluster: LocalCluster, sent: dict[str, object]) -> None:
-    uniq = wait_until(lambda: (p := quarry(cluster, "queryMsgByUniqueKey", "-t", "CliTopic", "-i", str(sent["msg_id"]))) and p.returncode == 0 and p, what="unique key indexed")
-    assert str(sent["offset_msg_id"]) in uniq.stdout
-    at = quarry(cluster, "queryMsgByOffset", "-t", "CliTopic", "-b", str(sent["broker_name"]), "-i", str(sent["queue_id"]), "-o", str(sent["queue_offset"]))
-    assert at.returncode == 0 and str(sent["offset_msg_id"]) in at.stdout
+    uniq = wait_until(lambda: (p := quarry(cluster, "queryMsgByUniqueKey", "-t", "CliTopic", "-i", str(sent["uniqueKey"]))) and p.returncode == 0 and p, what="unique key indexed")
+    assert str(sent["offsetMsgId"]) in uniq.stdout
+    at = quarry(cluster, "queryMsgByOffset", "-t", "CliTopic", "-b", str(sent["brokerName"]), "-i", str(sent["queueId"]), "-o", str(sent["queueOffset"]))
+    assert at.returncode == 0 and str(sent["offsetMsgId"]) in at.stdout
 
 
 def test_topic_list_route_and_cluster_list(cluster: LocalCluster, sent: dict[str, object]) -> None:
     assert "CliTopic" in quarry(cluster, "topicList").stdout.split()
     route = json.loads(quarry(cluster, "topicRoute", "-t", "CliTopic").stdout)
-    assert route["topic"] == "CliTopic" and sent["broker_name"] in [b["brokerName"] for b in route["brokers"]]
+    assert route["topic"] == "CliTopic" and sent["brokerName"] in [b["brokerName"] for b in route["brokers"]]
     clusters = quarry(cluster, "clusterList")
     assert "broker-a" in clusters.stdout and "broker-b" in clusters.stdout
 
 
 def test_broker_status_shows_each_store_end(cluster: LocalCluster, sent: dict[str, object]) -> None:
-    status = {s["broker"]: s for s in json.loads(quarry(cluster, "--json", "brokerStatus").stdout)}
+    status = {s["brokerName"]: s["status"] for s in json.loads(quarry(cluster, "--json", "brokerStatus").stdout)["brokers"]}
     assert set(status) == {"broker-a", "broker-b"}
     # The broker that stored the message ends past it (the offsetMsgId's last 16 hex digits are its offset).
-    assert status[str(sent["broker_name"])]["max_offset"] > int(str(sent["offset_msg_id"])[16:], 16)
+    assert int(status[str(sent["brokerName"])]["maxOffset"]) > int(str(sent["offsetMsgId"])[16:], 16)
 
 
 def test_not_found_bad_input_and_broker_down_exit_codes(cluster: LocalCluster) -> None:
@@ -97,7 +97,7 @@ def test_not_found_bad_input_and_broker_down_exit_codes(cluster: LocalCluster) -
     bad = quarry(cluster, "queryMsgByKey", "-t", "bad topic!", "-k", "x")
     assert bad.returncode == 2 and "topic" in bad.stderr and "Traceback" not in bad.stderr
     bad_time = quarry(cluster, "queryMsgByKey", "-t", "T", "-k", "x", "-b", "yesterday")
-    assert bad_time.returncode == 2 and "ISO-8601" in bad_time.stderr
+    assert bad_time.returncode == 2 and "ISO-8601" in bad_time.stderr and "-b 'yesterday'" in bad_time.stderr
     not_offset_id = quarry(cluster, "queryMsgById", "-i", "not-an-id")
     assert not_offset_id.returncode == 2 and "-t" in not_offset_id.stderr
     assert quarry(cluster, "sendMessage", "-t", "T", "-p", "x", "-k", "a\x01b").returncode == 2
@@ -108,7 +108,7 @@ def test_not_found_bad_input_and_broker_down_exit_codes(cluster: LocalCluster) -
     wait_until(lambda: len(json.loads(quarry(cluster, "--json", "queryMsgByKey", "-t", "DownTopic", "-k", "both").stdout)["messages"]) == 2, what="both indexed")
     cluster.brokers["broker-b"].indexer.kill()
     partial = quarry(cluster, "--json", "queryMsgByKey", "-t", "DownTopic", "-k", "both")
-    assert partial.returncode == 0
+    assert partial.returncode == 4  # incomplete: a broker did not answer
     data = json.loads(partial.stdout)
-    assert not data["complete"] and [m["broker_name"] for m in data["messages"]] == ["broker-a"]
+    assert not data["complete"] and [m["brokerName"] for m in data["messages"]] == ["broker-a"]
     assert "broker broker-b did not answer" in partial.stderr

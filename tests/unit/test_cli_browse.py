@@ -3,18 +3,31 @@ answered, 4 some broker did not answer (with the token that retries the page).""
 from __future__ import annotations
 
 import argparse
+import base64
 import io
 import json
 
 from quarry.clients.cli_browse import BrowseCommands
-from quarry.clients.model import BrokerOutcome, Message, QueryResult
+from quarry.clients.model import QueryResult as Result
+from quarry.v1 import common_pb2, router_pb2
 
 
-def _msg(i: int, broker: str) -> Message:
-    return Message(topic="T", body=f"b{i}".encode(), properties={}, property_pairs=[], keys=[], tags="", unique_key="", flag=0,
-                   queue_id=0, queue_offset=i, commit_log_offset=i, store_size=100, sys_flag=0, born_timestamp=1, born_host="1.1.1.1:1",
-                   store_timestamp=1000 - i, store_host="2.2.2.2:2", reconsume_times=0, prepared_transaction_offset=0, body_crc=0,
-                   offset_msg_id=f"ID{i}", broker_name=broker)
+def _msg(i: int, broker: str) -> common_pb2.StoredMessage:
+    return common_pb2.StoredMessage(topic="T", body=f"b{i}".encode(), queue_offset=i, commit_log_offset=i, store_size=100, born_timestamp=1,
+                                    store_timestamp=1000 - i, offset_msg_id=f"ID{i}", broker_name=broker)
+
+
+def QueryResult(messages: list[common_pb2.StoredMessage], brokers: list[common_pb2.BrokerOutcome], complete: bool, next_token: str = "") -> Result:
+    """A router page as the admin client returns it (typed, with the proto it came from)."""
+    return Result.from_proto(router_pb2.QueryResult(messages=messages, brokers=brokers, complete=complete, next_continuation_token=next_token))
+
+
+def BrokerOutcome(name: str, answered: bool, code: str, message: str, latency_ms: int) -> common_pb2.BrokerOutcome:
+    return common_pb2.BrokerOutcome(broker_name=name, answered=answered, error_code=code, error_message=message, latency_ms=latency_ms)
+
+
+def _body(m: dict[str, object]) -> str:
+    return base64.b64decode(str(m["body"])).decode()  # --json: the protobuf JSON mapping
 
 
 class ScriptedAdmin:
@@ -22,12 +35,12 @@ class ScriptedAdmin:
         self.pages = pages
         self.asked: list[tuple[str, int]] = []
 
-    def browse_topic(self, topic: str, begin: int, end: int, tags: str, oldest_first: bool, max_num: int, token: str, **kw: object) -> QueryResult:
+    def browse_topic(self, topic: str, begin: int, end: int, tags: str, oldest_first: bool, max_num: int, token: str, **kw: object) -> Result:
         self.asked.append((token, max_num))
         return self.pages[token]
 
 
-def _run(pages: dict[str, QueryResult], **overrides: object) -> tuple[int, dict[str, object], str, ScriptedAdmin]:
+def _run(pages: dict[str, Result], **overrides: object) -> tuple[int, dict[str, object], str, ScriptedAdmin]:
     cmd = BrowseCommands()
     args = dict(topic="T", begin=0, end=0, sub_expression="*", oldest_first=False, charset="UTF-8", print_body="true",
                 max=0, page_size=2, token="", json=True)
@@ -47,7 +60,7 @@ ALL_DOWN = [BrokerOutcome("a", False, "UNAVAILABLE", "down", 1), BrokerOutcome("
 def test_every_page_is_fetched_and_found_is_0() -> None:
     code, data, _, admin = _run({"": QueryResult([_msg(0, "a"), _msg(1, "b")], OK, True, next_token="t1"),
                                  "t1": QueryResult([_msg(2, "a")], OK, True)})
-    assert code == 0 and [m["body"] for m in data["messages"]] == ["b0", "b1", "b2"] and data["complete"] and data["next_token"] == ""
+    assert code == 0 and [_body(m) for m in data["messages"]] == ["b0", "b1", "b2"] and data["complete"] and data["nextToken"] == ""
     assert admin.asked == [("", 2), ("t1", 2)]
 
 
@@ -59,14 +72,14 @@ def test_nothing_in_the_window_is_1() -> None:
 def test_max_stops_early_and_hands_back_the_token() -> None:
     code, data, _, admin = _run({"": QueryResult([_msg(0, "a"), _msg(1, "b")], OK, True, next_token="t1"),
                                  "t1": QueryResult([_msg(2, "a")], OK, True, next_token="t2")}, max=3)
-    assert code == 0 and len(data["messages"]) == 3 and data["next_token"] == "t2"
+    assert code == 0 and len(data["messages"]) == 3 and data["nextToken"] == "t2"
     assert admin.asked == [("", 2), ("t1", 1)]  # the last page asks only for what is missing
 
 
 def test_a_broker_down_mid_browse_is_4_with_the_retry_token() -> None:
     code, data, err, _ = _run({"": QueryResult([_msg(0, "a"), _msg(1, "b")], OK, True, next_token="t1"),
                                "t1": QueryResult([_msg(2, "a")], B_DOWN, False, next_token="t2")})
-    assert code == 4 and not data["complete"] and data["retry_token"] == "t1" and data["failed_brokers"] == {"b": "UNAVAILABLE: down"}
+    assert code == 4 and not data["complete"] and data["retryToken"] == "t1" and data["failedBrokers"] == {"b": "UNAVAILABLE: down"}
     assert "broker b did not answer" in err and "--token 't1'" in err
 
 

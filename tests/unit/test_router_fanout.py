@@ -1,4 +1,4 @@
-"""Fan-out: per-broker outcomes, retries of UNAVAILABLE only, the overall deadline holds."""
+"""Fan-out: per-broker outcomes, one retry only after a lost connection, the overall deadline holds."""
 from __future__ import annotations
 
 import threading
@@ -40,17 +40,33 @@ def test_every_broker_gets_an_outcome_in_key_order(fanout: FanOut) -> None:
     assert not out[1].ok and out[1].error_code == "INTERNAL" and out[1].error_message == "boom" and out[1].attempts == 1
 
 
-def test_unavailable_is_retried_while_time_is_left(fanout: FanOut) -> None:
+def test_a_connection_lost_mid_call_is_retried_once(fanout: FanOut) -> None:
     calls = []
 
     def flaky(_t: float) -> str:
         calls.append(1)
-        if len(calls) < 3:
-            raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down")
+        if len(calls) < 2:
+            raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed")
         return "ok"
 
     out = fanout.run({"a": flaky}, timeout_s=2, per_call_s=0.5)[0]
-    assert out.ok and out.value == "ok" and out.attempts == 3
+    assert out.ok and out.value == "ok" and out.attempts == 2
+
+
+@pytest.mark.parametrize("details", [
+    "commitlog of broker-b did not answer: UNAVAILABLE: failed to connect",  # the broker's own answer
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.9:1: Failed to connect to remote host: connect: Connection refused (111)",
+])
+def test_a_dead_broker_costs_one_attempt_and_its_cause_is_passed_through(fanout: FanOut, details: str) -> None:
+    calls = []
+
+    def dead(_t: float) -> str:
+        calls.append(1)
+        raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, details)
+
+    out = fanout.run({"a": dead}, timeout_s=2, per_call_s=0.5)[0]
+    assert len(calls) == 1 and out.attempts == 1
+    assert out.error_code == "UNAVAILABLE" and out.error_message == details
 
 
 def test_invalid_argument_is_not_retried(fanout: FanOut) -> None:
@@ -80,3 +96,23 @@ def test_a_hanging_broker_costs_at_most_the_deadline(fanout: FanOut) -> None:
     assert answered_before_the_hang_ended
     assert out[0].ok
     assert out[1].error_code == "DEADLINE_EXCEEDED"
+
+
+def test_transport_failures_are_told_from_a_services_own_unavailable() -> None:
+    from quarry.transport import lost_connection, transport_failure
+
+    refused = FakeRpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Connection refused")
+    own = FakeRpcError(grpc.StatusCode.UNAVAILABLE, "commitlog of broker-b did not answer: UNAVAILABLE: failed to connect to all addresses")
+    lost = FakeRpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+    assert transport_failure(refused) and not lost_connection(refused)
+    assert not transport_failure(own) and not lost_connection(own)
+    assert transport_failure(lost) and lost_connection(lost)
+    assert not transport_failure(FakeRpcError(grpc.StatusCode.INTERNAL, "Socket closed"))
+
+
+def test_an_ipv6_peer_is_read_as_grpc_escapes_it() -> None:
+    from quarry.channels import parse_peer
+
+    assert parse_peer("ipv6:%5B::1%5D:45678") == ("::1", 45678)  # what grpcio reports for [::1]
+    assert parse_peer("ipv6:%5Bfe80::1%25eth0%5D:7") == ("fe80::1", 7)
+    assert parse_peer("ipv4:127.0.0.1:5") == ("127.0.0.1", 5)

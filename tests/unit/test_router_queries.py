@@ -167,7 +167,7 @@ def test_unknown_store_host_and_unknown_topic_are_not_found(env: Env) -> None:
 @pytest.mark.parametrize(("call", "field"), [
     (lambda q: q.by_key("bad topic!", "k", 0, 0, 0), "topic"),
     (lambda q: q.by_key(TOPIC, "", 0, 0, 0), "key"),
-    (lambda q: q.by_key(TOPIC, "k", 65, 0, 0), "max_num"),
+    (lambda q: q.by_key(TOPIC, "k", 2049, 0, 0), "max_num"),
     (lambda q: q.by_key(TOPIC, "k", 0, 10, 5), "end_timestamp"),
     (lambda q: q.by_key(TOPIC, "k", 0, 0, 0, token="garbage!"), "continuation_token"),
     (lambda q: q.by_id("XYZ"), "offset_msg_id"),

@@ -18,14 +18,36 @@ def _broker(name: str, addr: str = "127.0.0.2:10911", topics: dict[str, int] | N
     return Broker(name=name, commitlog_addr=addr, indexer_addr="127.0.0.2:10921", store_host=addr, topics=topics or {"T": 4})
 
 
-def test_broker_that_misses_heartbeats_leaves_the_routes() -> None:
+def test_broker_that_misses_heartbeats_leaves_the_routes_but_stays_reported_missing() -> None:
     clock = Clock()
     reg = BrokerRegistry(expiry_ms=9000, clock_ms=clock)
     reg.register(_broker("a"))
     clock.now += 9000
-    assert [b.name for b in reg.holding("T")] == ["a"]
+    assert [(b.name, b.missing) for b in reg.holding("T")] == [("a", False)]
     clock.now += 1
-    assert reg.holding("T") == []
+    assert reg.live() == []
+    assert [(b.name, b.missing, b.last_heartbeat_ms) for b in reg.holding("T")] == [("a", True, 1_000_000)]
+    clock.now += 10**9  # no forget time configured: kept until unregistered
+    assert [b.name for b in reg.known()] == ["a"] and reg.topics() == ["T"]
+    reg.register(_broker("a"))
+    assert [(b.name, b.missing) for b in reg.live()] == [("a", False)]
+    reg.unregister("a")
+    assert reg.known() == []
+
+
+def test_missing_broker_is_forgotten_after_the_configured_time() -> None:
+    clock = Clock()
+    reg = BrokerRegistry(expiry_ms=9000, clock_ms=clock, forget_after_ms=60_000)
+    reg.register(_broker("a"))
+    clock.now += 9000 + 60_000
+    assert [b.missing for b in reg.known()] == [True]
+    clock.now += 1
+    assert reg.known() == [] and reg.holding("T") == []
+
+
+def test_ipv6_store_host_is_kept_in_brackets() -> None:
+    [b] = parse_static_brokers("a=[::1]:10911,[::1]:10921,::1:10911")
+    assert b.store_host == "[::1]:10911"
 
 
 def test_reregistration_updates_addresses_and_keeps_indexer_when_not_given() -> None:
