@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from quarry.formats import offset_msg_id
 from quarry.formats.record import Record, decode_record
@@ -49,14 +50,16 @@ def decodes_raw(body: bytes) -> list[tuple[Record, bytes]]:
     return out
 
 
-async def route(namesrv: str, topic: str, **auth: str) -> dict:  # type: ignore[type-arg]
+async def route(namesrv: str, topic: str, **auth: Any) -> dict:  # type: ignore[type-arg]
     async with RemotingClient(namesrv, **auth) as ns:
         resp = await ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
     assert resp.code == codes.SUCCESS, (resp.code, resp.remark)
     return json.loads(resp.body)
 
 
-async def query_message(namesrv: str, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool, **auth: str) -> tuple[list[Record], list[BrokerAnswer]]:
+async def query_message(namesrv: str, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool, **auth: Any) -> tuple[list[Record], list[BrokerAnswer]]:
+    """`auth` may also carry serialize_type: RocketMQ's clients send ROCKETMQ binary headers
+    when -Drocketmq.serialize.type=ROCKETMQ is set."""
     data = await route(namesrv, topic, **auth)
     addrs = [bd["brokerAddrs"]["0"] for bd in data["brokerDatas"] if "0" in bd["brokerAddrs"]]
 

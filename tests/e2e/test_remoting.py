@@ -247,6 +247,9 @@ def test_mqadmin_queries_by_key_unique_key_and_id(cluster: LocalCluster) -> None
     assert all(x.code == codes.SUCCESS and x.index_last_update_timestamp and x.index_last_update_phy_offset is not None for x in answers)
     by_uniq, _ = run(mqadmin.query_message(ns(cluster), "AdminTopic", uniq, 32, 0, mqadmin.LONG_MAX, True))
     assert [r.body for r in by_uniq] == [b"on a"]
+    binary, answers = run(mqadmin.query_message(ns(cluster), "AdminTopic", "shared-key", 64, 0, mqadmin.LONG_MAX, False,
+                                                serialize_type=codes.SERIALIZE_ROCKETMQ))
+    assert sorted(r.body for r in binary) == [b"on a", b"on b"] and all(x.index_last_update_timestamp for x in answers)
     none, answers = run(mqadmin.query_message(ns(cluster), "AdminTopic", "no-such-key", 64, 0, mqadmin.LONG_MAX, False))
     assert none == [] and {x.code for x in answers} == {codes.QUERY_NOT_FOUND}
     assert all(x.index_last_update_timestamp is not None for x in answers)  # the header fields come with a miss too
