@@ -1,6 +1,6 @@
 // Sends messages into Quarry with the official RocketMQ 5 Node.js SDK and prints one JSON
 // line per receipt. Usage: node send.js <router host:port> <topic> <count> [tag] [key-prefix]
-// Env: RMQ_ACCESS_KEY / RMQ_SECRET_KEY sign the calls (ACL).
+// Env: RMQ_ACCESS_KEY / RMQ_SECRET_KEY sign the calls (ACL); RMQ_TLS=1 connects with TLS.
 'use strict';
 const { Producer } = require('rocketmq-client-nodejs');
 
@@ -10,6 +10,9 @@ const quiet = { info() {}, debug() {}, warn: (...a) => console.error('WARN', ...
 async function main() {
   const [endpoints, topic, count = '1', tag = '', keyPrefix = 'node-key'] = process.argv.slice(2);
   const options = { endpoints, namespace: '', topics: [ topic ], requestTimeout: 5000, logger: quiet };
+  if (process.env.RMQ_TLS) {
+    options.sslEnabled = true;
+  }
   if (process.env.RMQ_ACCESS_KEY) {
     options.sessionCredentials = { accessKey: process.env.RMQ_ACCESS_KEY, accessSecret: process.env.RMQ_SECRET_KEY };
   }
