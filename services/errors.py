@@ -37,6 +37,11 @@ class NotFound(ServiceError):
     """No record, topic, queue, broker or message where the caller pointed."""
 
 
+class DamagedRecord(NotFound):
+    """A record is there but damaged (its CRC or frame fails): it cannot be served, and a
+    query that needed it must say so rather than answer as if nothing matched."""
+
+
 class Expired(ServiceError):
     """The offset lies outside what is kept: below the minimum (retention) or past the end."""
 

@@ -3,7 +3,7 @@ names the store code uses. `StoreError` is their base; the server maps them in o
 (services/status.py)."""
 from __future__ import annotations
 
-from quarry.services.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly
+from quarry.services.errors import DamagedRecord, DiskFull, Expired, InvalidArgument, NotFound, ReadOnly
 from quarry.services.errors import ServiceError as StoreError
 
-__all__ = ["DiskFull", "Expired", "InvalidArgument", "NotFound", "ReadOnly", "StoreError"]
+__all__ = ["DamagedRecord", "DiskFull", "Expired", "InvalidArgument", "NotFound", "ReadOnly", "StoreError"]

@@ -9,7 +9,7 @@ from quarry.formats.dispatch import DispatchInfo, decode_dispatch
 from quarry.formats.record import (
     BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic,
 )
-from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound
+from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.store_state import StoreState
 
 READ_WINDOW = 4 * 1024 * 1024  # bytes read_dispatch reads at a time
@@ -51,7 +51,7 @@ def _read(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
         if "PHYSICALOFFSET" in exc.reason or "magic" in exc.reason:
             raise NotFound(f"no record starts at physical offset {physical_offset}") from None
         state.report(str(exc), exc.offset)
-        raise NotFound(f"record at physical offset {physical_offset} is corrupt: {exc.reason}") from None
+        raise DamagedRecord(f"record at physical offset {physical_offset} is corrupt: {exc.reason}") from None
 
 
 def pull(state: StoreState, topic: str, queue_id: int, queue_offset: int, max_count: int) -> tuple[list[Record], int, int, int]:

@@ -17,7 +17,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog.convert import peer_host, result_fields, send_result, to_new_message, to_stored
-from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound, StoreError
+from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
 from quarry.services.commitlog.message_input import NewMessage
@@ -120,6 +120,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                 raise InvalidArgument(f"physical_offsets[{i}]: must be >= 0")
             try:
                 response.messages.append(to_stored(self.store.read(offset), self.broker_name))
+            except DamagedRecord:
+                response.damaged.append(offset)
             except (NotFound, Expired):
                 response.not_found.append(offset)
         return response

@@ -92,7 +92,8 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             msg.broker_name = self.broker_name
         # The index narrows to whole seconds; each record's own store time decides.
         response.messages.extend(m for m in got.messages if request.begin_timestamp <= m.store_timestamp <= end)
-        response.unreadable_entries = len(got.not_found)
+        response.unreadable_entries = len(got.not_found) + len(got.damaged)
+        response.damaged_offsets.extend(got.damaged)
         return response
 
     def GetIndexStatus(self, request: indexer_pb2.GetIndexStatusRequest, context: grpc.ServicerContext) -> indexer_pb2.GetIndexStatusResponse:

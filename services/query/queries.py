@@ -43,10 +43,23 @@ class Answer:
     end: int = 0
     notes: list[str] = field(default_factory=list)
     next_token: str = ""
+    damaged: dict[str, list[int]] = field(default_factory=dict)  # broker -> offsets of damaged candidate records
 
     @property
     def complete(self) -> bool:
-        return all(o.ok for o in self.outcomes)
+        """Every broker answered, and no candidate record was damaged (a match may be among them)."""
+        return all(o.ok for o in self.outcomes) and not any(self.damaged.values())
+
+    def note_damaged(self, outcomes: list[Outcome]) -> "Answer":
+        """Carry the indexers' damaged candidates into the answer: incomplete, and said why."""
+        for o in outcomes:
+            offsets = list(o.value.damaged) if o.ok and isinstance(o.value, Scan) else []
+            if offsets:
+                self.damaged[o.key] = offsets
+                shown = ", ".join(str(x) for x in offsets[:5]) + (", …" if len(offsets) > 5 else "")
+                self.notes.append(f"{o.key}: {len(offsets)} index entr{'y' if len(offsets) == 1 else 'ies'} under this key point at "
+                                  f"damaged records (physical offsets {shown}); a match may be among them (see the broker's store status)")
+        return self
 
 
 @dataclass
@@ -57,6 +70,7 @@ class Scan:
     matched: list[common_pb2.StoredMessage] = field(default_factory=list)
     skipped: int = 0
     more_below: int = 0
+    damaged: list[int] = field(default_factory=list)  # candidate records the commitlog found damaged
 
     def __len__(self) -> int:
         return len(self.matched)
@@ -166,7 +180,7 @@ class Queries:
             begin=begin,
             end=end,
             next_token=encode_token(page.next_token) if page.next_token else "",
-        )
+        ).note_damaged(outcomes)
 
     # -- by unique key --------------------------------------------------------------------
     def by_unique_key(self, topic: str, unique_key: str, return_all: bool = False, timeout_ms: int = 0, begin: int = 0, end: int = 0) -> Answer:
@@ -217,13 +231,14 @@ class Queries:
                 begin=w_begin,
                 end=w_end,
                 notes=list(notes),
-            )
+            ).note_damaged(outcomes)
             if copies:
                 return answer
         failed = [f"{o.key} ({o.error_code}: {o.error_message})" for o in answer.outcomes if not o.ok]
         if failed:
             raise Unavailable(f"unique key {unique_key} not found on the brokers that answered (searched store times {' then '.join(searched)}); no answer from: {', '.join(failed)}")
-        raise NotFound(f"no message with unique key {unique_key} in topic {topic} on {', '.join(b.name for b in brokers)} (searched store times {' then '.join(searched)})")
+        damaged = "".join(f"; {note}" for note in answer.notes if "damaged records" in note)
+        raise NotFound(f"no message with unique key {unique_key} in topic {topic} on {', '.join(b.name for b in brokers)} (searched store times {' then '.join(searched)}){damaged}")
 
     def _try_as_offset_msg_id(self, topic: str, text: str, timeout_s: float) -> Answer | None:
         try:
@@ -352,6 +367,7 @@ class Queries:
                         scan.matched.append(msg)
                     else:
                         scan.skipped += 1
+                scan.damaged.extend(response.damaged_offsets)
                 scan.more_below = response.next_before_phy_offset
                 # Collisions do not count toward the page: read on while the index has more.
                 if not scan.more_below or len(scan.matched) >= want:

@@ -135,3 +135,37 @@ def test_a_segment_named_off_the_segment_size_stops_the_commitlog(tmp_path: Path
     assert "refusing to start" in lines[0] and "not a multiple of --segment-size" in lines[0]
     assert _segments(store) == [(f"{1000:020d}", SEGMENT)]  # untouched
 
+
+
+def test_a_key_query_that_hits_a_damaged_record_says_so(cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Not `complete` with the damaged one silently missing: the answer is incomplete and its
+    notes name the broker and the offset (the other matches are still returned)."""
+    from quarry.v1 import router_pb2, router_pb2_grpc
+
+    cluster = cluster_factory(commitlog_args=["--segment-size", str(SEGMENT)])
+    cluster.start_router()
+    broker = cluster.add_broker("broker-a", "127.0.0.64")
+    with grpc.insecure_channel(broker.commitlog.address) as ch:
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+        sent = [stub.SendMessage(commitlog_pb2.SendMessageRequest(message=common_pb2.MessageInput(
+            topic=TOPIC, body=f"order {i} ".encode() * 50, keys=["dmg-key"], queue_id=0)), timeout=10).result for i in range(5)]
+    cluster.wait_indexed()
+    assert broker.commitlog.stop() == 0
+    bad = sent[2]
+    seg_start = bad.physical_offset - bad.physical_offset % SEGMENT
+    with open(broker.store_dir / "commitlog" / f"{seg_start:020d}", "r+b") as fh:
+        fh.seek(bad.physical_offset - seg_start + 150)
+        fh.write(b"\x00\xff\x00")
+    broker.commitlog.start()
+    assert cluster.router is not None
+    with grpc.insecure_channel(cluster.router.address) as ch:
+        router = router_pb2_grpc.QueryRouterServiceStub(ch)
+
+        def answered() -> router_pb2.QueryResult | None:
+            r = router.QueryMsgByKey(router_pb2.QueryMsgByKeyRequest(topic=TOPIC, key="dmg-key"), timeout=10).result
+            return r if all(b.answered for b in r.brokers) else None
+
+        result = wait_until(answered, what="an answer from broker-a after its restart")
+    assert not result.complete  # type: ignore[union-attr]
+    assert sorted(m.commit_log_offset for m in result.messages) == sorted(r.physical_offset for r in sent if r is not bad)  # type: ignore[union-attr]
+    assert any("broker-a" in n and "damaged" in n and str(bad.physical_offset) in n for n in result.notes), result.notes  # type: ignore[union-attr]
