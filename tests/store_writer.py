@@ -23,11 +23,13 @@ import os
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 from quarry.formats.offset_msg_id import create as offset_msg_id
 from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
 from quarry.formats.record import BLANK_HEADER_SIZE, blank_record, encode_record
+from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.formats.segment_walk import SegmentEnd, WalkResult, list_segments, segment_name, walk_buffer, walk_segments
 
 TOPIC = "FollowTopic"
@@ -103,10 +105,13 @@ def emit(obj: dict[str, object]) -> None:
 
 
 def recover_end(directory: Path) -> tuple[int, int]:
-    """(end of the whole records, how many there are): a restarted writer goes on from there."""
+    """(end of the whole records, number of the next record, from the last one's key): a
+    restarted writer goes on from there, as RocketMQ's recovery finds the end of its log."""
     result = WalkResult()
-    count = sum(1 for _ in walk_segments(directory / "commitlog", result=result))
-    return result.end_offset, count
+    last = None
+    for last in walk_segments(directory / "commitlog", result=result):
+        pass
+    return result.end_offset, (int(last.keys[0].rsplit("-", 1)[1]) + 1 if last is not None else 0)
 
 
 def generate(args: argparse.Namespace) -> None:
@@ -119,9 +124,11 @@ def generate(args: argparse.Namespace) -> None:
     for rec in walk_segments(w.dir):
         next_qoff[rec.queue_id] = rec.queue_offset + 1
     host, port = args.store_host.rsplit(":", 1)
+    ids = UniqueKeyGenerator("10.0.0.9", os.getpid(), 1, datetime.now().astimezone().tzinfo)  # type: ignore[arg-type]
     for n in range(done, args.count):
         qid = n % QUEUES
-        uniq = f"{0x7F000001:08X}{os.getpid() & 0xFFFF:04X}{n:020X}"
+        ids.set_counter(n)
+        uniq = ids.next_id()
         props = encode_properties([(KEYS, f"follow-key-{n}"), (TAGS, "TagA" if n % 2 else "TagB"), (UNIQ_KEY, uniq)])
         body = (f"follow body {n} " * (1 + n % 7)).encode()
         make = lambda at: encode_record(topic=TOPIC, body=body, properties=props, queue_id=qid, flag=0, queue_offset=next_qoff[qid],
@@ -142,6 +149,8 @@ def generate(args: argparse.Namespace) -> None:
         next_qoff[qid] += 1
         offset += len(data)
         w.expire()
+        if args.step:
+            sys.stdin.readline()  # the test says when to write the next record
     emit({"done": offset})
     threading.Event().wait(0 if args.exit else 3600)
 
@@ -160,6 +169,8 @@ def golden(args: argparse.Namespace) -> None:
             at = rec.physical_offset - start
             w.write(rec.physical_offset, data[at:at + rec.store_size])
             emit({"offset": rec.physical_offset, "size": rec.store_size})
+            if args.step:
+                sys.stdin.readline()
         if end.blank_at is not None:
             w.write(start + end.blank_at, data[end.blank_at:end.blank_at + BLANK_HEADER_SIZE], pieces=1)
     emit({"done": True})
@@ -177,6 +188,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--store-host", default="10.20.30.40:10911")
     p.add_argument("--stop-mid-record", type=int, default=-1)
     p.add_argument("--segments-of", default="")
+    p.add_argument("--step", action="store_true", help="after each record, wait for a line on stdin")
     p.add_argument("--exit", action="store_true", help="exit when done instead of waiting to be stopped")
     args = p.parse_args(argv)
     (generate if args.mode == "generate" else golden)(args)

@@ -215,7 +215,9 @@ class Follower:
             state.write_offset = state.flushed_offset = end
             topics = state.topics
             for record, info in zip(records, infos):
-                state.store_hosts_seen.add(record.store_host)
+                if record.store_host not in state.store_hosts_seen:
+                    # Copy on write as well: the heartbeat thread reads the set to announce it.
+                    state.store_hosts_seen = state.store_hosts_seen | {record.store_host}
                 if topics.get(record.topic, 0) <= record.queue_id:
                     # Copy on write: other threads iterate the topic table without the lock.
                     topics = dict(topics)

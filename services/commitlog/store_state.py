@@ -54,7 +54,7 @@ class StoreState:
         if not self.read_only:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             (self.dir / "commitlog").mkdir(exist_ok=True, mode=0o700)
-        elif not (self.dir / "commitlog").is_dir():
+        elif not (self.dir / "commitlog").is_dir() and not config.follow:  # a followed writer may not have made it yet
             raise FileNotFoundError(f"{self.dir}: no commitlog/ directory to open read-only")
         self.lock = threading.Lock()
         self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
