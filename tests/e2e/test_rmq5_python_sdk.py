@@ -97,7 +97,7 @@ def test_sync_and_async_sends_keep_tag_keys_and_properties(cluster: LocalCluster
     assert cluster.router is not None
     assert cli.main(["-n", cluster.router.address, "--json", "queryMsgById", "-t", "SdkOrders", "-i", sync.message_id]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["messages"][0]["unique_key"] == sync.message_id and out["messages"][0]["tags"] == "paid"
+    assert out["messages"][0]["uniqueKey"] == sync.message_id and out["messages"][0]["tags"] == "paid"  # protobuf JSON names
 
 
 def test_fifo_group_and_delayed_message(cluster: LocalCluster, admin: AdminClient) -> None:
