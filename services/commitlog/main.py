@@ -13,6 +13,7 @@ from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.health import store_health
 from quarry.services.commitlog.registration import Heartbeats, announced_topics, registration_request
+from quarry.services.commitlog.offsets_persister import OffsetsPersister
 from quarry.services.commitlog.remoting_port import start_remoting
 from quarry.services.commitlog.segments import StoreLayoutError
 from quarry.services.commitlog.server import CommitLogServicer
@@ -71,6 +72,7 @@ async def _serve(args: argparse.Namespace) -> None:
         metrics=metrics.METRICS, health_check=lambda: store_health(store),
     )
     remoting = await start_remoting(args, servicer, store, stopping)
+    offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()
     heartbeat = None
     if args.router:
         def _registration() -> router_pb2.RegisterBrokerRequest:
@@ -86,8 +88,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
     def _stop() -> None:
         stopping.set()
-        if remoting is not None:
-            remoting.stop_persisting()
+        offsets_persister.stop()  # the store's close writes the last commits
         if heartbeat is not None:
             # No unregister: until it expires, the router keeps reporting this broker as not
             # answering instead of silently leaving its messages out of answers.

@@ -222,6 +222,9 @@ def test_consumer_offsets_survive_a_broker_restart(cluster: LocalCluster) -> Non
             r = await b.call(codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "dg", "topic": "DurableOffsets", "queueId": 0, "commitOffset": 1})
             assert r.code == codes.SUCCESS
     run(commit())
+    offsets_file = cluster.brokers["broker-b"].store_dir / "config" / "consumerOffset.json"
+    # Written on the interval (--offsets-persist-interval-ms, 1 s), before any stop.
+    wait_until(lambda: offsets_file.exists() and "DurableOffsets@dg" in json.loads(offsets_file.read_text())["offsetTable"], what="offsets written")
     broker = cluster.brokers["broker-b"].commitlog
     assert broker.stop() == 0
     broker.start()
