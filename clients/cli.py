@@ -19,7 +19,7 @@ from quarry.clients.admin import AdminClient
 from quarry.clients.cli_browse import BrowseCommands
 from quarry.clients.cli_browse import add_parsers as add_browse_parsers
 from quarry.clients.cli_options import (
-    EXIT_CODES, EXIT_INCOMPLETE, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, add_option, common_options, human_time, parse_time, proto_json,
+    EXIT_CODES, EXIT_INCOMPLETE, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, add_option, common_options, human_time, proto_json,
 )
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
 from quarry.clients.model import Message, QueryResult
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("clusterList", "cluster-list", "brokers, live and missing (stopped heartbeating), with their addresses")
     s = add("unregisterBroker", "unregister-broker", "forget a broker on every router (a missing broker is reported until then)")
     add_option(s, "-b", "--brokerName", "--broker", dest="broker", required=True, help="broker name")
-    add_browse_parsers(add, time_type)
+    add_browse_parsers(add)
     return p
 
 
@@ -250,14 +250,6 @@ TIME_HELP = """
 times: epoch milliseconds, ISO-8601 with Z or an offset (2024-05-01T12:00:00Z), or a time
 without zone (2024-05-01T12:00:00, or as printed: 2024-05-01 12:00:00,123) read in the zone
 times are printed in (local time, set by TZ). Epoch seconds are refused."""
-
-
-def time_type(text: str) -> int:
-    """parse_time for `type=` options (argparse shows the reason)."""
-    try:
-        return parse_time(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def report_error(exc: QuarryError, err: Any, prefix: str = "") -> int:

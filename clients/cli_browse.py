@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import codecs
 import json
-import re
 from datetime import datetime
 from typing import Any, Callable
 
-from quarry.clients.cli_options import camel_keys, proto_json
+from quarry.clients.cli_options import add_option, camel_keys, human_time, proto_json
 from quarry.clients.errors import InvalidArgumentError, NotFoundError
 from quarry.clients.model import Message, QueryResult
 from quarry.formats import message_id, message_trace
@@ -23,29 +22,7 @@ DEFAULT_PAGE = 256
 TRACE_PAGE = 64
 
 
-def _ms(ms: int) -> str:
-    dt = datetime.fromtimestamp(ms / 1000)
-    return dt.strftime("%Y-%m-%d %H:%M:%S") + f",{ms % 1000:03d}"
-
-
-MQADMIN_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})$")
-
-
-def mqadmin_time(parse_time: Callable[[str], int]) -> Callable[[str], int]:
-    """printMsg's time option: mqadmin's yyyy-MM-dd#HH:mm:ss:SSS (this machine's zone, as the
-    JVM reads it and as times are printed) or whatever the CLI's time parser accepts."""
-
-    def _parse(text: str) -> int:
-        m = MQADMIN_TIME.match(text.strip())
-        if m is None:
-            return parse_time(text)
-        y, mo, d, h, mi, s, ms = (int(g) for g in m.groups())
-        try:
-            return int(datetime(y, mo, d, h, mi, s).astimezone().timestamp()) * 1000 + ms
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
-
-    return _parse
+_ms = human_time  # one way to print times in every command (local zone, as read back)
 
 
 def _charset(name: str) -> str:
@@ -217,36 +194,36 @@ def print_trace(contexts: list[message_trace.TraceContext], out: Any) -> None:
         print("", file=out)
 
 
-def add_parsers(add: Callable[[str, str, str], argparse.ArgumentParser], parse_time: Callable[[str], int]) -> None:
-    """The subcommands, with mqadmin's short and long option names."""
-    parse_time = mqadmin_time(parse_time)
+def add_parsers(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    """The subcommands, with mqadmin's short and long option names (times and numbers read by
+    cli_options, so an error names the flag as typed)."""
     for name, alias, help_text in (("printMsg", "print-msg", "every message of a topic stored in a time window, in store-time order"),
                                    ("printMsgByQueue", "print-msg-by-queue", "every message of one broker's queue stored in a time window")):
         s = add(name, alias, help_text)
         s.add_argument("-t", "--topic", required=True, help="topic name")
         if name == "printMsgByQueue":
             s.add_argument("-a", "--brokerName", dest="broker_name", required=True, help="broker name")
-            s.add_argument("-i", "--queueId", dest="queue_id", type=int, required=True, help="queue id")
-        s.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time, default=0, help="earliest store time: epoch ms, ISO time or yyyy-MM-dd#HH:mm:ss:SSS (default 0)")
-        s.add_argument("-e", "--endTimestamp", dest="end", type=parse_time, default=0, help="latest store time, inclusive: epoch ms, ISO time or yyyy-MM-dd#HH:mm:ss:SSS (default now)")
+            add_option(s, "-i", "--queueId", dest="queue_id", kind="non_negative", required=True, help="queue id")
+        add_option(s, "-b", "--beginTimestamp", dest="begin", kind="time", default=0, help="earliest store time: epoch ms, ISO time or yyyy-MM-dd#HH:mm:ss:SSS (default 0)")
+        add_option(s, "-e", "--endTimestamp", dest="end", kind="time", default=0, help="latest store time, inclusive: epoch ms, ISO time or yyyy-MM-dd#HH:mm:ss:SSS (default now)")
         s.add_argument("-s", "--subExpression", dest="sub_expression", default="*", help="tag expression: *, TagA, or 'TagA || TagB'")
         s.add_argument("-c", "--charsetName", dest="charset", default="UTF-8", help="charset to print bodies with (default UTF-8)")
         s.add_argument("-d", "--printBody", dest="print_body", default="true", help="print bodies: true (default) or false")
         s.add_argument("--oldest-first", action="store_true", help="oldest store time first (default newest first)")
-        s.add_argument("--max", type=int, default=0, help="stop after this many messages and print the token to continue (default: all)")
-        s.add_argument("--page-size", type=int, default=DEFAULT_PAGE, help=f"messages per request, 1..1024 (default {DEFAULT_PAGE})")
+        add_option(s, "--max", kind="non_negative", default=0, help="stop after this many messages and print the token to continue (default: all)")
+        add_option(s, "--page-size", kind="positive", default=DEFAULT_PAGE, help=f"messages per request, 1..1024 (default {DEFAULT_PAGE})")
         s.add_argument("--token", default="", help="continue from this token (printed when more remain)")
     s = add("searchOffset", "search-offset", "the queue offset of a store time (RocketMQ's searchOffset)")
     s.add_argument("-t", "--topic", required=True, help="topic name")
     s.add_argument("-a", "--brokerName", dest="broker_name", required=True, help="broker name")
-    s.add_argument("-i", "--queueId", dest="queue_id", type=int, required=True, help="queue id")
-    s.add_argument("-s", "--timestamp", type=parse_time, required=True, help="store time: epoch ms or ISO time")
+    add_option(s, "-i", "--queueId", dest="queue_id", kind="non_negative", required=True, help="queue id")
+    add_option(s, "-s", "--timestamp", kind="time", required=True, help="store time: epoch ms, ISO time or yyyy-MM-dd#HH:mm:ss:SSS")
     s.add_argument("--upper", action="store_true", help="the last offset at or before the time (default: the first at or after)")
     s = add("queryMsgTraceById", "query-msg-trace-by-id", "the send/consume trace of a message id")
     s.add_argument("-i", "--msgId", dest="msg_id", required=True, help="message id (the producer's msgId)")
     s.add_argument("-t", "--traceTopic", dest="trace_topic", default=message_trace.DEFAULT_TRACE_TOPIC, help=f"trace topic (default {message_trace.DEFAULT_TRACE_TOPIC})")
-    s.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time, default=0, help="earliest store time of trace records")
-    s.add_argument("-e", "--endTimestamp", dest="end", type=parse_time, default=0, help="latest store time of trace records (default now)")
-    s.add_argument("-c", "--maxNum", dest="max_num", type=int, default=0, help="stop after this many trace contexts (default: all)")
+    add_option(s, "-b", "--beginTimestamp", dest="begin", kind="time", default=0, help="earliest store time of trace records")
+    add_option(s, "-e", "--endTimestamp", dest="end", kind="time", default=0, help="latest store time of trace records (default now)")
+    add_option(s, "-c", "--maxNum", dest="max_num", kind="non_negative", default=0, help="stop after this many trace contexts (default: all)")
     s = add("DecodeMessageId", "decode-message-id", "what an offsetMsgId or unique key holds (offline)")
     s.add_argument("-i", "--messageId", dest="message_id", required=True, help="offsetMsgId or unique key")

@@ -4,9 +4,10 @@
   alias); every option has help text.
 - `common_options(parser)`: `-n/--namesrvAddr` and `--json`, accepted before or after the
   command name (mqadmin puts `-n` after it).
-- Times (`TimeValue`): epoch milliseconds, or ISO-8601 with `Z` or an offset, or a time
-  without zone (ISO or as printed: `2024-05-01 12:00:00,123`) read in the zone times are
-  printed in (the local zone, `TZ`). A value that looks like seconds is refused.
+- Times (`parse_time`, one parser for every command): epoch milliseconds, or ISO-8601 with
+  `Z` or an offset, or a time without zone (ISO, as printed: `2024-05-01 12:00:00,123`, or
+  mqadmin's `2024-05-01#12:00:00:123`) read in the zone times are printed in (the local zone,
+  `TZ`). A value that looks like seconds is refused.
 - Errors name the flag as the user typed it (`-b 1700000000: ...`).
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from quarry.clients.routers import parse_router_addresses
 # Below this an epoch value is taken for seconds: 10^11 ms is 1973-03-03, 10^11 s is year 5138.
 SECONDS_LIMIT = 100_000_000_000
 PRINTED = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[,.](\d{1,6}))?$")
+MQADMIN = re.compile(r"^(\d{4}-\d{2}-\d{2})#(\d{2}:\d{2}:\d{2}):(\d{3})$")  # printMsg's yyyy-MM-dd#HH:mm:ss:SSS
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -70,15 +72,17 @@ def parse_time(text: str) -> int:
         if 0 < value < SECONDS_LIMIT:
             raise ValueError(f"looks like seconds; give epoch milliseconds ({value * 1000}) or an ISO-8601 time")
         return value
-    printed = PRINTED.match(text)
+    printed = PRINTED.match(text) or MQADMIN.match(text)
     if printed:
         date, clock, frac = printed.groups()
         text = f"{date}T{clock}" + (f".{frac.ljust(3, '0')}" if frac else "")
     try:
         dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
-    except ValueError:
+    except ValueError as exc:
+        if printed or "must be in" in str(exc):  # the right shape, an impossible date: say which part
+            raise ValueError(str(exc)) from None
         raise ValueError("expected epoch milliseconds, or an ISO-8601 time such as 2024-05-01T12:00:00Z, "
-                         "2024-05-01T14:00:00+02:00 or 2024-05-01 12:00:00,123 (local time, as printed)") from None
+                         "2024-05-01T14:00:00+02:00 or 2024-05-01 12:00:00,123 (local time, as printed; also 2024-05-01#12:00:00:123)") from None
     if dt.tzinfo is None:
         dt = dt.astimezone()  # the local zone: the one times are printed in
     return (dt - _EPOCH) // timedelta(milliseconds=1)  # exact: no float rounding

@@ -163,13 +163,10 @@ def test_bad_ids_are_refused_with_the_rule(bad: str) -> None:
 def test_print_msg_takes_mqadmins_time_format_in_the_local_zone() -> None:
     from datetime import datetime
 
-    from quarry.clients.cli_browse import mqadmin_time
+    from quarry.clients.cli_options import parse_time
 
-    parse = mqadmin_time(lambda text: -1)
     want = int(datetime(2026, 11, 23, 10, 0, 5).astimezone().timestamp()) * 1000 + 42
-    assert parse("2026-11-23#10:00:05:042") == want
-    assert parse("1700000000000") == -1  # anything else goes to the CLI's own parser
-    import argparse
-
-    with pytest.raises(argparse.ArgumentTypeError, match="month"):
-        parse("2026-13-23#10:00:05:042")
+    assert parse_time("2026-11-23#10:00:05:042") == want
+    assert parse_time("1700000000000") == 1700000000000  # the CLI's one time parser reads the rest
+    with pytest.raises(ValueError, match="month"):
+        parse_time("2026-13-23#10:00:05:042")
