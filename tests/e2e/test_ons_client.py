@@ -5,6 +5,7 @@ and Quarry's own CLI finds every message by id, key and unique key."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -104,16 +105,16 @@ def test_ali_ons_producer_and_push_consumer_through_quarry(cluster: LocalCluster
         s = sent[w["body"]]
         by_id = quarry_cli(cluster, "queryMsgById", "-i", s["msgId"])
         assert by_id.returncode == 0, by_id.stderr
-        (msg,) = json.loads(by_id.stdout)["messages"]
-        assert (msg["body"], msg["offset_msg_id"], msg["tags"], msg["keys"]) == (w["body"], s["msgId"], w["tags"], w["keys"])
-        assert msg["unique_key"] == (w["uniqueKey"] or "")
+        (msg,) = json.loads(by_id.stdout)["messages"]  # the protobuf JSON mapping of StoredMessage
+        assert (base64.b64decode(msg["body"]).decode(), msg["offsetMsgId"], msg["tags"], msg["keys"]) == (w["body"], s["msgId"], w["tags"], w["keys"])
+        assert msg.get("uniqueKey", "") == (w["uniqueKey"] or "")
         by_key = quarry_cli(cluster, "queryMsgByKey", "-t", TOPIC, "-k", w["keys"][0])
-        assert [m["offset_msg_id"] for m in json.loads(by_key.stdout)["messages"]] == [s["msgId"]], by_key.stdout
+        assert [m["offsetMsgId"] for m in json.loads(by_key.stdout)["messages"]] == [s["msgId"]], by_key.stdout
         unique = w["uniqueKey"] or s["msgId"]  # without a UNIQ_KEY the offsetMsgId is the message's id
         by_uniq = quarry_cli(cluster, "queryMsgByUniqueKey", "-t", TOPIC, "-i", unique)
-        assert by_uniq.returncode == 0 and [m["offset_msg_id"] for m in json.loads(by_uniq.stdout)["messages"]] == [s["msgId"]], by_uniq.stdout + by_uniq.stderr
+        assert by_uniq.returncode == 0 and [m["offsetMsgId"] for m in json.loads(by_uniq.stdout)["messages"]] == [s["msgId"]], by_uniq.stdout + by_uniq.stderr
     shared = json.loads(quarry_cli(cluster, "queryMsgByKey", "-t", TOPIC, "-k", "ons-shared").stdout)
-    assert sorted(m["offset_msg_id"] for m in shared["messages"]) == sorted(s["msgId"] for s in sent.values())
+    assert sorted(m["offsetMsgId"] for m in shared["messages"]) == sorted(s["msgId"] for s in sent.values())
 
 
 def test_ali_ons_signs_its_requests_for_quarrys_acl(tmp_path: Path, cluster_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
