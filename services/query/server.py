@@ -223,9 +223,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _count_brokers(registry: BrokerRegistry, missing: bool) -> float:
-    # `known()` (live and missing) where the registry keeps brokers that stopped heartbeating.
-    known = registry.known() if hasattr(registry, "known") else registry.live()
-    return float(sum(1 for b in known if bool(getattr(b, "missing", False)) == missing))
+    return float(sum(1 for b in registry.known() if b.missing == missing))
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -120,6 +120,11 @@ def test_each_service_exports_only_its_own_metrics_in_base_units(cluster_factory
     assert router['quarry_router_brokers{state="live"}'] == 1 and router['quarry_router_brokers{state="missing"}'] == 0
     assert indexer["quarry_indexer_tail_connected"] == 1
     assert "quarry_indexer_lag_seconds" in indexer
+    # A broker that stops heartbeating is counted missing, not dropped.
+    broker.indexer.stop()
+    broker.commitlog.stop()
+    wait_until(lambda: _scrape(ports["router"], "127.0.0.1")['quarry_router_brokers{state="missing"}'] == 1, what="broker-a counted missing")
+    assert _scrape(ports["router"], "127.0.0.1")['quarry_router_brokers{state="live"}'] == 0
 
 
 @pytest.mark.parametrize("kind", ["router", "commitlog", "indexer"])
