@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from quarry.formats.dispatch import DispatchInfo
+from quarry.formats.state_file import fsync_dir
 from quarry.formats.record import Record
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog import reads, retention
@@ -75,6 +76,9 @@ class CommitLogStore:
             self.follower.start()
         elif not self.read_only:
             (self.dir / ABORT_FILE).touch(mode=0o600)
+            # Durable before any write: after a power cut the marker, not an older clean
+            # checkpoint, must decide that recovery scans the log.
+            fsync_dir(self.dir)
             self.flusher.start()
 
     # -- the shared state, read by the server and tests -------------------------------------

@@ -149,3 +149,10 @@ def test_the_pipeline_reaches_no_services_code() -> None:
     driver_only = ("quarry.pipeline.cli", "quarry.pipeline.__main__")
     task_side = [m for m in GRAPH if m.startswith("quarry.pipeline") and m not in driver_only]
     assert {m: _reaches(m, "quarry.services") for m in task_side if _reaches(m, "quarry.services")} == {}
+
+
+def test_the_shared_grpc_plumbing_sits_below_services_and_clients() -> None:
+    for name in ("quarry.channels", "quarry.signing"):
+        assert all(t.startswith(("quarry.formats", "quarry.channels", "quarry.signing")) for t in GRAPH[name]), GRAPH[name]
+    users = {m for m, t in GRAPH.items() if "quarry.channels" in t}
+    assert any(m.startswith("quarry.services") for m in users) and any(m.startswith("quarry.clients") for m in users)
