@@ -94,6 +94,10 @@ class IndexFile:
         bt, et, bp, ep, hsc, ic = _HEADER.unpack_from(self._mm, 0)
         self.header = IndexHeader(bt, et, bp, ep, hsc, ic)
 
+    def reload_header(self) -> None:
+        """Read the header again: another process (a RocketMQ broker) writes this file."""
+        self._load_header()
+
     def _write_header_fields(self) -> None:
         h = self.header
         # indexCount is written only once it moved past its initial in-memory 1, as RocketMQ does.

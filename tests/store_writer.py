@@ -29,6 +29,8 @@ from pathlib import Path
 from quarry.formats.offset_msg_id import create as offset_msg_id
 from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
 from quarry.formats.record import BLANK_HEADER_SIZE, blank_record, encode_record
+from quarry.formats.index_file import IndexFile
+from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names
 from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.formats.segment_walk import SegmentEnd, WalkResult, list_segments, segment_name, walk_buffer, walk_segments
 
@@ -99,6 +101,30 @@ class Writer:
             emit({"deleted": path.name})
 
 
+class IndexWriter:
+    """The broker's IndexService: every record's keys and unique key put into index/ as it is
+    dispatched, a new IndexFile (named by the time) when one is full."""
+
+    def __init__(self, directory: Path, slots: int, entries: int) -> None:
+        self.dir, self.slots, self.entries = directory, slots, entries
+        directory.mkdir(parents=True, exist_ok=True)
+        existing = sorted(p for p in directory.iterdir() if INDEX_FILE_NAME.match(p.name))
+        self.file = IndexFile(existing[-1], slots, entries, create=False) if existing else None
+
+    def put(self, topic: str, key: str, uniq: str, offset: int, store_ts: int) -> None:
+        for name in index_names(topic, key, uniq):
+            if self.file is None or not self.file.put_key(name, offset, store_ts):
+                end_phy, end_ts = (self.file.header.end_phy_offset, self.file.header.end_timestamp) if self.file else (0, 0)
+                if self.file is not None:
+                    self.file.close()
+                now = int(time.time() * 1000)
+                while (self.dir / index_file_name(now)).exists():
+                    now += 1
+                self.file = IndexFile(self.dir / index_file_name(now), self.slots, self.entries, end_phy, end_ts)
+                emit({"index_file": self.file.path.name})
+                assert self.file.put_key(name, offset, store_ts)
+
+
 def emit(obj: dict[str, object]) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -124,6 +150,7 @@ def generate(args: argparse.Namespace) -> None:
     for rec in walk_segments(w.dir):
         next_qoff[rec.queue_id] = rec.queue_offset + 1
     host, port = args.store_host.rsplit(":", 1)
+    index = IndexWriter(Path(args.store_dir) / "index", args.hash_slots, args.index_num) if args.index else None
     ids = UniqueKeyGenerator("10.0.0.9", os.getpid(), 1, datetime.now().astimezone().tzinfo)  # type: ignore[arg-type]
     for n in range(done, args.count):
         qid = n % QUEUES
@@ -144,6 +171,8 @@ def generate(args: argparse.Namespace) -> None:
             emit({"mid_record": offset})
             threading.Event().wait()  # the test kills the process here
         w.write(offset, data)
+        if index is not None:
+            index.put(TOPIC, f"follow-key-{n}", uniq, offset, int.from_bytes(data[56:64], "big"))
         emit({"offset": offset, "size": len(data), "n": n, "queue_id": qid, "queue_offset": next_qoff[qid], "key": f"follow-key-{n}",
               "uniq_key": uniq, "msg_id": offset_msg_id(host, int(port), offset), "topic": TOPIC})
         next_qoff[qid] += 1
@@ -188,6 +217,9 @@ def main(argv: list[str]) -> None:
     p.add_argument("--store-host", default="10.20.30.40:10911")
     p.add_argument("--stop-mid-record", type=int, default=-1)
     p.add_argument("--segments-of", default="")
+    p.add_argument("--index", action="store_true", help="also keep index/ as the broker's IndexService does")
+    p.add_argument("--hash-slots", type=int, default=101)
+    p.add_argument("--index-num", type=int, default=50)
     p.add_argument("--step", action="store_true", help="after each record, wait for a line on stdin")
     p.add_argument("--exit", action="store_true", help="exit when done instead of waiting to be stopped")
     args = p.parse_args(argv)

@@ -18,6 +18,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--max-files", "QUARRY_INDEX_MAX_FILES", 256, "cap on IndexFiles kept; the oldest is dropped beyond it (0: no cap)", int, minimum=0)
     p.add_setting("--flush-interval-ms", "QUARRY_INDEX_FLUSH_INTERVAL_MS", 1000, "how often index + checkpoint are flushed", int, minimum=1)
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open index/ read-only and do not tail", parse_bool)
+    p.add_setting("--follow-index", "QUARRY_INDEX_FOLLOW", False, "answer from a running RocketMQ broker's own IndexFiles (--index-dir: the broker's store root, holding index/): read-only, no Tail, re-read every --follow-interval-ms", parse_bool)
+    p.add_setting("--follow-interval-ms", "QUARRY_INDEX_FOLLOW_INTERVAL_MS", 200, "--follow-index: how often the broker's IndexFiles are looked at again", int, minimum=10)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_process_settings(p)
     return p
@@ -26,4 +28,7 @@ def build_parser() -> EnvArgumentParser:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     # The indexer does not register with the router: its commitlog's heartbeat carries the
     # indexer's address (commitlog --indexer-addr).
-    return build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.follow_index:
+        args.read_only = True  # the broker's files: never written
+    return args

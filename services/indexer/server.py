@@ -22,6 +22,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb
 from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoint, open_checkpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services.indexer import metrics
+from quarry.services.indexer.index_follow import IndexFollower
 from quarry.services.indexer.tailer import Tailer, TailState
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
@@ -179,13 +180,16 @@ def _serve(args: argparse.Namespace) -> int:
             metrics.INDEX_LAG_SECONDS.set(max(0.0, time.time() - state.last_store_timestamp / 1000.0) if behind and state.last_store_timestamp else 0)
 
         tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe).start()
+    follower = IndexFollower(index, lock, args.follow_interval_ms).start() if args.follow_index else None
     metrics.TAIL_CONNECTED.set_function(lambda: 1.0 if tailer is not None and tailer.state.connected else 0.0)
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = start_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
-                           metrics=metrics.METRICS, health_check=lambda: tail_health(tailer))
+                           metrics=metrics.METRICS, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
 
     def _stop() -> None:
+        if follower is not None:
+            follower.stop()
         if tailer is not None:
             tailer.stop()  # flushes index, then checkpoint
         servicer.close()

@@ -238,3 +238,36 @@ def test_golden_segments_fed_progressively_are_followed(scenario: str, tmp_path:
     for start, path in list_segments(GOLDEN / scenario / "commitlog"):
         assert (store / "commitlog" / path.name).read_bytes() == path.read_bytes()
     cluster.stop()
+
+
+def test_keys_answered_from_the_brokers_own_index_files(tmp_path: Path, cluster_factory, writers) -> None:  # type: ignore[no-untyped-def]
+    """--follow-index: the indexer keeps no IndexFiles of its own; it maps the broker's index/
+    (written by the writer process as RocketMQ's IndexService does, rolling to new files)."""
+    store = tmp_path / "rocketmq-store"
+    writer = WriterProcess("generate", "--store-dir", str(store), "--segment-size", "4096", "--count", "40", "--store-host", BROKER_HOST,
+                           "--index", "--hash-slots", "101", "--index-num", "30", "--step")
+    writers.append(writer)
+    cluster = cluster_factory()
+    cluster.start_router()
+    broker = cluster.add_broker("followed", "127.0.0.73",
+                                commitlog_args=["--store-dir", str(store), "--follow", "true", "--store-host", BROKER_HOST],
+                                indexer_args=["--index-dir", str(store), "--follow-index", "true", "--follow-interval-ms", "100",
+                                              "--hash-slots", "101", "--index-num", "30"])
+    index_files: list[str] = []
+    with AdminClient(cluster.router.address) as admin:
+        while "done" not in (line := writer.next()):
+            if "index_file" in line:
+                index_files.append(str(line["index_file"]))
+                continue
+            wait_until(lambda: _found(admin, "followed", line), timeout_s=FOUND_WITHIN_S, what=f"record {line['n']} found 4 ways")
+            writer.step()
+    assert len(index_files) >= 2  # the broker rolled to new IndexFiles while followed
+    for pid in (broker.indexer.proc.pid, broker.commitlog.proc.pid):
+        assert _assert_read_only_access(pid, store) > 0
+    assert not (broker.index_dir / "index").exists()  # no second copy of the index
+    writer.kill()
+    before = _snapshot(store)
+    assert set(before) == {"commitlog", "index", *(f"commitlog/{p.name}" for _s, p in list_segments(store / "commitlog")),
+                           *(f"index/{name}" for name in index_files)}
+    cluster.stop()
+    assert _snapshot(store) == before

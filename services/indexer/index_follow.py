@@ -1,0 +1,82 @@
+"""Answer from a RocketMQ broker's own `index/` while the broker writes it (--follow-index).
+
+RocketMQ's IndexFiles are byte-compatible with Quarry's (formats/index_file.py), so instead
+of keeping a second copy the indexer maps the broker's files read-only and, every interval,
+reads their headers again (the broker's puts move indexCount and the end offsets), opens the
+files the broker creates once they have their full size and a sound header, and lets go of
+the files it deletes. Nothing in the directory is written, locked or created.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from quarry.formats.index_file import IndexFile, IndexFileError, file_size
+from quarry.formats.index_keys import INDEX_FILE_NAME
+from quarry.services.indexer.index_store import IndexStore
+from quarry.services.log import log_event
+
+log = logging.getLogger("quarry.index.follow")
+
+
+def refresh(index: IndexStore) -> bool:
+    """One round (the caller holds the indexer's lock); returns whether a file came or went."""
+    changed = False
+    directory, config = index.directory, index.config
+    names = {p.name for p in directory.iterdir() if INDEX_FILE_NAME.match(p.name)} if directory.is_dir() else set()
+    for f in list(index.files):
+        if f.path.name not in names:
+            index.files.remove(f)
+            f.close()
+            changed = True
+            log_event(log, "index file deleted by the broker", file=f.path.name)
+    newest = index.files[-1].path.name if index.files else ""
+    expected = file_size(config.hash_slot_num, config.index_num)
+    for name in sorted(n for n in names if n > newest):
+        path = directory / name
+        try:
+            if path.stat().st_size != expected:
+                break  # still being created (or sized for other settings): looked at again next round
+            f = IndexFile(path, config.hash_slot_num, config.index_num, read_only=True, create=False)
+        except (IndexFileError, OSError):
+            break
+        index.files.append(f)
+        changed = True
+        log_event(log, "index file picked up", file=name)
+    for f in index.files:
+        f.reload_header()
+        if f.entries:
+            index.last_update_phy_offset = max(index.last_update_phy_offset, f.header.end_phy_offset)
+            index.last_update_timestamp = max(index.last_update_timestamp, f.header.end_timestamp)
+    return changed
+
+
+class IndexFollower:
+    """A daemon thread calling `refresh` every interval under the indexer's lock."""
+
+    def __init__(self, index: IndexStore, lock: threading.Lock, interval_ms: int) -> None:
+        self.index = index
+        self.lock = lock
+        self.interval_s = interval_ms / 1000.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="index-follower", daemon=True)
+        self.failing = ""
+
+    def start(self) -> "IndexFollower":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                with self.lock:
+                    refresh(self.index)
+                self.failing = ""
+            except Exception as exc:  # the thread must live on: the broker's files keep changing
+                if not self.failing:
+                    log_event(log, "following the broker's index failed; retrying", logging.ERROR, error=repr(exc))
+                self.failing = repr(exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
