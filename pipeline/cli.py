@@ -51,6 +51,16 @@ def _store_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
     )
 
 
+def _store_time(text: str) -> int:
+    """--begin/--end: the `quarry` CLI's time forms, read by its one parser."""
+    from quarry.clients.cli_options import parse_time  # driver only: executors never parse flags
+
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="quarry-pipeline",
@@ -96,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--format", default="parquet", choices=["parquet", "csv", "json"], help="output format (json: JSON lines)")
     q.add_argument("--max-num", type=int, default=0, help="keys: at most this many matches per key, newest first (0: all)")
     q.add_argument("--all-copies", action="store_true", help="unique keys: every copy, not only the earliest")
-    q.add_argument("--begin", type=int, default=0, help="keys: earliest store timestamp, epoch ms")
-    q.add_argument("--end", type=int, default=0, help="keys: latest store timestamp, epoch ms (0: no limit)")
+    q.add_argument("--begin", type=_store_time, default=0, metavar="TIME",
+                   help="keys: earliest store time, in the forms `quarry -b` takes: epoch ms, ISO-8601 with Z or an offset, "
+                   "or a local time as `quarry` prints it (2024-05-01 12:00:00,123)")
+    q.add_argument("--end", type=_store_time, default=0, metavar="TIME", help="keys: latest store time, same forms (0: no limit)")
     q.add_argument("--single-file", action="store_true", help="write one output file (coalesce(1))")
     q.add_argument("--overwrite", action="store_true", help="replace an existing output")
     _add_job_settings(q)

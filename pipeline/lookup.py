@@ -50,7 +50,7 @@ def validate_args(args: argparse.Namespace) -> None:
     if args.max_num < 0:
         raise JobError("--max-num: must be >= 0 (0: all matches)", usage=True)
     if args.begin < 0 or args.end < 0 or (args.end and args.end < args.begin):
-        raise JobError("--begin/--end: store timestamps in epoch ms, 0 <= begin <= end (end 0: no limit)", usage=True)
+        raise JobError("--begin/--end: store times with begin <= end (end 0: no limit)", usage=True)
     if os.path.exists(args.out) and not args.overwrite:
         raise JobError(f"--out {args.out}: exists (use --overwrite to replace it)", usage=True)
 

@@ -16,16 +16,11 @@ import pytest
 from quarry.clients.admin import AdminClient
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, takes_queue_offset
 from quarry.formats.topic import TopicError, validate_topic
-from quarry.v1 import router_pb2
 from tests.e2e.conftest import wait_until
 from tests.vectors import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "messages"
 SCENARIOS = sorted(p.parent.name for p in GOLDEN.glob("*/scenario.json"))
-# The golden ids were made in 2023: the router finds them once it widens a unique-key search
-# past the id's own month (issue 15 item 3, which adds these request fields). Until that
-# router has landed, the unique-key checks cannot pass and are left out.
-WIDENED_UNIQUE_KEY_SEARCH = "begin_timestamp" in router_pb2.QueryMsgByUniqueKeyRequest.DESCRIPTOR.fields_by_name
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
@@ -80,7 +75,7 @@ def test_a_dead_brokers_store_answers_every_query_read_only(scenario: str, tmp_p
                 if key and indexed:
                     found = admin.query_by_key(rec["topic"], key, max_num=64).messages
                     assert rec["msg_id"] in {m.offset_msg_id for m in found}, f"{label}: key {key}"
-            if rec["uniq_key"] and indexed and WIDENED_UNIQUE_KEY_SEARCH:
+            if rec["uniq_key"] and indexed:  # ids of 2023: found by the router's widened search
                 found = admin.query_by_unique_key(rec["topic"], rec["uniq_key"], return_all=True).messages
                 assert rec["msg_id"] in {m.offset_msg_id for m in found}, f"{label}: unique key"
             if takes_queue_offset(rec["sys_flag"]):

@@ -244,3 +244,42 @@ def test_progress_counts_only_the_written_part_of_a_preallocated_segment(tmp_pat
     assert summary.records == 3000 and summary.bytes == written  # not the 32 MiB file
     done = [ln for ln in capsys.readouterr().err.splitlines() if "decode+write done:" in ln]
     assert len(done) == 1 and "(100.0%)" in done[0] and "3,000 records" in done[0]
+
+
+def test_lookup_windows_take_the_clis_time_forms(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    # The golden store whose most-used key spans the most distinct store times.
+    best: tuple[int, Path, str, str, list[Any]] | None = None
+    for p in glob("messages/*/scenario.json"):
+        records = [r for r in walk_segments(p.parent / "commitlog") if r.topic.isascii()]
+        by_key: dict[tuple[str, str], list[Any]] = {}
+        for r in records:
+            for k in r.keys:
+                by_key.setdefault((r.topic, k), []).append(r)
+        for (topic, key), recs in by_key.items():
+            spread = len({r.store_timestamp for r in recs})
+            if best is None or spread > best[0]:
+                best = (spread, p.parent, topic, key, recs)
+    assert best is not None and best[0] >= 2, "a golden key stored at two or more times"
+    _, scenario, topic, key, recs = best
+    times = sorted({r.store_timestamp for r in recs})
+    begin = end = times[-1]  # one millisecond: the earlier copies are left out
+    expected = {r.offset_msg_id for r in recs if begin <= r.store_timestamp <= end}
+    assert expected and len(expected) < len(recs)  # the window leaves some copies out
+    store = _copy(scenario, tmp_path)
+    job("export", "--store", f"g={store}", "--out", str(tmp_path / "cat"), *SPARK)
+    (tmp_path / "q.txt").write_text(f"{topic} {key}\n")
+
+    def hits(b: str, e: str, name: str) -> set[str]:
+        job("lookup", "--catalog", str(tmp_path / "cat"), "--queries", str(tmp_path / "q.txt"), "--type", "key", "--begin", b, "--end", e,
+            "--out", str(tmp_path / name), "--format", "json", "--single-file", *SPARK)
+        rows = [json.loads(line) for f in sorted((tmp_path / name).glob("*.json")) for line in f.read_text().splitlines()]
+        return {r["offset_msg_id"] for r in rows if r["found"]}
+
+    iso_z = datetime.fromtimestamp(begin / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    plus2 = datetime.fromtimestamp(end / 1000, timezone(timedelta(hours=2))).isoformat(timespec="milliseconds")
+    assert hits(str(begin), str(end), "ms") == expected
+    assert hits(iso_z, plus2, "iso") == expected  # 2023-11-14T22:15:00.000Z and …+02:00: the same instants
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["lookup", "--queries", "q", "--type", "key", "--out", "o", "--begin", str(begin // 1000)])  # seconds
