@@ -11,11 +11,11 @@ from prometheus_client import (
     GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, Counter, Gauge, Histogram, start_http_server,
 )
 
+from quarry.services.settings import StartupError  # re-exported: the metrics port raises it
+
+__all__ = ["LATENCY_BUCKETS", "ServiceMetrics", "StartupError"]
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-class StartupError(Exception):
-    """A setting that cannot be honoured at start (the message is the one line an operator sees)."""
 
 
 class ServiceMetrics:

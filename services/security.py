@@ -33,6 +33,7 @@ from quarry.signing import (
     ACCESS_KEY_HEADER, NONCE_HEADER, SIGNATURE_HEADER, STREAMED, TIMESTAMP_HEADER, request_digest, sign, sign_stream_item,
 )
 from quarry.services.log import log_event
+from quarry.services.settings import StartupError
 from quarry.services.replay_guard import ReplayGuard
 
 log = logging.getLogger("quarry.security")
@@ -52,14 +53,26 @@ PERMISSIONS = {
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/")
 
 
+def _read_setting_file(env: str) -> bytes:
+    path = os.environ.get(env, "")
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise StartupError(f"{env}={path}: cannot read it: {exc.strerror or exc}") from None
+
+
 def server_credentials() -> grpc.ServerCredentials | None:
+    """TLS credentials from the environment; a missing or unreadable file is a StartupError
+    naming the variable (TLS never silently off because one of the pair is missing)."""
     cert, key = os.environ.get("QUARRY_TLS_CERT"), os.environ.get("QUARRY_TLS_KEY")
-    if not cert or not key:
+    if not cert and not key:
         return None
+    if not cert or not key:
+        raise StartupError("QUARRY_TLS_CERT and QUARRY_TLS_KEY: set both (certificate and key) or neither")
     client_ca = os.environ.get("QUARRY_TLS_CLIENT_CA")
     return grpc.ssl_server_credentials(
-        [(Path(key).read_bytes(), Path(cert).read_bytes())],
-        root_certificates=Path(client_ca).read_bytes() if client_ca else None,
+        [(_read_setting_file("QUARRY_TLS_KEY"), _read_setting_file("QUARRY_TLS_CERT"))],
+        root_certificates=_read_setting_file("QUARRY_TLS_CLIENT_CA") if client_ca else None,
         require_client_auth=bool(client_ca),
     )
 
@@ -382,6 +395,11 @@ def configured_accounts() -> dict[str, Account] | None:
     path = os.environ.get("QUARRY_ACL_FILE")
     if not path:
         return None
-    accounts = load_accounts(path)
+    try:
+        accounts = load_accounts(path)
+    except OSError as exc:
+        raise StartupError(f"QUARRY_ACL_FILE={path}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StartupError(f"QUARRY_ACL_FILE={path}: not an accounts file ({{\"accounts\": [{{\"access_key\", \"secret_key\", ...}}]}}): {exc!r}") from None
     log_event(log, "access control on", accounts=len(accounts))
     return accounts

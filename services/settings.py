@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 
+class StartupError(Exception):
+    """A setting that cannot be honoured at start (the message is the one line an operator
+    sees; the service logs it as `refusing to start` and exits 2)."""
+
+
 class _Given(str):
     """A raw value typed on the command line (checked after parsing, like one from the environment)."""
 

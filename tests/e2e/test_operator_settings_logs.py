@@ -69,3 +69,21 @@ def test_topic_created_names_each_topic_once(launch: Launch, tmp_path: Path) -> 
     created = [line for line in _lines(cl.log_path) if 'event="topic created"' in line]
     assert len(created) == 2, created
     assert "topic=FreshTopic " in created[0] and "topic=OtherTopic " in created[1]
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"QUARRY_ACL_FILE": "/nonexistent/acl.json"}, "QUARRY_ACL_FILE=/nonexistent/acl.json: cannot read it"),
+    ({"QUARRY_TLS_CERT": "/nonexistent/server.pem"}, "QUARRY_TLS_CERT and QUARRY_TLS_KEY: set both"),
+    ({"QUARRY_TLS_CERT": "/nonexistent/server.pem", "QUARRY_TLS_KEY": "/nonexistent/key.pem"}, "cannot read it"),
+])
+@pytest.mark.parametrize("kind", ["router", "indexer", "commitlog"])
+def test_security_variables_that_cannot_be_honoured_stop_the_service_in_one_line(kind: str, env: dict[str, str], message: str, tmp_path: Path) -> None:
+    from scripts.launcher import free_port
+
+    args = {"router": ["--remoting-bind", "off"], "commitlog": ["--store-dir", str(tmp_path / "s"), "--remoting-bind", "off"],
+            "indexer": ["--index-dir", str(tmp_path / "i"), "--commitlog", "127.0.0.1:1"]}[kind]
+    proc = subprocess.run([sys.executable, "-m", MODULES[kind], "--bind", f"127.0.0.1:{free_port()}", *args],
+                          cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "refusing to start" in line]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, proc.stderr
