@@ -38,5 +38,11 @@ def test_a_broker_registers_with_every_router_of_its_list(cluster_factory, launc
         found = wait_until(lambda: (r := admin.query_by_key("TwoRouters", "two-routers")) and len(r.messages) == 4 and r, what="all four by key")
         assert {m.offset_msg_id for m in found.messages} == {s.offset_msg_id for s in sent}
         assert found.complete
+    # Clients given both (`-n 'a;b'`) pass over the dead one, for sends and queries alike.
+    with Producer(both) as p, AdminClient(both) as admin:
+        more = p.send("TwoRouters", b"after", keys=["two-routers"])
+        assert admin.query_by_id(more.offset_msg_id).messages[0].body == b"after"
+        assert len(wait_until(lambda: (r := admin.query_by_key("TwoRouters", "two-routers")) and len(r.messages) == 5 and r.messages,
+                              what="five by key through the list")) == 5
     log = cluster.brokers["broker-a"].commitlog.log_path.read_text()
     assert f"router={first.address}" in log and f"router={second.address}" in log
