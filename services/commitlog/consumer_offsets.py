@@ -17,13 +17,13 @@ FILE_NAME = "consumerOffset.json"
 
 
 class ConsumerOffsets:
-    def __init__(self, config_dir: Path, read_only: bool = False) -> None:
+    def __init__(self, config_dir: Path, read_only: bool = False, load: bool = True) -> None:
         self.path = Path(config_dir) / FILE_NAME
-        self.read_only = read_only
+        self.read_only = read_only or not load
         self._lock = threading.Lock()
         self._table: dict[tuple[str, str], dict[int, int]] = {}  # (topic, group) -> queue -> offset
         self._dirty = False
-        if self.path.exists():
+        if load and self.path.exists():
             try:
                 data = read_json(self.path)
                 for key, queues in (data.get("offsetTable") or {}).items():

@@ -62,7 +62,8 @@ class CommitLogStore:
         recover(self.state)
         # Consumer groups' committed offsets (RocketMQ 4 remoting today, RocketMQ 5 consumer
         # groups too): part of the store, written at close and by the serving process's interval.
-        self.consumer_offsets = ConsumerOffsets(self.dir / "config", self.read_only)
+        # A followed broker's config/ is its own (fastjson, which Python's json need not read): not loaded.
+        self.consumer_offsets = ConsumerOffsets(self.dir / "config", self.read_only, load=not config.follow)
         # RocketMQ 5 consumer groups' pop state (in flight, acked, dead-lettered), journaled.
         self.consumer_groups = ConsumerGroups(self.dir, self.read_only)
         self._appender = Appender(self.state)
