@@ -68,6 +68,11 @@ class AdminClient:
         return self._call("SearchOffset", router_pb2.SearchOffsetRequest(
             topic=topic, broker_name=broker_name, queue_id=queue_id, timestamp=timestamp, boundary=boundary))
 
+    def track(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> list[common_pb2.GroupConsumeStatus]:
+        """Each consumer group's consume status of the message stored there (TrackMessage)."""
+        r = self._call("TrackMessage", router_pb2.TrackMessageRequest(topic=topic, broker_name=broker_name, queue_id=queue_id, queue_offset=queue_offset))
+        return list(r.groups)
+
     def topic_route(self, topic: str) -> router_pb2.GetTopicRouteResponse:
         return self._call("GetTopicRoute", router_pb2.GetTopicRouteRequest(topic=topic))
 

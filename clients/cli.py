@@ -25,7 +25,7 @@ from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryErr
 from quarry.clients.model import Message, QueryResult
 from quarry.clients.producer import Producer
 from quarry.formats import offset_msg_id
-from quarry.v1 import commitlog_pb2, router_pb2
+from quarry.v1 import commitlog_pb2, common_pb2, router_pb2
 
 ROUTER_MAX_NUM = 2048  # the router's page cap; larger -m values are read page by page
 EXIT_ERROR = EXIT_UNAVAILABLE  # kept for callers of the old name
@@ -44,6 +44,44 @@ def print_message(m: Message, out: Any) -> None:
         print(f"{label:<20s} {value}", file=out)
 
 
+STATE_WORDS = {"CONSUMED": "CONSUMED", "IN_FLIGHT": "IN_FLIGHT", "NOT_YET_CONSUMED": "NOT_CONSUME_YET",
+               "RETRYING": "RETRYING", "DEAD_LETTERED": "DEAD_LETTERED", "FILTERED": "CONSUMED_BUT_FILTERED"}
+
+
+def track_row(g: Any) -> dict[str, Any]:
+    """One group's consume status as plain data (--json and the table)."""
+    state = common_pb2.ConsumeState.Name(g.state).removeprefix("CONSUME_STATE_")
+    row: dict[str, Any] = {"group": g.group, "state": state, "online": g.online, "source": g.source}
+    for name in ("attempt", "invisible_until_ms", "consumed_at_ms", "dead_lettered_at_ms", "due_at_ms"):
+        if getattr(g, name):
+            row[name] = getattr(g, name)
+    if g.expression:
+        row["expression"] = g.expression
+    if g.note:
+        row["note"] = g.note
+    return row
+
+
+def print_track(rows: list[dict[str, Any]], out: Any) -> None:
+    """mqadmin's track section: one line per consumer group."""
+    print("", file=out)
+    if not rows:
+        print("WARN: No Consumer", file=out)
+        return
+    print(f"{'#ConsumerGroup':<32s} {'#TrackType':<22s} {'#Online':<8s} #Detail", file=out)
+    for r in rows:
+        detail = []
+        if "attempt" in r:
+            detail.append(f"attempt {r['attempt']}")
+        for key, label in (("invisible_until_ms", "invisible until"), ("consumed_at_ms", "acked at"),
+                           ("dead_lettered_at_ms", "dead-lettered at"), ("due_at_ms", "due at")):
+            if key in r:
+                detail.append(f"{label} {human_time(r[key])}")
+        if "note" in r:
+            detail.append(r["note"])
+        print(f"{r['group']:<32s} {STATE_WORDS.get(r['state'], r['state']):<22s} {str(r['online']).lower():<8s} {'; '.join(detail)}", file=out)
+
+
 def report_incomplete(result: QueryResult, err: Any) -> None:
     for b in result.failed_brokers:
         print(f"WARNING: broker {b.broker_name} did not answer ({b.error_code}: {b.error_message}); the result may be incomplete", file=err)
@@ -60,9 +98,25 @@ class Cli(BrowseCommands):
         self.args, self.out, self.err = args, out, err
         self.admin = AdminClient(args.namesrv)
 
-    def emit_result(self, result: QueryResult, table: bool = False) -> int:
+    def tracks(self, result: QueryResult) -> list[list[dict[str, Any]] | None]:
+        """Consume status of each found message (queryMsgById / queryMsgByUniqueKey, as mqadmin
+        prints its track section); None for a message whose broker did not answer."""
+        out: list[list[dict[str, Any]] | None] = []
+        for m in result.messages:
+            try:
+                out.append([track_row(g) for g in self.admin.track(m.topic, m.broker_name, m.queue_id, m.queue_offset)])
+            except QuarryError as exc:
+                print(f"WARNING: consume status of {m.unique_key or m.offset_msg_id} unavailable: {exc}", file=self.err)
+                out.append(None)
+        return out
+
+    def emit_result(self, result: QueryResult, table: bool = False, track: bool = False) -> int:
+        tracks = self.tracks(result) if track else []
         if self.args.json:
-            print(json.dumps(proto_json(result.raw) if result.raw is not None else {}, indent=1), file=self.out)
+            data = proto_json(result.raw) if result.raw is not None else {}
+            if track:
+                data["tracks"] = tracks
+            print(json.dumps(data, indent=1), file=self.out)
         elif table:
             print(f"{'#Message ID':<56s} {'#QID':>4s} {'#Offset':>12s} {'#Broker':<12s} {'#Store Time'}", file=self.out)
             for m in result.messages:
@@ -74,6 +128,8 @@ class Cli(BrowseCommands):
                 if i:
                     print("", file=self.out)
                 print_message(m, self.out)
+                if track and tracks[i] is not None:
+                    print_track(tracks[i], self.out)  # type: ignore[arg-type]
             if result.copies > 1:
                 print(f"\n{result.copies} stored copies carry this unique key (-a shows all)", file=self.out)
         report_incomplete(result, self.err)
@@ -104,13 +160,13 @@ class Cli(BrowseCommands):
             is_offset_id = False
         if is_offset_id:
             try:
-                return self.emit_result(self.admin.query_by_id(msg_id))
+                return self.emit_result(self.admin.query_by_id(msg_id), track=True)
             except (NotFoundError, InvalidArgumentError):
                 if not self.args.topic:
                     raise
         if not self.args.topic:
             raise InvalidArgumentError("INVALID_ARGUMENT", "not an offsetMsgId; give -t <topic> to look it up as a unique key")
-        return self.emit_result(self.admin.query_by_unique_key(self.args.topic, msg_id))
+        return self.emit_result(self.admin.query_by_unique_key(self.args.topic, msg_id), track=True)
 
     def queryMsgByKey(self) -> int:
         want, token = self.args.max, self.args.token
@@ -123,7 +179,7 @@ class Cli(BrowseCommands):
         return self.emit_result(merged, table=True)
 
     def queryMsgByUniqueKey(self) -> int:
-        return self.emit_result(self.admin.query_by_unique_key(self.args.topic, self.args.id, self.args.all, self.args.begin, self.args.end))
+        return self.emit_result(self.admin.query_by_unique_key(self.args.topic, self.args.id, self.args.all, self.args.begin, self.args.end), track=True)
 
     def queryMsgByOffset(self) -> int:
         return self.emit_result(self.admin.query_by_offset(self.args.topic, self.args.broker, self.args.queue, self.args.offset))

@@ -44,7 +44,7 @@ PERMISSIONS = {
     "SendMessage": "publish", "SendBatch": "publish", "SendStream": "publish", "GetTopicRoute": "publish",
     "ViewMessage": "query", "GetMessages": "query", "PullMessages": "query", "QueryMessage": "query",
     "QueryMsgByKey": "query", "QueryMsgByUniqueKey": "query", "QueryMsgById": "query", "QueryMsgByOffset": "query",
-    "ListTopics": "query", "ListBrokers": "query",
+    "ListTopics": "query", "ListBrokers": "query", "ConsumeStatus": "query", "TrackMessage": "query",
     "RegisterBroker": "admin", "UnregisterBroker": "admin", "Tail": "admin", "GetStoreStatus": "admin", "GetIndexStatus": "admin",
 }
 # Not checked here: health and reflection are open; RocketMQ 5's MessagingService carries its

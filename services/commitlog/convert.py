@@ -12,6 +12,7 @@ from quarry.formats.addresses import split_host_port
 from quarry.formats.record import Record
 from quarry.v1 import common_pb2
 from quarry.services.commitlog.append import AppendResult
+from quarry.services.commitlog.consume_status import GroupStatus
 from quarry.services.commitlog.message_input import NewMessage
 
 
@@ -75,3 +76,10 @@ def result_fields(r: AppendResult, broker: str) -> dict[str, object]:
 
 def send_result(r: AppendResult, broker: str) -> common_pb2.SendResult:
     return common_pb2.SendResult(**result_fields(r, broker))  # type: ignore[arg-type]
+
+
+def to_group_status(s: GroupStatus, online: bool) -> common_pb2.GroupConsumeStatus:
+    return common_pb2.GroupConsumeStatus(
+        group=s.group, state=common_pb2.ConsumeState.Value("CONSUME_STATE_" + s.state), attempt=s.attempt,
+        invisible_until_ms=s.invisible_until_ms, consumed_at_ms=s.consumed_at_ms, dead_lettered_at_ms=s.dead_lettered_at_ms,
+        due_at_ms=s.due_at_ms, expression=s.expression, online=online, source=s.source, note=s.note)

@@ -63,6 +63,8 @@ async def _serve(args: argparse.Namespace) -> None:
     # RocketMQ 5 SDKs send here too (local mode), on the same port: see services/rmq5.
     rmq5 = CommitLogMessagingServicer(servicer, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size,
                                       consumer_max_attempts=args.max_delivery_attempts))
+    servicer.online_groups = rmq5.sessions.online_groups
+    servicer.consumer_max_attempts = args.max_delivery_attempts
     # Bodies above the limit are refused by gRPC before the payload is buffered.
     running = await start_aio_server(
         "commitlog", args.bind,

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import grpc
 
@@ -16,7 +16,8 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
-from quarry.services.commitlog.convert import peer_host, result_fields, send_result, to_new_message, to_stored
+from quarry.services.commitlog import consume_status
+from quarry.services.commitlog.convert import peer_host, result_fields, send_result, to_group_status, to_new_message, to_stored
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
@@ -45,6 +46,10 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.flushed = flushed
         self.on_topic_created = lambda: None
         self.on_appended = lambda: None  # wakes long-polling remoting pulls
+        # Set by the RocketMQ 5 door (services/rmq5): groups with a consumer heard from lately,
+        # and deliveries before dead-lettering; read by ConsumeStatus.
+        self.online_groups: Callable[[], set[str]] = lambda: set()
+        self.consumer_max_attempts = 17
 
     async def _append(self, msgs: list[NewMessage], context: grpc.aio.ServicerContext, rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True) -> list[AppendResult]:
         return await self.append_flushed(msgs, rpc, abort_prefix, wait_flush)
@@ -138,6 +143,21 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             messages=[to_stored(r, self.broker_name) for r in records],
             next_queue_offset=next_offset, min_queue_offset=min_off, max_queue_offset=max_off,
         )
+
+    async def ConsumeStatus(self, request: commitlog_pb2.ConsumeStatusRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.ConsumeStatusResponse:
+        try:
+            validate_topic(request.topic)
+        except TopicError as exc:
+            raise InvalidArgument(str(exc)) from None
+        if request.queue_offset < 0:
+            raise InvalidArgument("queue_offset: must be >= 0")
+        records, _, lo, hi = self.store.pull(request.topic, request.queue_id, request.queue_offset, 1)
+        if not records or records[0].queue_offset != request.queue_offset:
+            raise NotFound(f"no message at queue offset {request.queue_offset} of {request.topic}/{request.queue_id}; valid range is [{lo}, {hi})")
+        found = consume_status.statuses(self.store.consumer_groups, self.store.consumer_offsets, request.topic, request.queue_id,
+                                        request.queue_offset, records[0].tags, int(time.time() * 1000), self.consumer_max_attempts)
+        online = self.online_groups()
+        return commitlog_pb2.ConsumeStatusResponse(groups=[to_group_status(g, g.group in online) for g in found])
 
     async def Tail(self, request: commitlog_pb2.TailRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[commitlog_pb2.TailResponse]:
         if not 0 <= request.max_batch <= 4096:

@@ -317,6 +317,31 @@ class Queries:
         outcome.value = [msg]
         return Answer(messages=[msg], outcomes=[outcome])
 
+    def track(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> tuple[list[common_pb2.GroupConsumeStatus], Outcome]:
+        """Every consumer group's status of one stored message, from the broker that stores it."""
+        _check_topic(topic)
+        if queue_id < 0:
+            raise InvalidArgument("queue_id: must be >= 0")
+        if queue_offset < 0:
+            raise InvalidArgument("queue_offset: must be >= 0")
+        if not broker_name:
+            raise InvalidArgument("broker_name: must not be empty")
+        try:
+            broker = self.registry.get(broker_name)
+        except UnknownBrokerError as exc:
+            raise NotFound(f"broker_name: {exc}") from exc
+        stub = self.clients.commitlog(broker.commitlog_addr)
+        request = commitlog_pb2.ConsumeStatusRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset)
+        outcome = self.fanout.run(
+            {broker.name: lambda t: stub.ConsumeStatus(request, timeout=t)},
+            _timeout_s(timeout_ms, self.settings),
+            self.settings.broker_call_timeout_ms / 1000.0,
+        )[0]
+        _raise_unless_ok(outcome, broker)
+        groups = list(outcome.value.groups)
+        outcome.value = groups
+        return groups, outcome
+
     # -- shared ---------------------------------------------------------------------------
     def _holding(self, topic: str) -> list[Broker]:
         brokers = self.registry.holding(topic)

@@ -200,6 +200,17 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         ))
         return router_pb2.BrowseTopicResponse(result=_result(answer))
 
+    def TrackMessage(self, request: router_pb2.TrackMessageRequest, context: grpc.ServicerContext) -> router_pb2.TrackMessageResponse:
+        holder: list[router_pb2.TrackMessageResponse] = []
+
+        def _track() -> Answer:
+            groups, outcome = self.queries.track(request.topic, request.broker_name, request.queue_id, request.queue_offset, request.timeout_ms)
+            holder.append(router_pb2.TrackMessageResponse(groups=groups))
+            return Answer(outcomes=[outcome])
+
+        _run(context, "track", _track)
+        return holder[0]
+
     def SearchOffset(self, request: router_pb2.SearchOffsetRequest, context: grpc.ServicerContext) -> router_pb2.SearchOffsetResponse:
         holder: list[router_pb2.SearchOffsetResponse] = []
 

@@ -159,6 +159,8 @@ class Consumption:
 
     def _queues(self, topic: str, first: int) -> list[int]:
         n = self.store.topics.get(topic)
+        if n is None and self.store.config.auto_create_topics:
+            return []  # the route offered this broker because it creates the topic on first send
         if n is None:
             raise RmqError(Code.TOPIC_NOT_FOUND, f"message_queue.topic.name: this broker holds no topic {topic}")
         first = first if 0 <= first < n else 0
@@ -178,12 +180,13 @@ class Consumption:
         remaining = context.time_remaining() if hasattr(context, "time_remaining") else None
         if remaining is not None:  # answer before the client's own deadline
             polling = max(0, min(polling, int((remaining - 1.0) * 1000)))
-        queues = self._queues(topic, request.message_queue.id)
+        self._queues(topic, request.message_queue.id)  # refuses a topic this broker will never hold
         self.groups.subscribe(group, topic, expression)
         deadline = time.monotonic() + polling / 1000
         while True:
             wake = self.core.flushed.current()
-            got = await asyncio.to_thread(self._pop, group, topic, queues, filt, batch, invisible)
+            queues = self._queues(topic, request.message_queue.id)
+            got = await asyncio.to_thread(self._pop, group, topic, queues, filt, batch, invisible) if queues else []
             if got or time.monotonic() >= deadline or self.core.stopping.is_set():
                 break
             await self.core.flushed.wait(wake, min(POLL_STEP_S, max(0.0, deadline - time.monotonic())))

@@ -51,6 +51,13 @@ class Sessions:
         with self._lock:
             return self._sessions.get(client_id)
 
+    def online_groups(self, within_ms: int = 30_000) -> set[str]:
+        """Consumer groups with a client heard from in the last `within_ms` (SDKs heartbeat every 10 s)."""
+        now = self._clock()
+        with self._lock:
+            return {s.settings.subscription.group.name for s in self._sessions.values()
+                    if s.settings is not None and s.settings.WhichOneof("pub_sub") == "subscription" and now - s.last_seen_ms <= within_ms}
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._sessions)

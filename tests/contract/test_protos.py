@@ -29,6 +29,7 @@ EXPECTED_RPCS = {
         "GetStoreStatus": ("GetStoreStatusRequest", "GetStoreStatusResponse", False, False),
         "SearchOffsetByTime": ("SearchOffsetByTimeRequest", "SearchOffsetByTimeResponse", False, False),
         "BrowseMessages": ("BrowseMessagesRequest", "BrowseMessagesResponse", False, False),
+        "ConsumeStatus": ("ConsumeStatusRequest", "ConsumeStatusResponse", False, False),
     },
     "quarry.v1.IndexerService": {
         "QueryMessage": ("QueryMessageRequest", "QueryMessageResponse", False, False),
@@ -46,6 +47,7 @@ EXPECTED_RPCS = {
         "QueryMsgByOffset": ("QueryMsgByOffsetRequest", "QueryMsgByOffsetResponse", False, False),
         "BrowseTopic": ("BrowseTopicRequest", "BrowseTopicResponse", False, False),
         "SearchOffset": ("SearchOffsetRequest", "SearchOffsetResponse", False, False),
+        "TrackMessage": ("TrackMessageRequest", "TrackMessageResponse", False, False),
     },
 }
 

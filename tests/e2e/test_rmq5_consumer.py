@@ -101,3 +101,155 @@ def test_receive_and_ack_everything_once(cluster: LocalCluster, admin: AdminClie
         assert c.receive(16, 30) == []
     finally:
         c.shutdown()
+
+
+def track(cluster: LocalCluster, topic: str, message_id: str, group: str, capsys: pytest.CaptureFixture[str]) -> dict:
+    """The group's consume status of a message, through the CLI (queryMsgByUniqueKey --json)."""
+    from quarry.clients import cli
+    assert cluster.router is not None
+    router = cluster.router.address
+
+    def _query() -> str | None:
+        capsys.readouterr()
+        code = cli.main(["-n", router, "--json", "queryMsgByUniqueKey", "-t", topic, "-i", message_id])
+        captured = capsys.readouterr()
+        assert code in (0, 1), captured.err
+        return captured.out if code == 0 else None  # 1: not indexed yet
+
+    out = wait_until(_query, what=f"{message_id} indexed")
+    (rows,) = json.loads(out)["tracks"]  # type: ignore[arg-type]
+    return next((r for r in rows if r["group"] == group), {"state": "NO_GROUP"})
+
+
+def state_is(cluster: LocalCluster, topic: str, message_id: str, group: str, capsys: pytest.CaptureFixture[str], state: str) -> dict | None:
+    row = track(cluster, topic, message_id, group, capsys)
+    return row if row["state"] == state else None
+
+
+def wait_state(cluster: LocalCluster, topic: str, message_id: str, group: str, capsys: pytest.CaptureFixture[str], state: str, timeout_s: float = 20) -> dict:
+    return wait_until(lambda: state_is(cluster, topic, message_id, group, capsys, state), timeout_s, what=f"{group} {state}")  # type: ignore[return-value]
+
+
+def test_status_through_the_cli_and_the_text_track_section(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from quarry.clients import cli
+    (first,) = send(cluster, "CsTrack", [b"first"])
+    c = consumer(cluster, "GTrack", "CsTrack", await_s=1)
+    try:
+        (m,) = drain(c, 1, ack=False)
+        row = wait_state(cluster, "CsTrack", first, "GTrack", capsys, "IN_FLIGHT")
+        assert row["attempt"] == 1 and row["invisible_until_ms"] > time.time() * 1000 + 20_000 and row["online"] is True
+        (second,) = send(cluster, "CsTrack", [b"second"])
+        assert track(cluster, "CsTrack", second, "GTrack", capsys)["state"] == "NOT_YET_CONSUMED"
+        c.ack(m)
+        row = wait_state(cluster, "CsTrack", first, "GTrack", capsys, "CONSUMED")
+        assert row["consumed_at_ms"] <= time.time() * 1000
+    finally:
+        c.shutdown()
+    assert cluster.router is not None
+    assert cli.main(["-n", cluster.router.address, "queryMsgByUniqueKey", "-t", "CsTrack", "-i", first]) == 0
+    text = capsys.readouterr().out
+    assert "#ConsumerGroup" in text and "GTrack" in text and "CONSUMED" in text and "acked at" in text
+
+
+def test_redelivery_after_the_invisible_duration_raises_the_attempt(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    (mid,) = send(cluster, "CsRedo", [b"again"])
+    c = consumer(cluster, "GRedo", "CsRedo", await_s=1)
+    try:
+        (m1,) = drain(c, 1, invisible_s=2, ack=False)
+        assert m1.delivery_attempt == 1
+        wait_state(cluster, "CsRedo", mid, "GRedo", capsys, "RETRYING")
+        (m2,) = drain(c, 1, invisible_s=30, ack=False)
+        assert (m2.message_id, m2.delivery_attempt, m2.body) == (mid, 2, b"again")
+        with pytest.raises(Exception, match="superseded"):
+            c.ack(m1)  # the first delivery's handle no longer names the message
+        c.ack(m2)
+        wait_state(cluster, "CsRedo", mid, "GRedo", capsys, "CONSUMED")
+        assert c.receive(16, 30) == []
+    finally:
+        c.shutdown()
+
+
+def test_change_invisible_duration_keeps_the_message_hidden(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    (mid,) = send(cluster, "CsLonger", [b"slow job"])
+    c = consumer(cluster, "GLonger", "CsLonger", await_s=3)
+    try:
+        (m,) = drain(c, 1, invisible_s=2, ack=False)
+        c.change_invisible_duration(m, 60)
+        row = track(cluster, "CsLonger", mid, "GLonger", capsys)
+        assert row["state"] == "IN_FLIGHT" and row["invisible_until_ms"] > time.time() * 1000 + 50_000
+        assert c.receive(16, 30) == []  # a 3 s long poll: past the first 2 s, still hidden
+        c.ack(m)  # with the handle the change returned
+        wait_state(cluster, "CsLonger", mid, "GLonger", capsys, "CONSUMED")
+    finally:
+        c.shutdown()
+
+
+def test_tag_filters(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    a = send(cluster, "CsTags", [b"a1", b"a2"], tag="TagA")
+    b = send(cluster, "CsTags", [b"b1", b"b2"], tag="TagB")
+    other = send(cluster, "CsTags", [b"c1", b"c2"], tag="TagC")
+    c = consumer(cluster, "GTags", "CsTags", "TagA || TagB", await_s=1)
+    try:
+        got = drain(c, 4)
+        assert sorted(m.message_id for m in got) == sorted(a + b)
+        assert c.receive(16, 30) == []
+    finally:
+        c.shutdown()
+    row = track(cluster, "CsTags", other[0], "GTags", capsys)
+    assert row["state"] == "FILTERED" and row["expression"] == "TagA || TagB"
+    every = consumer(cluster, "GTagsAll", "CsTags", "*", await_s=1)
+    try:
+        assert sorted(m.message_id for m in drain(every, 6)) == sorted(a + b + other)
+    finally:
+        every.shutdown()
+
+
+def test_dead_letter_after_max_attempts(cluster: LocalCluster, admin: AdminClient, capsys: pytest.CaptureFixture[str]) -> None:
+    (mid,) = send(cluster, "CsPoison", [b"poison"])
+    c = consumer(cluster, "GPoison", "CsPoison", await_s=1)
+    try:
+        attempts = []
+        for _ in range(MAX_ATTEMPTS):
+            (m,) = drain(c, 1, invisible_s=1, ack=False)
+            attempts.append(m.delivery_attempt)
+        assert attempts == [1, 2, 3]
+        # the next look after the last invisible duration forwards it instead of a 4th delivery
+        wait_until(lambda: c.receive(16, 1) == [] and state_is(cluster, "CsPoison", mid, "GPoison", capsys, "DEAD_LETTERED"), 30, what="dead-lettered")
+    finally:
+        c.shutdown()
+    dlq = wait_until(lambda: admin.query_by_unique_key("%DLQ%GPoison", mid).messages, what="found in the DLQ")
+    assert dlq[0].body == b"poison" and dlq[0].properties["DLQ_ORIGIN_TOPIC"] == "CsPoison"  # type: ignore[index]
+
+
+def test_delayed_message_is_delivered_at_its_time(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    c = consumer(cluster, "GLater", "CsLater", await_s=1)
+    try:
+        deliver_s = int(time.time()) + 4
+        (mid,) = send(cluster, "CsLater", [b"later"], deliver_at_s=deliver_s)
+        (m,) = drain(c, 1)
+        received_ms = time.time() * 1000
+        assert received_ms >= deliver_s * 1000 and m.message_id == mid
+        assert m.delivery_timestamp == deliver_s * 1000
+    finally:
+        c.shutdown()
+
+
+def test_fifo_group_next_only_after_previous_acked(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = send(cluster, "CsFifo", [f"step {i}".encode() for i in range(5)], group="order-9")
+    c = consumer(cluster, "GFifo", "CsFifo", await_s=1)
+    try:
+        order = []
+        for i in range(5):
+            got = drain(c, 1, ack=False)
+            assert len(got) == 1, got  # one at a time, even with a batch of 16
+            m = got[0]
+            order.append(m.body)
+            assert m.message_group == "order-9"
+            if i < 4:
+                row = track(cluster, "CsFifo", ids[i + 1], "GFifo", capsys)
+                assert row["state"] == "NOT_YET_CONSUMED"
+                assert c.receive(16, 30) == []  # nothing of the group while one is unacked
+            c.ack(m)
+        assert order == [f"step {i}".encode() for i in range(5)]
+    finally:
+        c.shutdown()
