@@ -178,10 +178,16 @@ class IndexFile:
         return done
 
     # -- select ---------------------------------------------------------------------------
-    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, into: list[int] | None = None, below: int | None = None) -> list[int]:
+    def slot_head(self, key_hash: int) -> int:
+        """The newest entry number in `key_hash`'s slot (0: nothing indexed there): one 4-byte
+        read, so a caller asking many files skips those without the key cheaply."""
+        return _I32.unpack_from(self._mm, HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE)[0]  # type: ignore[no-any-return]
+
+    def select_phy_offsets(self, key: str | int, max_num: int, begin: int, end: int, into: list[int] | None = None, below: int | None = None) -> list[int]:
         """Offsets indexed under `key` with time in [begin, end], newest first, up to max_num
         (counting what `into` already holds). Equal-hash keys are all returned.
 
+        A key may be given as its index key hash (an int): a caller asking many files hashes once.
         `below` (not in RocketMQ) skips offsets >= below without counting them: it lets a
         caller page through a key's entries.
         """
@@ -189,7 +195,7 @@ class IndexFile:
         h = self.header
         count = h.index_count
         mm = self._mm
-        key_hash = index_key_hash(key)
+        key_hash = key if isinstance(key, int) else index_key_hash(key)
         slot_value = _I32.unpack_from(mm, HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE)[0]
         last_entry = self.index_num - 1  # beyond the file: only a corrupt header points there
         if slot_value <= 0 or slot_value > count or count <= 1 or slot_value > last_entry:

@@ -16,6 +16,7 @@ from typing import Protocol, Sequence
 
 from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.formats.index_file import IndexFile, IndexFileError, file_size
+from quarry.formats.java_hash import index_key_hash
 from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names, is_indexed, key_name
 from quarry.services.log import log_event
 from quarry.services.indexer.metrics import INDEX_ENTRIES
@@ -196,15 +197,18 @@ class IndexStore:
         max_num = min(max_num, self.config.max_msgs_num_batch)
         begin, end = IndexFile.entry_time_window(begin, end)
         out: list[int] = []
-        name = key_name(topic, key)
+        # Hashed once for every file (the Java hash in Python was most of the per-file cost);
+        # a file whose slot for it is empty is passed over with one 4-byte read.
+        key_hash = index_key_hash(key_name(topic, key))
         for f in reversed(self.files):
             if len(out) >= max_num:
                 break
-            if below is not None and f.header.begin_phy_offset >= below and f.entries:
+            h = f.header
+            if below is not None and h.begin_phy_offset >= below and f.entries:
                 continue
-            if f.is_time_matched(begin, end):
-                f.select_phy_offsets(name, max_num, begin, end, into=out, below=below)
-            if f.header.begin_timestamp < begin:
+            if f.slot_head(key_hash) > 0 and f.is_time_matched(begin, end):
+                f.select_phy_offsets(key_hash, max_num, begin, end, into=out, below=below)
+            if h.begin_timestamp < begin:
                 break
         next_below = min(out) if len(out) >= max_num and out else 0
         return list(dict.fromkeys(out)), next_below
