@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from quarry.formats.addresses import split_host_port
-from quarry.signing import SigningInterceptor
+from quarry.signing import AioSigningInterceptor, SigningInterceptor
 
 
 def parse_peer(peer: str) -> tuple[str, int]:
@@ -35,6 +35,28 @@ def parse_peer(peer: str) -> tuple[str, int]:
 def _read(env: str) -> bytes | None:
     path = os.environ.get(env)
     return Path(path).read_bytes() if path else None
+
+
+def _credentials(opts: list[tuple[str, Any]]) -> grpc.ChannelCredentials | None:
+    """TLS credentials when configured (adding the server-name override to opts), else None."""
+    ca = _read("QUARRY_TLS_CA")
+    if ca is None:
+        return None
+    if os.environ.get("QUARRY_TLS_SERVER_NAME"):
+        opts.append(("grpc.ssl_target_name_override", os.environ["QUARRY_TLS_SERVER_NAME"]))
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=_read("QUARRY_TLS_CLIENT_KEY"), certificate_chain=_read("QUARRY_TLS_CLIENT_CERT"))
+
+
+def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
+    """open_channel for asyncio callers (a service on grpc.aio calling another): same TLS and
+    ACL settings; create it inside the event loop that uses it."""
+    opts = list(options or [])
+    creds = _credentials(opts)
+    access, secret = os.environ.get("QUARRY_ACCESS_KEY"), os.environ.get("QUARRY_SECRET_KEY")
+    interceptors = [AioSigningInterceptor(access, secret)] if access and secret else None
+    if creds is not None:
+        return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)
+    return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
 
 
 def open_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:

@@ -99,3 +99,15 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
     def intercept_stream_stream(self, continuation: Callable, details: grpc.ClientCallDetails, request_iterator: Any) -> Any:
         signed, call_signature = self._details(details, STREAMED)
         return continuation(signed, self._signed_items(call_signature, request_iterator))
+
+
+class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
+    """SigningInterceptor for asyncio channels (unary calls: what the services call each other with)."""
+
+    def __init__(self, access_key: str, secret_key: str) -> None:
+        self._sync = SigningInterceptor(access_key, secret_key)
+
+    async def intercept_unary_unary(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+        signed, _ = self._sync._details(details, request_digest(request.SerializeToString()))
+        return await continuation(grpc.aio.ClientCallDetails(signed.method, signed.timeout, grpc.aio.Metadata(*signed.metadata or []),
+                                                             signed.credentials, signed.wait_for_ready), request)

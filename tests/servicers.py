@@ -2,7 +2,7 @@
 
 `start_server` / `start_aio_server` (services/serving.py) bind them: the same options, ACL
 interceptors, health and reflection as a real process, without starting one. `InProcessBroker`
-is one broker (commitlog on an event loop thread, indexer on a thread pool) over a store in a
+is one broker (commitlog and indexer on the event loop thread) over a store in a
 temporary directory; `in_process_router` the query router over a registry the test fills.
 End-to-end tests keep what needs processes (lifecycle, crashes, TLS, compose).
 """
@@ -124,9 +124,15 @@ class InProcessBroker:
         self._stack.append((commitlog, stopping))
         self.index = IndexStore.open(self.root / self.name / "index", IndexStoreConfig(hash_slot_num=self.hash_slots, index_num=self.index_num))
         self.lock = threading.Lock()
-        self.indexer_servicer = IndexerServicer(self.name, self.index, self.lock, self.commitlog_addr, None, IndexCheckpoint(self.root / self.name / "ckpt"))
-        name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
-        indexer = serve(f"{self.name}-indexer", [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(self.indexer_servicer, s), name)])
+
+        def build_indexer(loop: asyncio.AbstractEventLoop) -> list[Registration]:
+            # Built on the loop: its channel to the commitlog is an asyncio one.
+            assert self.index is not None
+            self.indexer_servicer = IndexerServicer(self.name, self.index, self.lock, self.commitlog_addr, None, IndexCheckpoint(self.root / self.name / "ckpt"))
+            name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
+            return [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(self.indexer_servicer, s), name)]
+
+        indexer = serve_aio(f"{self.name}-indexer", build_indexer)
         self.indexer_addr = indexer.__enter__().address
         self._stack.append((indexer, None))
         self._indexed_to = 0
@@ -156,7 +162,7 @@ class InProcessBroker:
             if extra is None:
                 ctx.__exit__(None, None, None)
                 del self._stack[i]
-                self.indexer_servicer.close()
+                EventLoopThread.shared().run(self.indexer_servicer.close())
                 return
 
     def close(self) -> None:
@@ -166,7 +172,7 @@ class InProcessBroker:
             ctx.__exit__(None, None, None)
         self._stack.clear()
         if self.indexer_servicer is not None:
-            self.indexer_servicer.close()
+            EventLoopThread.shared().run(self.indexer_servicer.close())
         if self.index is not None:
             self.index.close()
         if self.store is not None:

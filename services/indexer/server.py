@@ -2,11 +2,14 @@
 
 It validates, asks the index for offsets and reads those records from its commitlog in one
 call; it raises the services' errors, which services/status.py maps to status codes.
-Formats live in `formats/`, storage in `index_store`.
+Formats live in `formats/`, storage in `index_store`. It serves on grpc.aio (as the commitlog
+does): a query awaits its commitlog read on the event loop instead of holding a worker thread;
+the Tail stream is followed by the tailer's own thread, which shares the index under `lock`.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import threading
 import time
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import grpc
 
-from quarry.channels import open_channel
+from quarry.channels import open_aio_channel
 
 from quarry.formats import scheduled
 from quarry.formats.topic import TopicError, validate_topic
@@ -28,7 +31,7 @@ from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.errors import InvalidArgument, Unavailable
 from quarry.services.status import rpc_errors
-from quarry.services.serving import Registration, start_server, wait_for_termination
+from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.indexer")
 
@@ -47,10 +50,10 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         self.lock = lock
         self.tailer = tailer
         self.checkpoint = checkpoint
-        self._channel = open_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)])
+        self._channel = open_aio_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)])
         self._commitlog = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
 
-    def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.ServicerContext) -> indexer_pb2.QueryMessageResponse:
+    async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.QueryMessageResponse:
         try:
             validate_topic(request.topic)
         except TopicError as exc:
@@ -82,7 +85,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             return response
         remaining = context.time_remaining()
         try:
-            got = self._commitlog.GetMessages(
+            got = await self._commitlog.GetMessages(
                 commitlog_pb2.GetMessagesRequest(physical_offsets=offsets),
                 timeout=min(remaining, 5.0) if remaining is not None else 5.0,
             )
@@ -97,7 +100,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         response.damaged_offsets.extend(got.damaged)
         return response
 
-    def GetIndexStatus(self, request: indexer_pb2.GetIndexStatusRequest, context: grpc.ServicerContext) -> indexer_pb2.GetIndexStatusResponse:
+    async def GetIndexStatus(self, request: indexer_pb2.GetIndexStatusRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.GetIndexStatusResponse:
         with self.lock:
             files = self.index.file_infos()
             problems = list(self.index.problems)
@@ -132,14 +135,14 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             max_files=self.index.config.max_files,
         )
 
-    def close(self) -> None:
-        self._channel.close()
+    async def close(self) -> None:
+        await self._channel.close()
 
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
-        return _serve(args)
+        return asyncio.run(_serve(args))
     except (ForeignStoreError, StartupError) as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2
@@ -152,7 +155,7 @@ def tail_health(tailer: Tailer | None) -> str:
     return f"no Tail connection to the commitlog {tailer.commitlog_addr}: {tailer.state.last_error or 'connecting'}"
 
 
-def _serve(args: argparse.Namespace) -> int:
+async def _serve(args: argparse.Namespace) -> int:
     index_dir = Path(args.index_dir)
     checkpoint = open_checkpoint(index_dir, read_only=args.read_only)  # before anything is written there
     # Then the metrics port: a taken one stops the process before the index is opened.
@@ -184,16 +187,16 @@ def _serve(args: argparse.Namespace) -> int:
     metrics.TAIL_CONNECTED.set_function(lambda: 1.0 if tailer is not None and tailer.state.connected else 0.0)
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
-    running = start_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
-                           metrics=metrics.METRICS, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
+    running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
+                                     metrics=metrics.METRICS, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
 
     def _stop() -> None:
         if follower is not None:
             follower.stop()
         if tailer is not None:
             tailer.stop()  # flushes index, then checkpoint
-        servicer.close()
         index.close()
 
-    wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0)
+    await aio_wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0)
+    await servicer.close()
     return 0
