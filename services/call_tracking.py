@@ -78,6 +78,30 @@ class CallTracker:
         return self._idle.wait(timeout_s)
 
 
+class _Call:
+    """One tracked call: ended once, when gRPC says the RPC terminated (its status sent, or the
+    client gone), not when the handler returns: the response is still being sent then, and a
+    stop that went ahead at that moment would cancel it."""
+
+    def __init__(self, tracker: CallTracker, method: str) -> None:
+        self.tracker = tracker
+        self.token = tracker.begin(method)
+        self.code = "CANCELLED"  # what the call ends as if it terminates before its handler finishes
+        self._ended = False
+        self._lock = threading.Lock()
+
+    def finish(self, context: Any, failed: bool) -> None:
+        """The handler is done: remember the status it leaves."""
+        self.code = _code_name(context, failed)
+
+    def end(self, *_: Any) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        self.tracker.end(self.token, self.code)
+
+
 class TrackingInterceptor(grpc.ServerInterceptor):
     """CallTracker for the thread-pool server; wraps every handler shape."""
 
@@ -90,26 +114,32 @@ class TrackingInterceptor(grpc.ServerInterceptor):
             return handler
         tracker, method = self.tracker, details.method
 
+        def start(context: grpc.ServicerContext) -> _Call:
+            call = _Call(tracker, method)
+            if not context.add_callback(call.end):  # already terminated
+                call.end()
+            return call
+
         def unary(inner: Callable) -> Callable:
-            def call(request: Any, context: grpc.ServicerContext) -> Any:
-                token, failed = tracker.begin(method), True
+            def run(request: Any, context: grpc.ServicerContext) -> Any:
+                call, failed = start(context), True
                 try:
                     result = inner(request, context)
                     failed = False
                     return result
                 finally:
-                    tracker.end(token, _code_name(context, failed))
-            return call
+                    call.finish(context, failed)
+            return run
 
         def streaming(inner: Callable) -> Callable:
-            def call(request: Any, context: grpc.ServicerContext) -> Any:
-                token, failed = tracker.begin(method), True
+            def run(request: Any, context: grpc.ServicerContext) -> Any:
+                call, failed = start(context), True
                 try:
                     yield from inner(request, context)
                     failed = False
                 finally:
-                    tracker.end(token, _code_name(context, failed))
-            return call
+                    call.finish(context, failed)
+            return run
 
         return _rewrap(handler, unary, streaming)
 
@@ -126,20 +156,25 @@ class AioTrackingInterceptor(grpc.aio.ServerInterceptor):
             return handler
         tracker, method = self.tracker, details.method
 
+        def start(context: grpc.aio.ServicerContext) -> _Call:
+            call = _Call(tracker, method)
+            context.add_done_callback(call.end)
+            return call
+
         def unary(inner: Callable) -> Callable:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                token, failed = tracker.begin(method), True
+            async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                call, failed = start(context), True
                 try:
                     result = await inner(request, context)
                     failed = False
                     return result
                 finally:
-                    tracker.end(token, _code_name(context, failed))
-            return call
+                    call.finish(context, failed)
+            return run
 
         def streaming(inner: Callable) -> Callable:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                token, failed = tracker.begin(method), True
+            async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                call, failed = start(context), True
                 try:
                     result = inner(request, context)
                     if hasattr(result, "__aiter__"):
@@ -149,8 +184,8 @@ class AioTrackingInterceptor(grpc.aio.ServerInterceptor):
                         await result
                     failed = False
                 finally:
-                    tracker.end(token, _code_name(context, failed))
-            return call
+                    call.finish(context, failed)
+            return run
 
         return _rewrap(handler, unary, streaming)
 

@@ -97,3 +97,50 @@ def test_an_idle_service_exits_on_sigterm_although_clients_hold_idle_channels(ki
         quiet.close()
         for ch in channels:
             ch.close()
+
+
+def test_a_call_in_flight_at_sigterm_still_gets_its_answer(launch: Launch, tmp_path: Path) -> None:
+    """Stopping does not cut calls short: a key query waiting on a broker that never answers
+    (a TCP listener that accepts and stays silent) is in flight when SIGTERM comes; it still
+    gets its answer (incomplete, naming the broker) and only then does the router exit."""
+    import threading
+    import urllib.request
+
+    from quarry.v1 import router_pb2, router_pb2_grpc
+    from scripts.launcher import free_port
+    from tests.e2e.conftest import wait_until
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    hole = f"127.0.0.1:{silent.getsockname()[1]}"
+    metrics_port = free_port()
+    router = launch("router", "--static-brokers", f"broker-x={hole},{hole},127.0.0.9:10911", "--broker-call-timeout-ms", "3000",
+                    "--query-timeout-ms", "4000", "--metrics-port", str(metrics_port), "--shutdown-grace-ms", "30000")
+    answers: list[object] = []
+
+    def ask() -> None:
+        with grpc.insecure_channel(router.address) as ch:
+            try:
+                answers.append(router_pb2_grpc.QueryRouterServiceStub(ch).QueryMsgByKey(
+                    router_pb2.QueryMsgByKeyRequest(topic="T", key="k"), timeout=20).result)
+            except grpc.RpcError as exc:
+                answers.append(exc)
+
+    def in_flight() -> bool:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        return any(line.startswith("quarry_rpc_in_flight ") and float(line.split()[1]) >= 1 for line in body.splitlines())
+
+    try:
+        caller = threading.Thread(target=ask)
+        caller.start()
+        wait_until(in_flight, what="the query in flight")
+        assert router.proc is not None
+        router.proc.send_signal(signal.SIGTERM)
+        caller.join(30)
+        assert len(answers) == 1 and isinstance(answers[0], router_pb2.QueryResult), answers
+        result = answers[0]
+        assert not result.complete and [b.broker_name for b in result.brokers if not b.answered] == ["broker-x"]
+        assert router.proc.wait(timeout=30) == 0
+    finally:
+        silent.close()
