@@ -35,7 +35,7 @@ class DispatchInfo(NamedTuple):
     prepared_transaction_offset: int
 
 
-def build_dispatch(physical_offset: int, size: int, topic: str, queue_id: int, queue_offset: int, *,
+def build_dispatch(physical_offset: int, size: int, topic: str, queue_id: int, queue_offset: int,
                    has_properties: bool, keys: str | None, tags: str | None, unique_key: str | None, delay_level: str | None,
                    store_timestamp: int, sys_flag: int, prepared_transaction_offset: int) -> DispatchInfo:
     """The DispatchRequest of a record, as RocketMQ's checkMessageAndReturnSize builds it, from

@@ -140,9 +140,9 @@ class Appender:
             buf += p.record
             # the queue id is patched too: it may have been chosen here
             patch_record(buf, rec_at, queue_id, queue_offset, at, now, p.store_timestamp_pos)
-            info = build_dispatch(at, size, p.topic, queue_id, queue_offset, has_properties=p.has_properties, keys=p.keys,
-                                  tags=p.tags, unique_key=p.unique_key or None, delay_level=p.delay_level, store_timestamp=now,
-                                  sys_flag=p.stored_sys_flag, prepared_transaction_offset=p.prepared_transaction_offset)
+            # Positional: this runs once per record under the append lock.
+            info = build_dispatch(at, size, p.topic, queue_id, queue_offset, p.has_properties, p.keys, p.tags,
+                                  p.unique_key or None, p.delay_level, now, p.stored_sys_flag, p.prepared_transaction_offset)
             dispatched.append(info)
             if advances:
                 queue_next[key] = queue_offset + 1
