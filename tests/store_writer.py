@@ -28,7 +28,9 @@ from pathlib import Path
 
 from quarry.formats.offset_msg_id import create as offset_msg_id
 from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
-from quarry.formats.record import BLANK_HEADER_SIZE, blank_record, encode_record
+from quarry.formats.record import BLANK_HEADER_SIZE, blank_record, decode_record, encode_record
+from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
+from quarry.formats.dispatch import dispatch_info
 from quarry.formats.index_file import IndexFile
 from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names
 from quarry.formats.unique_key import UniqueKeyGenerator
@@ -101,6 +103,47 @@ class Writer:
             emit({"deleted": path.name})
 
 
+class QueueWriter:
+    """The broker's ConsumeQueue dispatch: each record's 20-byte unit written into
+    consumequeue/<topic>/<queueId>/ a record late (RocketMQ's dispatch runs behind the log),
+    files of `units` units, created full of zeros; files wholly below the log's minimum deleted."""
+
+    def __init__(self, root: Path, units: int) -> None:
+        self.root, self.units = root, units
+        self.pending: tuple[int, int, int, int, int] | None = None  # (queue id, queue offset, offset, size, tags code)
+
+    def put(self, queue_id: int, queue_offset: int, offset: int, size: int, tags_code: int) -> None:
+        if self.pending is not None:
+            self._write(*self.pending)
+        self.pending = (queue_id, queue_offset, offset, size, tags_code)
+
+    def finish(self) -> None:
+        if self.pending is not None:
+            self._write(*self.pending)
+            self.pending = None
+
+    def _write(self, queue_id: int, queue_offset: int, offset: int, size: int, tags_code: int) -> None:
+        d = self.root / TOPIC / str(queue_id)
+        d.mkdir(parents=True, exist_ok=True)
+        file_bytes = self.units * CQ_UNIT_SIZE
+        pos = queue_offset * CQ_UNIT_SIZE
+        path = d / segment_name(pos - pos % file_bytes)
+        with open(path, "r+b" if path.exists() else "w+b") as fh:
+            if fh.seek(0, 2) < file_bytes:
+                fh.truncate(file_bytes)
+            fh.seek(pos % file_bytes)
+            fh.write(encode_unit(offset, size, tags_code))
+
+    def expire(self, log_min: int) -> None:
+        for qdir in (self.root / TOPIC).glob("*"):
+            files = list_segments(qdir)
+            for _start, path in files[:-1]:
+                data = path.read_bytes()
+                last = max((decode_unit(data, i)[0] for i in range(0, len(data), CQ_UNIT_SIZE) if decode_unit(data, i)[1]), default=-1)
+                if last < log_min:
+                    path.unlink()
+
+
 class IndexWriter:
     """The broker's IndexService: every record's keys and unique key put into index/ as it is
     dispatched, a new IndexFile (named by the time) when one is full."""
@@ -151,6 +194,7 @@ def generate(args: argparse.Namespace) -> None:
         next_qoff[rec.queue_id] = rec.queue_offset + 1
     host, port = args.store_host.rsplit(":", 1)
     index = IndexWriter(Path(args.store_dir) / "index", args.hash_slots, args.index_num) if args.index else None
+    queues = QueueWriter(Path(args.store_dir) / "consumequeue", args.cq_units) if args.cq_units else None
     ids = UniqueKeyGenerator("10.0.0.9", os.getpid(), 1, datetime.now().astimezone().tzinfo)  # type: ignore[arg-type]
     for n in range(done, args.count):
         qid = n % QUEUES
@@ -171,6 +215,8 @@ def generate(args: argparse.Namespace) -> None:
             emit({"mid_record": offset})
             threading.Event().wait()  # the test kills the process here
         w.write(offset, data)
+        if queues is not None:
+            queues.put(qid, next_qoff[qid], offset, len(data), dispatch_info(decode_record(data, physical_offset=offset)).tags_code)
         if index is not None:
             index.put(TOPIC, f"follow-key-{n}", uniq, offset, int.from_bytes(data[56:64], "big"))
         emit({"offset": offset, "size": len(data), "n": n, "queue_id": qid, "queue_offset": next_qoff[qid], "key": f"follow-key-{n}",
@@ -178,8 +224,12 @@ def generate(args: argparse.Namespace) -> None:
         next_qoff[qid] += 1
         offset += len(data)
         w.expire()
+        if queues is not None and w.keep:
+            queues.expire(list_segments(w.dir)[0][0])
         if args.step:
             sys.stdin.readline()  # the test says when to write the next record
+    if queues is not None:
+        queues.finish()
     emit({"done": offset})
     threading.Event().wait(0 if args.exit else 3600)
 
@@ -220,6 +270,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--index", action="store_true", help="also keep index/ as the broker's IndexService does")
     p.add_argument("--hash-slots", type=int, default=101)
     p.add_argument("--index-num", type=int, default=50)
+    p.add_argument("--cq-units", type=int, default=0, help="also write consumequeue/ with files of this many units (0: none)")
     p.add_argument("--step", action="store_true", help="after each record, wait for a line on stdin")
     p.add_argument("--exit", action="store_true", help="exit when done instead of waiting to be stopped")
     args = p.parse_args(argv)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Callable
 
 from quarry.formats.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
 from quarry.formats.segment_walk import list_segments, segment_name
@@ -186,8 +187,10 @@ class ConsumeQueueStore:
     """Every queue under one `consumequeue/` directory, opened on first use; or, `in_memory`,
     queues that exist only in memory (filled by recovery from the CommitLog)."""
 
-    def __init__(self, root: Path, units_per_file: int, read_only: bool, in_memory: bool = False) -> None:
+    def __init__(self, root: Path, units_per_file: int, read_only: bool, in_memory: bool = False,
+                 make_queue: Callable[[Path], Any] | None = None) -> None:
         self.root = root
+        self.make_queue = make_queue  # another kind of queue over root/topic/queueId (follow mode)
         self.units_per_file = units_per_file
         self.read_only = read_only
         self.in_memory = in_memory
@@ -204,7 +207,11 @@ class ConsumeQueueStore:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = MemoryConsumeQueue() if self.in_memory else ConsumeQueue(self.root / topic / str(queue_id), self.units_per_file, self.read_only)
+            directory = self.root / topic / str(queue_id)
+            if self.make_queue is not None:
+                cq = self.make_queue(directory)
+            else:
+                cq = MemoryConsumeQueue() if self.in_memory else ConsumeQueue(directory, self.units_per_file, self.read_only)
             self.queues[key] = cq
         return cq
 

@@ -30,6 +30,7 @@ from quarry.services.log import log_event
 log = logging.getLogger("quarry.follow")
 
 WINDOW = 4 * 1024 * 1024  # bytes read per step: a follower far behind never reads a whole segment at once
+QUEUE_REFRESH_S = 0.5  # how often the writer's own ConsumeQueue files are looked at again
 STUCK_REPORT_S = 10.0  # a record still unreadable this long while the writer has written past it is reported
 
 
@@ -53,6 +54,7 @@ class Follower:
         self._reported: set[int] = set()
         self._retired: list[Segment] = []  # segments the writer deleted, closed one round later
         self.failing = ""
+        self._queues_refreshed = 0.0
 
     # -- the thread -------------------------------------------------------------------------
     def start(self) -> None:
@@ -87,6 +89,9 @@ class Follower:
     def poll(self) -> int:
         """Pick up segment changes and new records; returns how many records were added."""
         moved = self._sync_segments()
+        if time.monotonic() - self._queues_refreshed >= QUEUE_REFRESH_S:
+            self._queues_refreshed = time.monotonic()
+            self._refresh_queues()
         added = 0
         while not self._stop.is_set():
             n = self._advance()
@@ -142,6 +147,15 @@ class Follower:
                 if drop is not None:
                     drop(low)
         return moved
+
+    def _refresh_queues(self) -> None:
+        """The writer's ConsumeQueue files: new units and files, deleted files (under the lock:
+        the follower's dispatch and the refresh both change a queue)."""
+        with self.state.lock:
+            for cq in list(self.state.cqs.queues.values()):
+                refresh = getattr(cq, "refresh", None)
+                if refresh is not None:
+                    refresh()
 
     def _advance(self) -> int:
         """Read what the writer added past the write offset (one window); returns records added."""

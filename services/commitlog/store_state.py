@@ -12,6 +12,7 @@ from pathlib import Path
 
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.dispatch_cache import DispatchCache
+from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
 from quarry.services.commitlog.segments import SegmentQueue
 from quarry.services.commitlog.topic_table import load_topics
 from quarry.services.log import log_event
@@ -60,8 +61,11 @@ class StoreState:
         self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
         # A read-only store without consumequeue/ (a dead broker's copied CommitLog): its
         # queues, topics and queue offsets are rebuilt in memory by recovery; nothing is written.
-        self.rebuild_in_memory = self.read_only and (config.follow or not (self.dir / "consumequeue").is_dir())
-        self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only, in_memory=self.rebuild_in_memory)
+        self.rebuild_in_memory = self.read_only and not config.follow and not (self.dir / "consumequeue").is_dir()
+        # Following a writer: its own queue files read-only, what they lack in memory (followed_queue.py).
+        follow_queue = (lambda d: FollowedConsumeQueue(d, config.cq_units_per_file)) if config.follow else None
+        self.cqs = ConsumeQueueStore(self.dir / "consumequeue", config.cq_units_per_file, self.read_only, in_memory=self.rebuild_in_memory,
+                                     make_queue=follow_queue)
         self.store_hosts_seen: set[tuple[str, int]] = set()  # filled by a full walk (rebuild)
         self.topics: dict[str, int] = load_topics(self.dir / "config")
         for topic, qid in self.cqs.queues:

@@ -150,3 +150,37 @@ def test_the_directory_is_opened_read_only_and_never_changed(writer: Writer) -> 
     finally:
         store.close()
     assert _snapshot(root) == before  # nothing written, created or touched
+
+
+def test_the_writers_consume_queue_files_answer_and_memory_fills_in_what_they_lack(tmp_path: Path) -> None:
+    from quarry.formats.consume_queue import encode_unit
+    from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
+
+    d = tmp_path / "consumequeue" / "T" / "0"
+    d.mkdir(parents=True)
+    units_per_file = 4
+    (d / "00000000000000000000").write_bytes(b"".join(encode_unit(100 * i, 10, 0) for i in range(3)) + bytes(20))
+    cq = FollowedConsumeQueue(d, units_per_file)
+    assert (cq.files.min_offset, cq.files.max_offset) == (0, 3)
+    assert cq.max_offset == 0  # nothing handed out before the follower has read those records
+    for i in range(6):  # the follower reads records 0..5 from the CommitLog
+        cq.write_units(i, encode_unit(100 * i, 10, 0))
+    assert (cq.min_offset, cq.max_offset) == (0, 6)
+    assert [u[0] for u in cq.read_units(0, 10)] == [0, 100, 200, 300, 400, 500]  # 0..2 from the file, 3..5 from memory
+    assert (cq.memory.min_offset, cq.memory.max_offset) == (3, 6)
+
+    # The writer catches up (and rolls to a second file): memory keeps only what the files lack.
+    with open(d / "00000000000000000000", "r+b") as fh:
+        fh.seek(60)
+        fh.write(encode_unit(300, 10, 0))
+    (d / "00000000000000000080").write_bytes(encode_unit(400, 10, 0) + bytes(60))
+    cq.refresh()
+    assert cq.files.max_offset == 5 and (cq.memory.min_offset, cq.memory.max_offset) == (5, 6)
+    assert [u[0] for u in cq.read_units(0, 10)] == [0, 100, 200, 300, 400, 500]
+    assert [u[0] for u in cq.read_units(4, 1)] == [400]
+
+    # The writer deletes its first file (its CommitLog expired): the minimum moves.
+    (d / "00000000000000000000").unlink()
+    cq.refresh()
+    assert cq.min_offset == 4 and [u[0] for u in cq.read_units(4, 10)] == [400, 500]
+    cq.close()
