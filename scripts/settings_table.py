@@ -59,7 +59,7 @@ def rows() -> list[tuple[str, str, str, str, str]]:
                     continue
                 flag = max(action.option_strings, key=len)
                 env = env_names.get(action.dest, "")
-                meaning = (action.help or "").split(" [env ")[0].replace("|", "\\|")
+                meaning = (action.help or "").split(" [env ")[0].replace("%%", "%").replace("|", "\\|")  # argparse help escapes % as %%
                 if action.choices:
                     meaning += f" (one of {', '.join(map(str, action.choices))})"
                 out.append((service, f"`{flag}`", f"`{env}`" if env else "", _default(action.default, action.dest), meaning))

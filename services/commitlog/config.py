@@ -42,7 +42,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "", "remoting address announced to the router (NameServer routes); default: --remoting-bind")
     p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
-    p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %DLQ%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
+    p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %%DLQ%%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_process_settings(p)
     return p
