@@ -131,8 +131,11 @@ class Follower:
                     continue  # deleted between the listing and the open
                 last = start
                 log_event(log, "segment picked up", file=path.name)
-            # A file being preallocated grows; a segment never reaches into the next one.
+            # A file being preallocated grows; a segment never reaches into the next one. Only
+            # the files from the one being read on can still be growing.
             for i, seg in enumerate(segs):
+                if seg.end <= state.write_offset and i + 1 < len(segs):
+                    continue
                 size = os.fstat(seg.fd).st_size
                 if i + 1 < len(segs):
                     size = min(size, segs[i + 1].start - seg.start)
