@@ -184,3 +184,25 @@ def test_the_writers_consume_queue_files_answer_and_memory_fills_in_what_they_la
     cq.refresh()
     assert cq.min_offset == 4 and [u[0] for u in cq.read_units(4, 10)] == [400, 500]
     cq.close()
+
+
+def test_a_record_that_stays_broken_is_reported_once_and_health_names_a_dead_follower(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from quarry.services.commitlog import follow
+    from quarry.services.commitlog.health import store_health
+
+    monkeypatch.setattr(follow, "STUCK_REPORT_S", 0.0)
+    writer.open_segment(0)
+    data = bytearray(_record(0, 0, 0))
+    data[-30] ^= 0xFF  # never whole: its body CRC fails for good
+    writer.write(0, bytes(data))
+    store = _follow(writer)
+    try:
+        for _ in range(3):
+            store.follower.poll()
+        assert store.write_offset == 0
+        assert len([c for c in store.corruption if "record at 0 still unreadable" in c]) == 1
+        assert store_health(store) == ""
+        store.follower.stop()
+        assert "follower thread is not running" in store_health(store)
+    finally:
+        store.close()
