@@ -70,7 +70,9 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
     def _details(self, details: grpc.ClientCallDetails, digest: str) -> tuple[_CallDetails, str]:
         ts = int(time.time() * 1000)
         nonce = secrets.token_hex(8)
-        signature = sign(self.secret_key, details.method, ts, self.access_key, nonce, digest)
+        # grpc.aio hands the method over as bytes, the thread-pool channel as str: sign the text.
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        signature = sign(self.secret_key, method, ts, self.access_key, nonce, digest)
         metadata = list(details.metadata or []) + [
             (ACCESS_KEY_HEADER, self.access_key),
             (TIMESTAMP_HEADER, str(ts)),
