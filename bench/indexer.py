@@ -140,8 +140,11 @@ def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2)
         Result("send rate during lag test", messages / send_s, "msg/s", params),
         Result("index rate (sent → fully indexed)", messages / catch_up_s, "msg/s", params),
         Result("index lag p50 while sending", statistics.median(lags) if lags else 0.0, "ms", params),
+        Result("index lag p99 while sending", _pct(lags, 0.99) if lags else 0.0, "ms", params),
         Result("index lag max while sending", max(lags) if lags else 0.0, "ms", params),
         Result("index catch-up after last send", (catch_up_s - send_s) * 1000, "ms", params),
+        # The ceiling of indexing is the rate messages arrive at: 1 means the index keeps up.
+        Result("index rate / send rate (its ceiling)", (messages / catch_up_s) / (messages / send_s), "x", params),
     ]
 
 

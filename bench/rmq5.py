@@ -4,7 +4,8 @@ Quarry's own producer (quarry.v1) doing the same at the same concurrency. 1 KiB 
 and a tag each, ASYNC flush, router + one broker on loopback.
 
 `.venv/bin/python -m bench rmq5 [--messages N] [--concurrency N]`
-Target (issue 16): SDK single-send rate >= 70% of quarry.v1's, SDK p50 < 1 ms.
+Target (issue 16): SDK single-send rate >= 70% of quarry.v1's, SDK p50 < 1 ms. Each rate is also
+given as a ratio to the echo ceiling (bench/ceiling.py) at the same concurrency, same run (issue 21).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
+from bench.ceiling import EchoCeiling
 from bench.runner import Result
 from quarry.clients.producer import Producer as QuarryProducer
 from scripts.launcher import LocalCluster
@@ -104,7 +106,7 @@ def _async_window(producer, n: int, concurrency: int) -> float:  # type: ignore[
 def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="bench rmq5")
     p.add_argument("--messages", type=int, default=3000)
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=16)
     args = p.parse_args(argv)
     logging.getLogger("rocketmq-python-client").setLevel(logging.WARNING)
     from rocketmq import ClientConfiguration, Credentials, Producer
@@ -156,6 +158,10 @@ def run(argv: list[str]) -> list[Result]:
                     v2_concs.append(_async_window(sdk, n // 3, c))
                     cpu_v2_conc += _cpu_s(pid) - t
                 v1_conc, v2_conc = statistics.median(v1_concs), statistics.median(v2_concs)
+                # The ceiling: a 1 KiB body plus topic, key and tag is ~1.1 KB each way (SendResult ~0.2 KB).
+                with EchoCeiling() as echo:
+                    ceil1 = echo.measure(1150, 200, 1, n // 3)
+                    ceilc = echo.measure(1150, 200, c, n // 3)
             finally:
                 sdk.shutdown()
                 quarry.close()
@@ -167,7 +173,16 @@ def run(argv: list[str]) -> list[Result]:
         Result("SDK single sends (1 in flight)", v2_rate, "msg/s", {**params, "concurrency": 1}),
         Result("SDK single send p50", statistics.median(v2_lat), "ms", {**params, "concurrency": 1, "target": "< 1 ms"}),
         Result("SDK single send p99", _pct(v2_lat, 0.99), "ms", {**params, "concurrency": 1}),
+        Result("quarry.v1 single send p99", _pct(v1_lat, 0.99), "ms", {**params, "concurrency": 1}),
         Result("SDK / quarry.v1 single-send rate", v2_rate / v1_rate, "x", {**params, "concurrency": 1, "target": ">= 0.7"}),
+        Result("echo ceiling rate", ceil1.rate, "calls/s", {**params, "concurrency": 1}),
+        Result("echo ceiling p50", ceil1.p50_ms, "ms", {**params, "concurrency": 1}),
+        Result("quarry.v1 single sends / ceiling", v1_rate / ceil1.rate, "x", {**params, "concurrency": 1}),
+        Result("SDK single sends / ceiling", v2_rate / ceil1.rate, "x", {**params, "concurrency": 1}),
+        Result("echo ceiling rate", ceilc.rate, "calls/s", {**params, "concurrency": c}),
+        Result("echo ceiling p50", ceilc.p50_ms, "ms", {**params, "concurrency": c}),
+        Result(f"quarry.v1 sends, {c} threads / ceiling", v1_conc / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6"}),
+        Result(f"SDK send_async, {c} in flight / ceiling", v2_conc / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6"}),
         Result(f"quarry.v1 sends, {c} threads", v1_conc, "msg/s", {**params, "concurrency": c}),
         Result(f"SDK send_async, {c} in flight", v2_conc, "msg/s", {**params, "concurrency": c}),
         Result(f"SDK / quarry.v1 rate at concurrency {c}", v2_conc / v1_conc, "x", {**params, "concurrency": c, "target": ">= 0.7"}),

@@ -1,21 +1,22 @@
-"""Query latency through the router over three brokers holding N messages, and queries/s
-with concurrent clients.
+"""Query latency through the router over three brokers holding N messages: each of the four
+kinds and the mixed load at concurrency 1 and 16, each beside the echo ceiling
+(bench/ceiling.py) of the same request and response sizes at the same concurrency, same run.
 
-`.venv/bin/python -m bench router [--messages N] [--queries N] [--clients N]`
+`.venv/bin/python -m bench router [--messages N] [--queries N]`
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
-import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import grpc
 
+from bench.ceiling import EchoCeiling, Stats, compare, drive
 from bench.runner import Result
 from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
@@ -23,11 +24,6 @@ from scripts.launcher import LocalCluster
 
 TOPIC = "BenchTopic"
 HOSTS = {"broker-a": "127.0.0.2", "broker-b": "127.0.0.3", "broker-c": "127.0.0.4"}
-
-
-def _pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * p))]
 
 
 def _load(cluster: LocalCluster, messages: int, batch: int) -> list[tuple[str, str, str, str, int, int]]:
@@ -57,12 +53,60 @@ def _load(cluster: LocalCluster, messages: int, batch: int) -> list[tuple[str, s
     return samples
 
 
+Sample = tuple[str, str, str, str, int, int]
+
+
+def _requests(samples: list[Sample]) -> dict[str, list[tuple[str, object]]]:
+    """(method, request) per kind, over the samples in a fixed random order."""
+    rng = random.Random(1)
+    picked = [rng.choice(samples) for _ in range(2000)]
+    return {
+        "by id": [("QueryMsgById", router_pb2.QueryMsgByIdRequest(offset_msg_id=x[3])) for x in picked],
+        "by key": [("QueryMsgByKey", router_pb2.QueryMsgByKeyRequest(topic=TOPIC, key=x[1])) for x in picked],
+        "by unique key": [("QueryMsgByUniqueKey", router_pb2.QueryMsgByUniqueKeyRequest(topic=TOPIC, unique_key=x[2])) for x in picked],
+        "by queue offset": [("QueryMsgByOffset", router_pb2.QueryMsgByOffsetRequest(topic=TOPIC, broker_name=x[0], queue_id=x[4], queue_offset=x[5])) for x in picked],
+    }
+
+
+def _drive(address: str, reqs: list[tuple[str, object]], calls: int, concurrency: int) -> tuple[Stats, int, int]:
+    """Drive the router with these requests; also their mean request and response sizes."""
+    async def go() -> tuple[Stats, int, int]:
+        async with grpc.aio.insecure_channel(address) as ch:
+            stub = router_pb2_grpc.QueryRouterServiceStub(ch)
+            sizes = [0, 0, 0]
+
+            async def one(i: int) -> None:
+                method, req = reqs[i % len(reqs)]
+                res = await getattr(stub, method)(req, timeout=10)
+                assert res.result.messages, method
+                sizes[0] += req.ByteSize()  # type: ignore[attr-defined]
+                sizes[1] += res.ByteSize()
+                sizes[2] += 1
+
+            s = await drive(one, calls, concurrency)
+            return s, sizes[0] // sizes[2], sizes[1] // sizes[2]
+
+    return asyncio.run(go())
+
+
+def _queries(address: str, samples: list[Sample], args: argparse.Namespace, params: dict) -> list[Result]:  # type: ignore[type-arg]
+    out: list[Result] = []
+    kinds = _requests(samples)
+    mixed = [r for quad in zip(*kinds.values()) for r in quad]
+    with EchoCeiling() as echo:
+        for c in (1, 16):
+            for kind, reqs in [*kinds.items(), ("mixed", mixed)]:
+                calls = args.queries * (2 if kind == "mixed" else 1)
+                fig, req_b, resp_b = _drive(address, reqs, calls, c)
+                ceil = echo.measure(req_b, resp_b, c, calls)
+                out += compare(kind, fig, ceil, {**params, "request_bytes": req_b, "response_bytes": resp_b})
+    return out
+
+
 def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m bench router")
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--queries", type=int, default=2000, help="queries per kind for latency")
-    p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--seconds", type=float, default=10.0, help="duration of the concurrent run")
     args = p.parse_args(argv)
     out: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
@@ -77,51 +121,8 @@ def run(argv: list[str]) -> list[Result]:
             load_s = time.perf_counter() - t0
             params = {"messages": args.messages, "brokers": 3}
             out.append(Result("load: sent and indexed", args.messages / load_s, "msg/s", params))
-            rng = random.Random(1)
             assert cluster.router is not None
-            kinds: dict[str, Callable[[router_pb2_grpc.QueryRouterServiceStub, tuple], object]] = {
-                "by id": lambda s, x: s.QueryMsgById(router_pb2.QueryMsgByIdRequest(offset_msg_id=x[3]), timeout=10),
-                "by key": lambda s, x: s.QueryMsgByKey(router_pb2.QueryMsgByKeyRequest(topic=TOPIC, key=x[1]), timeout=10),
-                "by unique key": lambda s, x: s.QueryMsgByUniqueKey(router_pb2.QueryMsgByUniqueKeyRequest(topic=TOPIC, unique_key=x[2]), timeout=10),
-                "by queue offset": lambda s, x: s.QueryMsgByOffset(router_pb2.QueryMsgByOffsetRequest(topic=TOPIC, broker_name=x[0], queue_id=x[4], queue_offset=x[5]), timeout=10),
-            }
-            with grpc.insecure_channel(cluster.router.address) as ch:
-                stub = router_pb2_grpc.QueryRouterServiceStub(ch)
-                for kind, call in kinds.items():
-                    for x in samples[:50]:
-                        call(stub, x)  # warm up channels
-                    lat = []
-                    for _ in range(args.queries):
-                        x = rng.choice(samples)
-                        t = time.perf_counter()
-                        res = call(stub, x)
-                        lat.append((time.perf_counter() - t) * 1000)
-                        assert res.result.messages, kind  # type: ignore[attr-defined]
-                    out.append(Result(f"{kind} p50", statistics.median(lat), "ms", {**params, "clients": 1}))
-                    out.append(Result(f"{kind} p99", _pct(lat, 0.99), "ms", {**params, "clients": 1}))
-            counts: list[int] = []
-            stop = threading.Event()
-
-            def client(seed: int) -> None:
-                r = random.Random(seed)
-                n = 0
-                with grpc.insecure_channel(cluster.router.address) as ch:  # type: ignore[union-attr]
-                    s = router_pb2_grpc.QueryRouterServiceStub(ch)
-                    calls = list(kinds.values())
-                    while not stop.is_set():
-                        calls[n % len(calls)](s, r.choice(samples))
-                        n += 1
-                counts.append(n)
-
-            threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            stop.wait(args.seconds)
-            stop.set()
-            for t in threads:
-                t.join()
-            out.append(Result("mixed queries/s", sum(counts) / (time.perf_counter() - t0), "queries/s", {**params, "clients": args.clients, "mix": "id/key/uniq/offset"}))
+            out += _queries(cluster.router.address, samples, args, params)
         finally:
             cluster.stop()
     return out
