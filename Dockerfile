@@ -46,5 +46,5 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-deps /wheels/quarry-*.whl
 USER quarry
 VOLUME ["/data"]
-ENTRYPOINT ["python", "-m", "quarry.services.entrypoint"]
+ENTRYPOINT ["python", "-m", "quarry.entrypoint"]
 CMD ["router"]

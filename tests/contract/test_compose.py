@@ -58,7 +58,7 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
     assert {(s, p["published"], p["target"]) for s in ("router", "router-2") for p in services[s]["ports"]} == {
         ("router", "9876", 9876), ("router-2", "9877", 9876), ("router", "9878", 9877), ("router-2", "9879", 9877)}
     for name, svc in services.items():
-        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "quarry.services.entrypoint", "probe"], name
+        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "quarry.entrypoint", "probe"], name
         assert svc.get("restart") == "unless-stopped", name
         for dep in (svc.get("depends_on") or {}).values():
             assert dep["condition"] == "service_healthy", name
@@ -77,16 +77,16 @@ def test_dockerfile_entry_point_and_probe_are_the_ones_compose_uses() -> None:
     from tests import dockerfile
 
     entry = json.loads(dockerfile.stages()[-1].all("ENTRYPOINT")[-1])  # the default target: services
-    assert entry == ["python", "-m", "quarry.services.entrypoint"]
+    assert entry == ["python", "-m", "quarry.entrypoint"]
     cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
     for name, svc in cfg["services"].items():
         assert svc["healthcheck"]["test"][1:4] == entry, name
         assert svc["command"][0] in ("router", "commitlog", "indexer"), name
     # The commands the compose file runs exist in the entry point, and the probe module answers --help.
-    from quarry.services.entrypoint import COMMANDS
+    from quarry.entrypoint import COMMANDS
 
     assert {"router", "commitlog", "indexer", "probe"} <= set(COMMANDS)
-    probe = subprocess.run([sys.executable, "-m", "quarry.services.entrypoint", "probe", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    probe = subprocess.run([sys.executable, "-m", "quarry.entrypoint", "probe", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert probe.returncode == 0 and "--addr" in probe.stdout
 
 

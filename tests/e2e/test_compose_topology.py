@@ -68,10 +68,10 @@ class Topology:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")}
         env.update({k: self.rewrite(name, str(v)) for k, v in (svc.get("environment") or {}).items()})
         log = open(self.root / f"{name}.log", "ab")
-        cmd = [sys.executable, "-m", "quarry.services.entrypoint", *svc["command"]]
+        cmd = [sys.executable, "-m", "quarry.entrypoint", *svc["command"]]
         self.procs[name] = subprocess.Popen(cmd, env=env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         probe = [self.rewrite(name, a) for a in svc["healthcheck"]["test"][1:]]
-        assert probe[:4] == ["python", "-m", "quarry.services.entrypoint", "probe"]
+        assert probe[:4] == ["python", "-m", "quarry.entrypoint", "probe"]
         probe[0] = sys.executable
 
         def healthy() -> bool:

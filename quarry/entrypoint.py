@@ -1,4 +1,7 @@
-"""Container entry point: `python -m quarry.services.entrypoint router|commitlog|indexer|probe|cli [args]`."""
+"""Container entry point: `python -m quarry.entrypoint router|commitlog|indexer|probe|cli [args]`.
+
+Above both the services and the clients (it starts either), so it lives at the package root:
+quarry.services never imports the client package."""
 from __future__ import annotations
 
 import sys
