@@ -1,9 +1,9 @@
 """The shared life cycle of a Quarry gRPC server: health, reflection, signals, graceful stop.
 
 Every service's `serve()` builds its servicers and hands them here; this module holds no
-service logic. Two flavours: a thread-pool server (indexer, router) and an asyncio server
-(commitlog: its send path runs on the event loop, which avoids handing every request
-between threads and took batched sends from ~48k to ~65k msg/s on a 2-core box).
+service logic. Two flavours: a thread-pool server (router) and an asyncio server
+(commitlog, indexer: handlers run on the event loop, which avoids handing every request
+between threads; it took the commitlog's batched sends from ~48k to ~65k msg/s on a 2-core box).
 
 Health comes from state: a service may pass `health_check` (returns why it cannot serve, or
 "" when it can), re-evaluated every HEALTH_INTERVAL_S and on change logged as one
