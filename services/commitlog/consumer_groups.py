@@ -93,9 +93,12 @@ def _trim(done: dict[int, int]) -> None:
 class ConsumerGroups:
     """Thread-safe; mutations are made durable by `sync()` (called by each mutating method)."""
 
-    def __init__(self, store_dir: Path, read_only: bool = False, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, store_dir: Path, read_only: bool = False, clock_ms: Callable[[], int] | None = None, fsync_each: bool = True) -> None:
         self.dir = Path(store_dir) / DIR_NAME
         self.read_only = read_only
+        # SYNC stores fsync before answering; ASYNC ones, like their records, on the flush interval
+        # (`flush`). Either way each change is written before the answer, so a SIGKILL loses none.
+        self.fsync_each = fsync_each
         self.clock = clock_ms or (lambda: int(time.time() * 1000))
         self._lock = threading.RLock()
         self._sync_lock = threading.Lock()
@@ -105,7 +108,10 @@ class ConsumerGroups:
         self._written = 0
         self._synced = 0
         self._nonce = int(time.time() * 1000) & 0xFFFFFFFF
+        self._closing = threading.Event()
         self._load()
+        if not fsync_each and not read_only:
+            threading.Thread(target=self._flush_every, args=(0.5,), name="consumer-groups-flush", daemon=True).start()
 
     # -- files ------------------------------------------------------------------------------
     def _journal_path(self, gen: int) -> Path:
@@ -166,7 +172,20 @@ class ConsumerGroups:
         self._written += len(line)
 
     def sync(self) -> None:
-        """fsync what was logged so far (one fsync serves every caller waiting on it)."""
+        """Make what was logged so far durable before answering: written already (a process
+        crash loses nothing); fsynced too when `fsync_each` (one fsync serves every caller waiting)."""
+        if self.fsync_each:
+            self.flush()
+
+    def _flush_every(self, interval_s: float) -> None:
+        while not self._closing.wait(interval_s):
+            try:
+                self.flush()
+            except OSError as exc:
+                log_event(log, "consumer group journal fsync failed", logging.ERROR, error=str(exc))
+
+    def flush(self) -> None:
+        """fsync what was logged so far (the store's flusher calls it on its interval)."""
         if self.read_only or self._fd is None:
             return
         target = self._written
@@ -175,6 +194,8 @@ class ConsumerGroups:
                 return
             with self._lock:
                 fd, end = self._fd, self._written
+            if fd is None:
+                return
             os.fsync(fd)
             self._synced = max(self._synced, end)
         if end > COMPACT_BYTES:
@@ -205,7 +226,8 @@ class ConsumerGroups:
         return rows
 
     def close(self) -> None:
-        with self._lock:
+        self._closing.set()
+        with self._sync_lock, self._lock:
             if self._fd is not None:
                 os.fsync(self._fd)
                 os.close(self._fd)

@@ -46,6 +46,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.flushed = flushed
         self.on_topic_created = lambda: None
         self.on_appended = lambda: None  # wakes long-polling remoting pulls
+        self.append_listeners: list[Callable[[], None]] = []  # more of the same (RocketMQ 5 receives), on the loop
         # Set by the RocketMQ 5 door (services/rmq5): groups with a consumer heard from lately,
         # and deliveries before dead-lettering; read by ConsumeStatus.
         self.online_groups: Callable[[], set[str]] = lambda: set()
@@ -69,6 +70,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         if len(self.store.topics) != topics_before:
             self.on_topic_created()
         self.on_appended()
+        for listener in self.append_listeners:
+            listener()
         if wait_flush:
             await self._await_flushed(results)
         metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)

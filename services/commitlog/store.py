@@ -65,7 +65,7 @@ class CommitLogStore:
         # A followed broker's config/ is its own (fastjson, which Python's json need not read): not loaded.
         self.consumer_offsets = ConsumerOffsets(self.dir / "config", self.read_only, load=not config.follow)
         # RocketMQ 5 consumer groups' pop state (in flight, acked, dead-lettered), journaled.
-        self.consumer_groups = ConsumerGroups(self.dir, self.read_only)
+        self.consumer_groups = ConsumerGroups(self.dir, self.read_only, fsync_each=config.flush_mode == "SYNC")
         self._appender = Appender(self.state)
         self.flusher = Flusher(self.state, self.delete_expired)
         self.disk_full = ""  # why the last append failed for want of space ("" once one succeeds)

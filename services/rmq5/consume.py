@@ -23,6 +23,7 @@ from quarry.formats.properties import BORN_HOST, SYSTEM_PROPERTY_NAMES, TIMER_DE
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transaction_type
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog import pop
+from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.log import log_event
 from quarry.services.rmq5.contract import Code, service, v2
@@ -139,6 +140,16 @@ def dead_letter_copy(record: Record, group: str, attempts: int) -> NewMessage:
                       record.flag, 0, record.born_timestamp, record.born_host, 0, attempts)
 
 
+async def _first(events: tuple[asyncio.Event, ...], timeout_s: float) -> None:
+    """Wait until one of the events is set, or the timeout."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
 class Consumption:
     """The four RPCs over one broker's store; `core` is the commitlog servicer (store, append
     path, flush signal). Runs on the commitlog's event loop; fsyncs run on worker threads."""
@@ -148,7 +159,7 @@ class Consumption:
         self.store = core.store
         self.groups = core.store.consumer_groups
         self.max_attempts = max_attempts
-        self._rotation = 0
+        self._appended: FlushSignal | None = None  # made on the loop at the first receive
 
     def _store_host(self) -> str:
         host = self.store.config.store_host
@@ -183,13 +194,18 @@ class Consumption:
         self._queues(topic, request.message_queue.id)  # refuses a topic this broker will never hold
         self.groups.subscribe(group, topic, expression)
         deadline = time.monotonic() + polling / 1000
+        if self._appended is None:
+            self._appended = FlushSignal(asyncio.get_running_loop())
+            self.core.append_listeners.append(self._appended.fire_in_loop)
         while True:
-            wake = self.core.flushed.current()
+            wake = (self.core.flushed.current(), self._appended.current())
             queues = self._queues(topic, request.message_queue.id)
             got = await asyncio.to_thread(self._pop, group, topic, queues, filt, batch, invisible) if queues else []
             if got or time.monotonic() >= deadline or self.core.stopping.is_set():
                 break
-            await self.core.flushed.wait(wake, min(POLL_STEP_S, max(0.0, deadline - time.monotonic())))
+            if self.store.write_offset > self.store.committed_offset:
+                self.store.request_flush()  # ASYNC: a waiting consumer should not wait a flush interval
+            await _first(wake, min(POLL_STEP_S, max(0.0, deadline - time.monotonic())))
         if not got:
             yield service.ReceiveMessageResponse(status=v2.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message"))
             return
