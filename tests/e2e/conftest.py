@@ -1,6 +1,10 @@
 """End-to-end fixtures: real service processes on loopback, stopped and cleaned up after each test."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +29,17 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
     yield _launch
     for proc in reversed(started):
         proc.stop()
+
+
+def run_quarry(router: str | None, *args: str, timeout_s: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The `quarry` CLI in its own process with NAMESRV_ADDR=router (unset when None), run outside the
+    source tree so that it works from the installed package alone."""
+    full = {**os.environ, **(env or {})}
+    full.pop("NAMESRV_ADDR", None)
+    if router:
+        full["NAMESRV_ADDR"] = router
+    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=full, timeout=timeout_s,
+                          cwd=tempfile.gettempdir())
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 20.0, what: str = "condition", interval_s: float = 0.05) -> object:

@@ -8,8 +8,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
-import tempfile
 import time
 from datetime import datetime
 from typing import Any, Iterator
@@ -20,7 +18,7 @@ from quarry.channels import open_channel
 from quarry.clients.producer import unique_key_generator
 from scripts.launcher import LocalCluster
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import run_quarry, wait_until
 
 MANY = 6000
 C, F = "\x01", "\x02"
@@ -41,9 +39,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     assert cluster.router is not None
-    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address}
-    # Outside the source tree: the CLI runs from the installed package alone.
-    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=120, cwd=tempfile.gettempdir())
+    return run_quarry(cluster.router.address, *args, timeout_s=120)
 
 
 def send(cluster: LocalCluster, broker: str, msgs: list[common_pb2.MessageInput]) -> list[common_pb2.SendResult]:

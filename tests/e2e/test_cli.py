@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from quarry.clients.producer import Producer
 from scripts.launcher import LocalCluster
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import run_quarry, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +29,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     assert cluster.router is not None
-    env = {**os.environ, "NAMESRV_ADDR": cluster.router.address}
-    # Outside the source tree: the CLI runs from the installed package alone.
-    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
+    return run_quarry(cluster.router.address, *args)
 
 
 @pytest.fixture(scope="module")

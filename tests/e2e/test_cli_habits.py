@@ -17,7 +17,7 @@ import pytest
 
 from quarry.clients.producer import Producer
 from scripts.launcher import LocalCluster, free_port
-from tests.e2e.conftest import Launch, wait_until
+from tests.e2e.conftest import Launch, run_quarry, wait_until
 
 TOPIC = "HabitTopic"
 
@@ -32,11 +32,7 @@ def cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyp
 
 
 def quarry(router: str | None, *args: str, tz: str = "Asia/Kolkata") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TZ": tz}
-    env.pop("NAMESRV_ADDR", None)
-    if router:
-        env["NAMESRV_ADDR"] = router
-    return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
+    return run_quarry(router, *args, env={"TZ": tz})
 
 
 def _dead_address() -> str:

@@ -6,11 +6,8 @@ reported missing until removed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -25,7 +22,7 @@ from quarry.formats.unique_key import V5_EPOCH_UTC_MS, UniqueKeyGenerator
 from scripts.launcher import LocalCluster
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 from tests.conftest import golden_root
-from tests.e2e.conftest import Launch, wait_until
+from tests.e2e.conftest import Launch, run_quarry, wait_until
 
 TOPIC = "ExactTopic"
 HOSTS = {"broker-a": "127.0.0.21", "broker-b": "127.0.0.22"}
@@ -65,8 +62,7 @@ class Env:
 
     def quarry(self, *args: str) -> subprocess.CompletedProcess[str]:
         assert self.cluster.router is not None
-        env = {**os.environ, "NAMESRV_ADDR": self.cluster.router.address}
-        return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
+        return run_quarry(self.cluster.router.address, *args)
 
     def close(self) -> None:
         for ch in self._cl.values():

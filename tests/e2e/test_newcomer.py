@@ -10,9 +10,10 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from tests.e2e.conftest import run_quarry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,8 +45,7 @@ def test_demo_in_a_terminal_serves_until_ctrl_c_and_quarry_works_meanwhile() -> 
         text = _read_until(master, r"keeps serving until Ctrl-C[\s\S]*quarry queryMsgByKey")
         assert "OK: every message was found" in text
         router = re.search(r"NAMESRV_ADDR=(\S+)", text).group(1)  # type: ignore[union-attr]
-        listed = subprocess.run([sys.executable, "-m", "quarry.clients", "clusterList"], capture_output=True, text=True, timeout=60,
-                                env={**os.environ, "NAMESRV_ADDR": router}, cwd=tempfile.gettempdir())
+        listed = run_quarry(router, "clusterList")
         assert listed.returncode == 0 and "broker-a" in listed.stdout and "broker-b" in listed.stdout, listed.stderr
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
         assert proc.wait(timeout=60) == 0
@@ -56,8 +56,7 @@ def test_demo_in_a_terminal_serves_until_ctrl_c_and_quarry_works_meanwhile() -> 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         os.close(master)
-    gone = subprocess.run([sys.executable, "-m", "quarry.clients", "clusterList"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "NAMESRV_ADDR": router}, cwd=tempfile.gettempdir())
+    gone = run_quarry(router, "clusterList")
     assert gone.returncode == 3  # the router stopped with the demo
 
 

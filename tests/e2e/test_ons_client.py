@@ -10,8 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
 from datetime import timezone
 from pathlib import Path
 from typing import Iterator
@@ -23,7 +21,7 @@ from quarry.formats.unique_key import UniqueKeyGenerator
 from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import run_quarry, wait_until
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 TOPIC, GROUP = "OnsTopic", "GID_quarry_ons"
@@ -55,8 +53,7 @@ def create_topic(c: LocalCluster, topic: str, **auth: str) -> None:
 
 def quarry_cli(c: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     assert c.router is not None
-    env = {**os.environ, "NAMESRV_ADDR": c.router.address}
-    return subprocess.run([sys.executable, "-m", "quarry.clients", "--json", *args], capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
+    return run_quarry(c.router.address, "--json", *args)
 
 
 def test_ali_ons_producer_and_push_consumer_through_quarry(cluster: LocalCluster) -> None:

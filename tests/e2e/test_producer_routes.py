@@ -2,14 +2,9 @@
 every broker a producer sends to, never on one that does not auto-create (RocketMQ's TBW102)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-
 from quarry.clients.admin import AdminClient
 from quarry.clients.producer import Producer
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import run_quarry, wait_until
 
 
 def test_new_topics_spread_over_the_brokers_that_create_topics(cluster_factory) -> None:  # type: ignore[no-untyped-def]
@@ -31,11 +26,9 @@ def test_new_topics_spread_over_the_brokers_that_create_topics(cluster_factory) 
         wait_until(lambda: sorted(b.broker_name for b in admin.topic_route("FreshTopic").brokers) == ["broker-a", "broker-b"], what="FreshTopic routed on both brokers")
 
         # CLI runs (one message each) start at a random queue, not all at broker-a queue 0.
-        env = {**os.environ, "NAMESRV_ADDR": router.address}
         placed = set()
         for i in range(6):
-            out = subprocess.run([sys.executable, "-m", "quarry.clients", "sendMessage", "-t", "FreshTopic", "-p", f"cli {i}"],
-                                 capture_output=True, text=True, env=env, timeout=60, cwd=tempfile.gettempdir())
+            out = run_quarry(router.address, "sendMessage", "-t", "FreshTopic", "-p", f"cli {i}")
             assert out.returncode == 0, out.stderr
             placed.add(out.stdout.split("messageQueue=")[1].split("]")[0])
         assert len(placed) > 1, placed  # (1/8)^5 odds of one queue by chance

@@ -6,7 +6,6 @@ tests/unit/test_router_queries.py.
 """
 from __future__ import annotations
 
-import time
 from typing import Iterator
 
 import grpc
