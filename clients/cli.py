@@ -119,8 +119,10 @@ class Cli(BrowseCommands):
             print(json.dumps(data, indent=1), file=self.out)
         elif table:
             print(f"{'#Message ID':<56s} {'#QID':>4s} {'#Offset':>12s} {'#Broker':<12s} {'#Store Time'}", file=self.out)
-            for m in result.messages:
+            for i, m in enumerate(result.messages):
                 print(f"{(m.unique_key or m.offset_msg_id):<56s} {m.queue_id:>4d} {m.queue_offset:>12d} {m.broker_name:<12s} {human_time(m.store_timestamp)}", file=self.out)
+                for r in (tracks[i] or []) if track else []:
+                    print(f"    {r['group']:<32s} {STATE_WORDS.get(r['state'], r['state'])}", file=self.out)
             if result.next_token:
                 print(f"more: --token {result.next_token}", file=self.out)
         else:
@@ -176,7 +178,7 @@ class Cli(BrowseCommands):
         while len(merged.messages) < want and merged.next_token:
             page = self.admin.query_by_key(self.args.topic, self.args.key, min(want - len(merged.messages), ROUTER_MAX_NUM), self.args.begin, self.args.end, merged.next_token)
             merged = merged.extended(page)
-        return self.emit_result(merged, table=True)
+        return self.emit_result(merged, table=True, track=self.args.track)
 
     def queryMsgByUniqueKey(self) -> int:
         return self.emit_result(self.admin.query_by_unique_key(self.args.topic, self.args.id, self.args.all, self.args.begin, self.args.end), track=True)
@@ -272,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(s, "-e", "--endTimestamp", "--end", dest="end", kind="time", default=0, help="latest store time (default: now)")
     add_option(s, "-m", "--maxNum", "--max", dest="max", kind="positive", default=64, help="most messages to print (default 64; pages are read as needed)")
     add_option(s, "--token", default="", help="continuation token printed after a page (more: --token ...)")
+    add_option(s, "--track", action="store_true", help="each message's consume status per consumer group (one call per message)")
     s = add("queryMsgByUniqueKey", "query-msg-by-unique-key", "a message by unique key (client msgId)")
     add_option(s, "-t", "--topic", required=True, help="topic")
     add_option(s, "-i", "--msgId", "--id", dest="id", required=True, help="unique key (client msgId)")

@@ -45,7 +45,7 @@ def _config(cluster: LocalCluster) -> ClientConfiguration:
     return ClientConfiguration(cluster.router.address, Credentials(), request_timeout=5)
 
 
-def send(cluster: LocalCluster, topic: str, bodies: list[bytes], tag: str = "", group: str = "", deliver_at_s: int = 0) -> list[str]:
+def send(cluster: LocalCluster, topic: str, bodies: list[bytes], tag: str = "", group: str = "", deliver_at_s: int = 0, key: str = "") -> list[str]:
     p = Producer(_config(cluster), (topic,))
     p.startup()
     try:
@@ -59,6 +59,8 @@ def send(cluster: LocalCluster, topic: str, bodies: list[bytes], tag: str = "", 
                 m.message_group = group
             if deliver_at_s:
                 m.delivery_timestamp = deliver_at_s
+            if key:
+                m.keys = key
             ids.append(p.send(m).message_id)
         return ids
     finally:
@@ -187,7 +189,7 @@ def test_change_invisible_duration_keeps_the_message_hidden(cluster: LocalCluste
 def test_tag_filters(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
     a = send(cluster, "CsTags", [b"a1", b"a2"], tag="TagA")
     b = send(cluster, "CsTags", [b"b1", b"b2"], tag="TagB")
-    other = send(cluster, "CsTags", [b"c1", b"c2"], tag="TagC")
+    other = send(cluster, "CsTags", [b"c1", b"c2"], tag="TagC", key="tag-c")
     c = consumer(cluster, "GTags", "CsTags", "TagA || TagB", await_s=1)
     try:
         got = drain(c, 4)
@@ -197,6 +199,20 @@ def test_tag_filters(cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) 
         c.shutdown()
     row = track(cluster, "CsTags", other[0], "GTags", capsys)
     assert row["state"] == "FILTERED" and row["expression"] == "TagA || TagB"
+    # by key too: queryMsgByKey --track
+    from quarry.clients import cli
+    assert cluster.router is not None
+    router = cluster.router.address
+
+    def by_key() -> dict | None:
+        capsys.readouterr()
+        code = cli.main(["-n", router, "--json", "queryMsgByKey", "-t", "CsTags", "-k", "tag-c", "--track"])
+        out = json.loads(capsys.readouterr().out)
+        return out if code == 0 and len(out["tracks"]) == 2 else None
+
+    found = wait_until(by_key, what="both tag-c messages by key")
+    for rows in found["tracks"]:  # type: ignore[index]
+        assert {r["group"]: r["state"] for r in rows}["GTags"] == "FILTERED"
     every = consumer(cluster, "GTagsAll", "CsTags", "*", await_s=1)
     try:
         assert sorted(m.message_id for m in drain(every, 6)) == sorted(a + b + other)
@@ -253,3 +269,49 @@ def test_fifo_group_next_only_after_previous_acked(cluster: LocalCluster, capsys
         assert order == [f"step {i}".encode() for i in range(5)]
     finally:
         c.shutdown()
+
+
+def test_bad_consumer_requests_answer_in_band_naming_the_field(cluster: LocalCluster) -> None:
+    """Raw apache.rocketmq.v2 calls (as any SDK could send them): each refusal names the field."""
+    import grpc
+
+    from quarry.services.rmq5.contract import Code, service, service_grpc, v2
+    send(cluster, "CsBad", [b"x"])
+    broker = cluster.brokers["broker-a"].commitlog.address
+    md = (("x-mq-client-id", "raw-test"),)
+
+    def receive(**kw: object) -> v2.Status:
+        req = service.ReceiveMessageRequest(group=v2.Resource(name="GBad"), message_queue=v2.MessageQueue(topic=v2.Resource(name="CsBad")), batch_size=1)
+        for k, v in kw.items():
+            if k == "group":
+                req.group.name = v  # type: ignore[assignment]
+            elif k == "sql":
+                req.filter_expression.CopyFrom(v2.FilterExpression(type=v2.FilterType.SQL, expression="a > 1"))
+            elif k == "invisible_s":
+                req.invisible_duration.seconds = v  # type: ignore[assignment]
+            else:
+                setattr(req, k, v)
+        statuses = [r.status for r in stub.ReceiveMessage(req, metadata=md, timeout=10) if r.HasField("status")]
+        return statuses[0]
+
+    with grpc.insecure_channel(broker) as ch:
+        stub = service_grpc.MessagingServiceStub(ch)
+        cases = [
+            (receive(batch_size=0), Code.BAD_REQUEST, "batch_size"),
+            (receive(batch_size=33), Code.BAD_REQUEST, "batch_size"),
+            (receive(group="bad group!"), Code.ILLEGAL_CONSUMER_GROUP, "group.name"),
+            (receive(group=""), Code.ILLEGAL_CONSUMER_GROUP, "group.name"),
+            (receive(sql=True), Code.ILLEGAL_FILTER_EXPRESSION, "SQL92"),
+            (receive(invisible_s=100_000), Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration"),
+        ]
+        ack = stub.AckMessage(service.AckMessageRequest(group=v2.Resource(name="GBad"), topic=v2.Resource(name="CsBad"),
+                                                        entries=[service.AckMessageEntry(message_id="m", receipt_handle="nonsense")]), metadata=md, timeout=10)
+        cases.append((ack.status, Code.INVALID_RECEIPT_HANDLE, "entries[0].receipt_handle"))
+        ack = stub.AckMessage(service.AckMessageRequest(group=v2.Resource(name="GBad"), topic=v2.Resource(name="CsBad"),
+                                                        entries=[service.AckMessageEntry(message_id="m", receipt_handle="Q1.0.999.5")]), metadata=md, timeout=10)
+        cases.append((ack.status, Code.INVALID_RECEIPT_HANDLE, "not in flight"))
+        change = stub.ChangeInvisibleDuration(service.ChangeInvisibleDurationRequest(
+            group=v2.Resource(name="GBad"), topic=v2.Resource(name="CsBad"), receipt_handle="Q1.0.0.1"), metadata=md, timeout=10)
+        cases.append((change.status, Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration"))
+    for status, code, words in cases:
+        assert status.code == code and words in status.message, (status, code, words)
