@@ -85,7 +85,7 @@ async def _serve(args: argparse.Namespace) -> None:
                                         remoting_addr=remoting.address if remoting is not None else "")
 
         heartbeat = Heartbeats(args.router, _registration, args.heartbeat_interval_ms).start()
-        servicer.on_topic_created = heartbeat.beat_now
+        servicer.sending.on_topic_created = heartbeat.beat_now
     log_event(log, "store ready", dir=args.store_dir, end=store.write_offset, recovered=store.recovered, flush_mode=args.flush_mode)
 
     def _stop() -> None:

@@ -2,7 +2,7 @@
 
 Translation only: request headers become store calls and the answers become response
 headers and bodies. Records go out as the bytes stored (what MessageDecoder decodes); sends go
-through the same path as quarry.v1 (CommitLogServicer.append_flushed, message_mapping), so a
+through the same path as quarry.v1 (sending.SendPath.append_flushed, message_mapping), so a
 message is the same record whichever door it came in by. Key queries ask this broker's
 indexer, as the gRPC queries do, and hand back the stored records it points at.
 """
@@ -104,10 +104,10 @@ class RemotingBroker:
                     raise RemotingError(codes.MESSAGE_ILLEGAL, "batch body: holds no message")
                 msgs = [from_client_message(topic, it.body, batch_record_properties(it.properties, properties), flag=it.flag, **common)  # type: ignore[arg-type]
                         for it in items]
-                results = await self.servicer.append_flushed(msgs, "RemotingSendBatch")
+                results = await self.servicer.sending.append_flushed(msgs, "RemotingSendBatch")
             else:
                 msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *_I32), **common)  # type: ignore[arg-type]
-                results = await self.servicer.append_flushed([msg], "RemotingSend")
+                results = await self.servicer.sending.append_flushed([msg], "RemotingSend")
         except StoreError as exc:
             raise remoting_error(exc) from None
         return self._send_response(req, results)
@@ -141,7 +141,7 @@ class RemotingBroker:
                                   reconsume_times=rec.reconsume_times, prepared_transaction_offset=offset,
                                   max_message_size=self.store.config.max_message_size)
         try:
-            await self.servicer.append_flushed([msg], "RemotingEndTransaction")
+            await self.servicer.sending.append_flushed([msg], "RemotingEndTransaction")
         except StoreError as exc:
             raise remoting_error(exc) from None
         return req.response(codes.SUCCESS)
@@ -297,7 +297,7 @@ class RemotingBroker:
         except StoreError as exc:
             raise remoting_error(exc) from None
         if created:
-            self.servicer.on_topic_created()
+            self.servicer.sending.on_topic_created()
         elif self.store.topics[topic] != queues:
             raise RemotingError(codes.SYSTEM_ERROR, f"topic {topic} exists with {self.store.topics[topic]} queues; changing the queue count is not supported")
         return req.response(codes.SUCCESS)
@@ -318,7 +318,7 @@ class RemotingBroker:
             except StoreError:
                 pass  # read-only store or a group name that makes no topic: no retry topic
         if created:
-            self.servicer.on_topic_created()
+            self.servicer.sending.on_topic_created()
         return req.response(codes.SUCCESS)
 
     async def unregister_client(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:

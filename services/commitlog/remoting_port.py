@@ -35,7 +35,7 @@ async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, 
         return None
     offsets = store.consumer_offsets
     appended = FlushSignal(asyncio.get_running_loop())
-    servicer.on_appended = appended.fire_in_loop
+    servicer.sending.on_appended = appended.fire_in_loop
     broker = RemotingBroker(servicer, offsets, appended, stopping, indexer_addr=args.indexer_addr)
     accounts = configured_accounts()
     server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None)

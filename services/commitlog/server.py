@@ -14,14 +14,12 @@ import grpc
 from quarry.formats import tag_expression
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from quarry.services.commitlog import metrics
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog import consume_status
 from quarry.services.commitlog.convert import peer_host, result_fields, send_result, to_group_status, to_new_message, to_stored
-from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound, StoreError
+from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.flushing import await_flushed
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.sending import SendPath
 from quarry.services.commitlog.store import AppendResult, CommitLogStore
 from quarry.services.status import rpc_errors
 
@@ -44,59 +42,20 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.broker_name = broker_name
         self.stopping = stopping
         self.flushed = flushed
-        self.on_topic_created = lambda: None
-        self.on_appended = lambda: None  # wakes long-polling remoting pulls
-        self.append_listeners: list[Callable[[], None]] = []  # more of the same (RocketMQ 5 receives), on the loop
+        self.sending = SendPath(store, flushed)  # the send path every front door shares
         # Set by the RocketMQ 5 door (services/rmq5): groups with a consumer heard from lately,
         # and deliveries before dead-lettering; read by ConsumeStatus.
         self.online_groups: Callable[[], set[str]] = lambda: set()
         self.consumer_max_attempts = 17
 
-    async def _append(self, msgs: list[NewMessage], context: grpc.aio.ServicerContext, rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True) -> list[AppendResult]:
-        return await self.append_flushed(msgs, rpc, abort_prefix, wait_flush)
-
-    async def append_flushed(self, msgs: list[NewMessage], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
-                             same_topic: bool = True) -> list[AppendResult]:
-        """Store, count, announce new topics and (SYNC, unless told otherwise) await the fsync.
-        A StoreError propagates: each protocol answers it in its own terms (the RocketMQ 5
-        servicer in-band, services/rmq5)."""
-        topics_before = len(self.store.topics)
-        t0 = time.perf_counter()
-        try:
-            results = self.store.append_many(msgs, same_topic=same_topic, wait_flush=False)
-        except StoreError as exc:
-            metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
-            raise exc.prefixed(abort_prefix)
-        if len(self.store.topics) != topics_before:
-            self.on_topic_created()
-        self.on_appended()
-        for listener in self.append_listeners:
-            listener()
-        if wait_flush:
-            await self._await_flushed(results)
-        metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)
-        metrics.SENT_MESSAGES.labels(results[0].topic).inc(len(results))
-        metrics.SENT_BYTES.inc(sum(r.size for r in results))
-        metrics.STORE_MAX_OFFSET.set(self.store.write_offset)
-        return results
-
-    async def _await_flushed(self, results: list[AppendResult]) -> None:
-        """SYNC mode: return once the results are fsynced, or mark them not flushed at the timeout."""
-        if self.store.config.flush_mode != "SYNC" or not results:
-            return
-        end = results[-1].physical_offset + results[-1].size
-        if not await await_flushed(self.store.flusher, self.flushed, end, self.store.config.sync_flush_timeout_ms / 1000.0):
-            for r in results:
-                r.flushed = False
-
     async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
-        (r,) = await self._append([to_new_message(request.message, peer_host(context))], context)
+        (r,) = await self.sending.append_flushed([to_new_message(request.message, peer_host(context))])
         return commitlog_pb2.SendMessageResponse(result=send_result(r, self.broker_name))
 
     async def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendBatchResponse:
         peer = peer_host(context)
         msgs = [to_new_message(m, peer) for m in request.messages]
-        results = await self._append(msgs, context, rpc="SendBatch")
+        results = await self.sending.append_flushed(msgs, "SendBatch")
         response = commitlog_pb2.SendBatchResponse()
         add = response.results.add  # filling in place: no SendResult copied per message
         for r in results:
@@ -109,10 +68,10 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         i = 0
         async for req in request_iterator:
             prefix = f"stream message {i} rejected ({len(stored)} stored before it): "
-            stored += await self._append([to_new_message(req.message, peer)], context, "SendStream", prefix, wait_flush=False)
+            stored += await self.sending.append_flushed([to_new_message(req.message, peer)], "SendStream", prefix, wait_flush=False)
             i += 1
         # Nothing is acknowledged before the response: one fsync wait covers the whole stream.
-        await self._await_flushed(stored)
+        await self.sending.await_flushed(stored)
         return commitlog_pb2.SendStreamResponse(results=[send_result(r, self.broker_name) for r in stored])
 
     async def ViewMessage(self, request: commitlog_pb2.ViewMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.ViewMessageResponse:

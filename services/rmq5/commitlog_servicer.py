@@ -28,7 +28,7 @@ MAX_MESSAGES = 1024
 
 class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
     def __init__(self, core: Any, auth: Authenticator, policy: telemetry.ServerPolicy) -> None:
-        """`core`: the commitlog's CommitLogServicer (store + append_flushed)."""
+        """`core`: the commitlog's CommitLogServicer (store + sending.append_flushed)."""
         self.core = core
         self.auth = auth
         self.policy = policy
@@ -66,7 +66,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
                 is_half = m.system_properties.message_type == v2.MessageType.TRANSACTION
                 msgs.append(half_message(m, peer, f"messages[{i}]") if is_half else to_new_message(m, peer, f"messages[{i}]"))
                 halves.append(is_half)
-            results = await self.core.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
+            results = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
         except RmqError as exc:
             return service.SendMessageResponse(status=status_of(exc))
         except StoreError as exc:
@@ -92,7 +92,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
                 raise RmqError(Code.BAD_REQUEST, "resolution: must be COMMIT or ROLLBACK")
             half = self.transactions.claim(request)
             commit = request.resolution == v2.TransactionResolution.COMMIT
-            await self.core.append_flushed(Transactions.resolution(half, commit), rpc="rmq5.EndTransaction", same_topic=False)
+            await self.core.sending.append_flushed(Transactions.resolution(half, commit), rpc="rmq5.EndTransaction", same_topic=False)
         except RmqError as exc:
             return service.EndTransactionResponse(status=status_of(exc))
         except StoreError as exc:

@@ -196,7 +196,7 @@ class Consumption:
         deadline = time.monotonic() + polling / 1000
         if self._appended is None:
             self._appended = FlushSignal(asyncio.get_running_loop())
-            self.core.append_listeners.append(self._appended.fire_in_loop)
+            self.core.sending.append_listeners.append(self._appended.fire_in_loop)
         while True:
             wake = (self.core.flushed.current(), self._appended.current())
             queues = self._queues(topic, request.message_queue.id)
@@ -237,7 +237,7 @@ class Consumption:
         """Append the DLQ copy (durably), then mark the message dead-lettered (worker thread)."""
         dlq = pop.dlq_topic(group)
         if self.store.create_topic(dlq, 1):
-            self.core.on_topic_created()  # the router learns the topic (a thread-safe heartbeat)
+            self.core.sending.on_topic_created()  # the router learns the topic (a thread-safe heartbeat)
         self.store.append_many([dead_letter_copy(record, group, attempts)], same_topic=True, wait_flush=False)
         self.store.flush()
         pop.mark_dead(self.groups, group, topic, queue_id, record.queue_offset, int(time.time() * 1000))
