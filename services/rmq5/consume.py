@@ -3,17 +3,18 @@ ForwardMessageToDeadLetterQueue. They validate the request, call the store's pop
 (services/commitlog/pop.py) and make every change durable (the consumer-group journal is
 fsynced) before answering; this module only translates.
 
-Received messages carry what the SDKs read: a CRC32 body digest (the SDK flags a mismatch as
-corrupted), IDENTITY encoding (stored bodies are never compressed), the receipt handle of this
+Received messages carry what the SDKs read: an MD5 body digest in upper-case hex, as RocketMQ's
+proxy sends (the SDKs flag a mismatch as corrupted; their CRC32 forms disagree: hex in Python and
+Java, decimal in Node.js), IDENTITY encoding (stored bodies are never compressed), the receipt handle of this
 delivery, the delivery attempt, the invisible duration and the system properties.
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import re
 import time
-import zlib
 from typing import Any, AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -107,7 +108,7 @@ def to_sdk_message(record: Record, delivered: pop.Pending, invisible: int, store
     props = record.properties
     sp = v2.SystemProperties(
         message_id=props.get(UNIQ_KEY) or record.offset_msg_id,
-        body_digest=v2.Digest(type=v2.DigestType.CRC32, checksum=format(zlib.crc32(record.body) & 0xFFFFFFFF, "08X")),
+        body_digest=v2.Digest(type=v2.DigestType.MD5, checksum=hashlib.md5(record.body).hexdigest().upper()),
         body_encoding=v2.Encoding.IDENTITY, message_type=message_type(record),
         born_timestamp=_ts(record.born_timestamp), born_host=props.get(BORN_HOST) or record.born_host[0],
         store_timestamp=_ts(record.store_timestamp), store_host=store_host,

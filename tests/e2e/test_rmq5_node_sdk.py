@@ -14,6 +14,7 @@ from typing import Iterator
 import pytest
 
 from quarry.clients.admin import AdminClient
+from quarry.v1 import common_pb2
 from scripts.launcher import LocalCluster
 from tests.e2e.test_rmq5_python_sdk import found_everywhere
 
@@ -103,3 +104,21 @@ def test_node_sdk_over_tls(node_sdk: Path, tmp_path: Path, monkeypatch: pytest.M
             assert found_everywhere(admin, "NodeTls", r["messageId"], r["offset"], tuple(r["keys"])).body == b"hello from node 0"
     finally:
         c.stop()
+
+
+def test_node_simple_consumer_receives_and_acks_what_was_sent(node_sdk: Path, cluster: LocalCluster) -> None:
+    """The Node.js SDK's SimpleConsumer: every message the Node.js producer sent is received once
+    with a valid body digest and acked; the group then shows each one CONSUMED."""
+    assert cluster.router is not None
+    receipts = _send(node_sdk, cluster.router.address, "NodeConsume", 6, "node-tag", "node-consume")
+    run = subprocess.run(["node", str(NODE_DIR / "receive.js"), cluster.router.address, "NodeConsume", "NodeGroup", "6", "node-tag"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = [json.loads(line) for line in run.stdout.splitlines()]
+    assert sorted(g["messageId"] for g in got) == sorted(r["messageId"] for r in receipts)
+    assert all(not g.get("corrupted") and g["tag"] == "node-tag" and g["body"].startswith("hello from node") for g in got), got
+    with AdminClient(cluster.router.address) as admin:
+        for r in receipts:
+            m = found_everywhere(admin, "NodeConsume", r["messageId"], r["offset"], tuple(r["keys"]))
+            states = {g.group: g.state for g in admin.track("NodeConsume", m.broker_name, m.queue_id, m.queue_offset)}
+            assert states["NodeGroup"] == common_pb2.CONSUME_STATE_CONSUMED
