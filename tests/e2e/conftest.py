@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from quarry.clients.admin import AdminClient
 from scripts.launcher import LocalCluster, ServiceProcess, free_port
 
 Launch = Callable[..., ServiceProcess]
@@ -60,6 +61,14 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 20.0, what: s
         if time.monotonic() >= end:
             pytest.fail(f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
         pause.wait(interval_s)
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: LocalCluster) -> Iterator[AdminClient]:
+    """An AdminClient on the router of the module's `cluster`."""
+    assert cluster.router is not None
+    with AdminClient(cluster.router.address) as a:
+        yield a
 
 
 @pytest.fixture

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
 
 from quarry.clients.admin import AdminClient
 from scripts.launcher import LocalCluster
 from tests.e2e.conftest import wait_until
+from tests.e2e.rmq5_sdk import client_config
 
 MAX_ATTEMPTS = 3
 
@@ -33,20 +33,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.stop()
 
 
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> Iterator[AdminClient]:
-    assert cluster.router is not None
-    with AdminClient(cluster.router.address) as a:
-        yield a
-
-
-def _config(cluster: LocalCluster) -> ClientConfiguration:
-    assert cluster.router is not None
-    return ClientConfiguration(cluster.router.address, Credentials(), request_timeout=5)
-
-
 def send(cluster: LocalCluster, topic: str, bodies: list[bytes], tag: str = "", group: str = "", deliver_at_s: int = 0, key: str = "") -> list[str]:
-    p = Producer(_config(cluster), (topic,))
+    p = Producer(client_config(cluster), (topic,))
     p.startup()
     try:
         ids = []
@@ -68,7 +56,7 @@ def send(cluster: LocalCluster, topic: str, bodies: list[bytes], tag: str = "", 
 
 
 def consumer(cluster: LocalCluster, group: str, topic: str, expression: str = "*", await_s: int = 2) -> SimpleConsumer:
-    c = SimpleConsumer(_config(cluster), group, {topic: FilterExpression(expression)}, await_duration=await_s)
+    c = SimpleConsumer(client_config(cluster), group, {topic: FilterExpression(expression)}, await_duration=await_s)
     c.startup()
     return c
 

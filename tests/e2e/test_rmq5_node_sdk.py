@@ -16,7 +16,7 @@ import pytest
 from quarry.clients.admin import AdminClient
 from quarry.v1 import common_pb2
 from scripts.launcher import LocalCluster
-from tests.e2e.test_rmq5_python_sdk import found_everywhere
+from tests.e2e.rmq5_sdk import found_everywhere, tls_cluster
 
 NODE_DIR = Path(__file__).parent / "node"
 
@@ -88,22 +88,12 @@ def test_node_sdk_signs_with_mqv2_hmac_sha1(node_sdk: Path, tmp_path: Path, monk
 
 
 def test_node_sdk_over_tls(node_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.e2e.pki import make_pki
-    pki = make_pki(tmp_path / "pki", ["127.0.0.66", "127.0.0.67"])
-    env = {"QUARRY_TLS_CERT": pki["server_cert"], "QUARRY_TLS_KEY": pki["server_key"], "QUARRY_TLS_CA": pki["ca"]}
-    for k, v in env.items():  # the launcher's health checks and the admin client speak TLS too
-        monkeypatch.setenv(k, v)
-    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env=env)
-    try:
-        c.start_router(host="127.0.0.66")
-        c.add_broker("broker-a", "127.0.0.67")
+    with tls_cluster(tmp_path, monkeypatch, "127.0.0.66", "127.0.0.67") as (c, pki):
         assert c.router is not None
         # grpc-js trusts its default roots: point them at the test CA
         (r,) = _send(node_sdk, c.router.address, "NodeTls", 1, "tls", "tls", {"RMQ_TLS": "1", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": pki["ca"], "NODE_EXTRA_CA_CERTS": pki["ca"]})
         with AdminClient(c.router.address) as admin:
             assert found_everywhere(admin, "NodeTls", r["messageId"], r["offset"], tuple(r["keys"])).body == b"hello from node 0"
-    finally:
-        c.stop()
 
 
 def test_node_simple_consumer_receives_and_acks_what_was_sent(node_sdk: Path, cluster: LocalCluster) -> None:

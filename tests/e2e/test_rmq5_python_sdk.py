@@ -10,18 +10,18 @@ from typing import Iterator
 
 import grpc
 import pytest
-from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker, TransactionResolution
-from rocketmq.v5.exception import ForbiddenException, UnauthorizedException
+from rocketmq import Credentials, Message, Producer, TransactionChecker, TransactionResolution
+from rocketmq.v5.exception import ForbiddenException
 
 from quarry.clients import cli
 from quarry.clients.admin import AdminClient
 from quarry.clients.errors import NotFoundError
-from quarry.clients.model import Message as Found
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT
 from scripts.launcher import LocalCluster
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.transaction import HALF_TOPIC
 from tests.e2e.conftest import wait_until
+from tests.e2e.rmq5_sdk import client_config, found_everywhere, tls_cluster
 
 LIMIT = 64 * 1024
 
@@ -39,16 +39,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.stop()
 
 
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> Iterator[AdminClient]:
-    assert cluster.router is not None
-    with AdminClient(cluster.router.address) as a:
-        yield a
-
-
 def _producer(cluster: LocalCluster, topics: tuple[str, ...], credentials: Credentials | None = None, checker: TransactionChecker | None = None) -> Producer:
-    assert cluster.router is not None
-    p = Producer(ClientConfiguration(cluster.router.address, credentials or Credentials(), request_timeout=5), topics, checker)
+    p = Producer(client_config(cluster, credentials), topics, checker)
     p.startup()
     return p
 
@@ -63,18 +55,6 @@ def _message(topic: str, body: bytes, tag: str = "", keys: tuple[str, ...] = (),
     for name, value in (props or {}).items():
         m.add_property(name, value)
     return m
-
-
-def found_everywhere(admin: AdminClient, topic: str, message_id: str, offset: int, keys: tuple[str, ...]) -> Found:
-    """The message by SDK id, by each key and by queue offset: the same stored record each time."""
-    by_id = wait_until(lambda: admin.query_by_unique_key(topic, message_id).messages, what=f"{message_id} indexed")[0]  # type: ignore[index]
-    assert by_id.unique_key == message_id and by_id.queue_offset == offset
-    for key in keys:
-        hits = wait_until(lambda: [m for m in admin.query_by_key(topic, key).messages if m.unique_key == message_id], what=f"key {key}")
-        assert hits[0].offset_msg_id == by_id.offset_msg_id  # type: ignore[index]
-    (at_offset,) = admin.query_by_offset(topic, by_id.broker_name, by_id.queue_id, offset).messages
-    assert at_offset.offset_msg_id == by_id.offset_msg_id
-    return by_id
 
 
 def test_sync_and_async_sends_keep_tag_keys_and_properties(cluster: LocalCluster, admin: AdminClient, capsys: pytest.CaptureFixture[str]) -> None:
@@ -236,15 +216,7 @@ def test_sdk_over_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
     import sys
 
-    from tests.e2e.pki import make_pki
-    pki = make_pki(tmp_path / "pki", ["127.0.0.56", "127.0.0.57"])
-    env = {"QUARRY_TLS_CERT": pki["server_cert"], "QUARRY_TLS_KEY": pki["server_key"], "QUARRY_TLS_CA": pki["ca"]}
-    for k, v in env.items():  # the launcher's health checks and the admin client speak TLS too
-        monkeypatch.setenv(k, v)
-    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env=env)
-    try:
-        c.start_router(host="127.0.0.56")
-        c.add_broker("broker-a", "127.0.0.57")
+    with tls_cluster(tmp_path, monkeypatch, "127.0.0.56", "127.0.0.57") as (c, pki):
         assert c.router is not None
         # The SDK trusts the default roots only: point gRPC's default roots at the test CA.
         sent = subprocess.run([sys.executable, "-c", _TLS_SEND, c.router.address], capture_output=True, text=True, timeout=60,
@@ -253,5 +225,3 @@ def test_sdk_over_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         message_id, offset = sent.stdout.split()
         with AdminClient(c.router.address) as admin:
             assert found_everywhere(admin, "SdkTls", message_id, int(offset), ("tls-1",)).body == b"over tls"
-    finally:
-        c.stop()
