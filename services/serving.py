@@ -69,7 +69,9 @@ class RunningServer:
             return
 
         def run() -> None:
-            reason: str | None = ""
+            # None: the first round always publishes, so a state that changed between the
+            # start-up evaluation and this loop is never missed.
+            reason: str | None = None
             while not self._monitor_stop.is_set():
                 now = _evaluate(check)
                 if now != reason:
@@ -208,7 +210,9 @@ class RunningAioServer:
             return
 
         async def run() -> None:
-            reason: str | None = ""
+            # None: the first round always publishes, so a state that changed between the
+            # start-up evaluation and this loop is never missed.
+            reason: str | None = None
             while True:
                 now = _evaluate(check)
                 if now != reason:
