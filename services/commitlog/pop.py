@@ -127,6 +127,27 @@ def pop_queue(store, groups: ConsumerGroups, group: str, topic: str, queue_id: i
     return PopResult(deliveries, dead)
 
 
+def take_exhausted(store, groups: ConsumerGroups, group: str, topic: str, queue_id: int, max_attempts: int, now: int) -> list[tuple[Record, Pending]]:  # type: ignore[no-untyped-def]
+    """Messages whose last delivery ran out and whose attempts reached the maximum, held back
+    for the caller to dead-letter: the same step a receive takes, for groups with no consumer
+    polling (their messages still reach the DLQ, and their status says so)."""
+    out: list[tuple[Record, Pending]] = []
+    with groups.lock():
+        q = groups.queue_view(group, topic, queue_id)
+        due = [p for p in q.pending.values() if p.attempt >= max_attempts and p.visible_at <= now and not q.blocked(p)]
+        held = []
+        for p in sorted(due, key=lambda p: p.offset):
+            record = _read(store, topic, queue_id, p.offset)
+            if record is None:
+                continue
+            h = Pending(p.offset, p.attempt, now + DLQ_HOLD_MS, p.msg_group, p.received_at, p.nonce)
+            held.append(h)
+            out.append((record, h))
+        if held:
+            groups.record(group, topic, queue_id, pending=held)
+    return out
+
+
 @dataclass(frozen=True)
 class Handle:
     """What a receipt handle names: one delivery of one queue offset."""

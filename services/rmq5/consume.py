@@ -39,7 +39,8 @@ MIN_INVISIBLE_MS = 1_000  # RocketMQ's proxy asks 10 s; Quarry allows 1 s (tests
 MAX_INVISIBLE_MS = 12 * 3_600_000
 DEFAULT_INVISIBLE_MS = 30_000
 MAX_POLLING_MS = 30_000
-POLL_STEP_S = 0.25  # how often a long poll looks again for messages that came due by time
+POLL_STEP_S = 0.25
+REVIVE_EVERY_S = 1.0  # how often exhausted messages of idle groups are dead-lettered  # how often a long poll looks again for messages that came due by time
 
 
 def ms_of(d: duration_pb2.Duration) -> int:
@@ -161,6 +162,7 @@ class Consumption:
         self.groups = core.store.consumer_groups
         self.max_attempts = max_attempts
         self._appended: FlushSignal | None = None  # made on the loop at the first receive
+        self._reviver: asyncio.Future[None] | None = None
 
     def _store_host(self) -> str:
         host = self.store.config.store_host
@@ -181,6 +183,8 @@ class Consumption:
     async def receive(self, request: service.ReceiveMessageRequest, context: Any) -> AsyncIterator[service.ReceiveMessageResponse]:
         group = check_group(request.group)
         topic = check_topic(request.message_queue.topic, "message_queue.topic.name")
+        if self.store.read_only:
+            raise RmqError(Code.FORBIDDEN, "broker: this store is read-only (it answers queries, not consumers)")
         expression, filt = filter_of(request.filter_expression)
         batch = request.batch_size
         if not 1 <= batch <= MAX_BATCH:
@@ -198,6 +202,7 @@ class Consumption:
         if self._appended is None:
             self._appended = FlushSignal(asyncio.get_running_loop())
             self.core.sending.append_listeners.append(self._appended.fire_in_loop)
+            self._reviver = asyncio.ensure_future(self._revive_forever())
         while True:
             wake = (self.core.flushed.current(), self._appended.current())
             queues = self._queues(topic, request.message_queue.id)
@@ -233,6 +238,27 @@ class Consumption:
         if out or dead:
             self._commit_offsets(group, topic, {q for q, _, _ in dead} | {d.record.queue_id for d in out})
         return out
+
+    async def _revive_forever(self) -> None:
+        """Every second: dead-letter exhausted messages of groups no consumer polls right now."""
+        while not self.core.stopping.is_set():
+            await asyncio.sleep(REVIVE_EVERY_S)
+            try:
+                await asyncio.to_thread(self._revive_once)
+            except Exception:
+                log.exception("dead-lettering of exhausted messages failed; retried next round")
+
+    def _revive_once(self) -> None:
+        now = int(time.time() * 1000)
+        for group, topic, gt in self.groups.all():
+            for qid in list(gt.queues):
+                exhausted = pop.take_exhausted(self.store, self.groups, group, topic, qid, self.max_attempts, now)
+                if not exhausted:
+                    continue
+                self.groups.sync()
+                for record, p in exhausted:
+                    self._dead_letter(group, topic, qid, record, p.attempt)
+                self._commit_offsets(group, topic, {qid})
 
     def _dead_letter(self, group: str, topic: str, queue_id: int, record: Record, attempts: int) -> None:
         """Append the DLQ copy (durably), then mark the message dead-lettered (worker thread)."""
