@@ -33,3 +33,12 @@ def validate_topic(topic: str, field: str = "topic") -> None:
         raise TopicError(f"{field}: {topic!r} must match ^[%|a-zA-Z0-9_-]+$")
     if len(_VALID) < 100_000:
         _VALID.add(topic)
+
+
+def is_valid_topic(topic: str) -> bool:
+    """validate_topic as a yes/no: whether a topic may be routed and sent to at all."""
+    try:
+        validate_topic(topic)
+    except TopicError:
+        return False
+    return True

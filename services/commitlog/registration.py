@@ -13,7 +13,7 @@ import grpc
 
 from quarry.channels import open_channel
 
-from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY, TopicError, validate_topic
+from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY, is_valid_topic
 from quarry.v1 import router_pb2, router_pb2_grpc
 from quarry.services.log import log_event
 
@@ -96,18 +96,10 @@ def registration_request(broker_name: str, advertise: str, indexer_addr: str, cl
         broker_name=broker_name, commitlog_addr=advertise, indexer_addr=indexer_addr,
         store_host=primary, cluster_name=cluster_name,
         heartbeat_interval_ms=heartbeat_interval_ms, rmq5_endpoint=rmq5_endpoint,
-        topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(topics.items()) if _routable(t)],
+        topics=[router_pb2.TopicQueues(topic=t, queue_count=n) for t, n in sorted(topics.items()) if is_valid_topic(t)],
         other_store_hosts=sorted({_host_text(h) for h in other_store_hosts} - {primary}),
         remoting_addr=remoting_addr,
     )
-
-
-def _routable(topic: str) -> bool:
-    try:
-        validate_topic(topic)
-    except TopicError:
-        return False
-    return True
 
 
 class Heartbeats:

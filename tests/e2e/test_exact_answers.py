@@ -17,7 +17,7 @@ import pytest
 
 from quarry.formats import segment_walk
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
-from quarry.formats.topic import TopicError, validate_topic
+from quarry.formats.topic import is_valid_topic
 from quarry.formats.unique_key import V5_EPOCH_UTC_MS, UniqueKeyGenerator
 from scripts.launcher import LocalCluster
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
@@ -152,14 +152,6 @@ def test_unique_key_of_any_age_is_found_and_not_found_says_what_was_searched(env
     assert missing.returncode == 1 and "searched store times" in missing.stderr and " then " in missing.stderr
 
 
-def _valid(topic: str) -> bool:
-    try:
-        validate_topic(topic)
-    except TopicError:
-        return False
-    return True
-
-
 def test_every_unique_key_of_a_2023_store_is_found_through_the_router(tmp_path: Path, launch: Launch) -> None:
     scenario = golden_root() / "messages" / "basic_ipv4"
     store = tmp_path / "store"
@@ -167,7 +159,7 @@ def test_every_unique_key_of_a_2023_store_is_found_through_the_router(tmp_path: 
     # Every record the broker's IndexService indexes (all but transaction rollbacks) of a
     # topic the router accepts by name.
     records = [r for r in segment_walk.walk_segments(store / "commitlog")
-               if r.properties.get("UNIQ_KEY") and r.sys_flag & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_ROLLBACK and _valid(r.topic)]
+               if r.properties.get("UNIQ_KEY") and r.sys_flag & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_ROLLBACK and is_valid_topic(r.topic)]
     assert len(records) >= 20
     assert all(r.store_timestamp < 1_735_689_600_000 for r in records)  # stored before 2025
     cl = launch("commitlog", "--store-dir", str(store), "--segment-size", "4096", "--read-only", "true", host="127.0.0.23")

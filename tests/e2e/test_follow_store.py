@@ -8,7 +8,6 @@ restart; expired segments move the minimum offset and answer OUT_OF_RANGE; the c
 holds every file of the directory open read-only and no file changes."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -25,9 +24,9 @@ from quarry.channels import open_channel
 from quarry.clients.admin import AdminClient
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, takes_queue_offset
 from quarry.formats.segment_walk import list_segments
-from quarry.formats.topic import TopicError, validate_topic
+from quarry.formats.topic import is_valid_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import tree_snapshot, wait_until
 from tests.vectors import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "messages"
@@ -98,14 +97,6 @@ def _assert_read_only_access(pid: int, store: Path) -> int:
     locks = [line for line in Path("/proc/locks").read_text().splitlines() if line.split()[4:5] == [str(pid)]]
     assert not locks, f"the commitlog holds locks: {locks}"
     return len(files)
-
-
-def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        st = p.stat()
-        out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir")
-    return out
 
 
 def _commitlog(address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
@@ -190,19 +181,11 @@ def test_a_live_writer_is_followed_through_a_crash_and_expiry(tmp_path: Path, cl
     # The writer's own ConsumeQueue files are read (those it lacks after its crash come from memory).
     assert any("/consumequeue/" in path for path, _flags in _open_files(pid, store))
     second.kill()
-    before = _snapshot(store)
+    before = tree_snapshot(store)
     assert {name for name in before if not name.startswith("consumequeue")} == {
         "commitlog", *(f"commitlog/{p.name}" for _s, p in list_segments(store / "commitlog"))}
     cluster.stop()
-    assert _snapshot(store) == before
-
-
-def _routable(topic: str) -> bool:
-    try:
-        validate_topic(topic)
-    except TopicError:
-        return False
-    return True
+    assert tree_snapshot(store) == before
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -222,7 +205,7 @@ def test_golden_segments_fed_progressively_are_followed(scenario: str, tmp_path:
             label = f"{scenario} record at {rec['commit_log_offset']}"
             wait_until(lambda: [m.commit_log_offset for m in admin.query_by_id(rec["msg_id"]).messages] == [rec["commit_log_offset"]],
                        timeout_s=FOUND_WITHIN_S, what=f"{label} by id")
-            if _routable(rec["topic"]) and rec["sys_flag"] & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_ROLLBACK:
+            if is_valid_topic(rec["topic"]) and rec["sys_flag"] & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_ROLLBACK:
                 for key in (rec["keys"] or "").split(" "):
                     if key:
                         wait_until(lambda: rec["msg_id"] in {m.offset_msg_id for m in admin.query_by_key(rec["topic"], key, max_num=64).messages},
@@ -230,7 +213,7 @@ def test_golden_segments_fed_progressively_are_followed(scenario: str, tmp_path:
                 if rec["uniq_key"] and WIDENED_UNIQUE_KEY_SEARCH:
                     wait_until(lambda: rec["msg_id"] in {m.offset_msg_id for m in admin.query_by_unique_key(rec["topic"], rec["uniq_key"], return_all=True).messages},
                                timeout_s=FOUND_WITHIN_S, what=f"{label}: unique key")
-            if _routable(rec["topic"]) and takes_queue_offset(rec["sys_flag"]):
+            if is_valid_topic(rec["topic"]) and takes_queue_offset(rec["sys_flag"]):
                 wait_until(lambda: [m.offset_msg_id for m in admin.query_by_offset(rec["topic"], "followed", rec["queue_id"], rec["queue_offset"]).messages] == [rec["msg_id"]],
                            timeout_s=FOUND_WITHIN_S, what=f"{label}: queue offset")
             writer.step()
@@ -269,8 +252,8 @@ def test_keys_answered_from_the_brokers_own_index_files(tmp_path: Path, cluster_
         assert _assert_read_only_access(pid, store) > 0
     assert not (broker.index_dir / "index").exists()  # no second copy of the index
     writer.kill()
-    before = _snapshot(store)
+    before = tree_snapshot(store)
     assert set(before) == {"commitlog", "index", *(f"commitlog/{p.name}" for _s, p in list_segments(store / "commitlog")),
                            *(f"index/{name}" for name in index_files)}
     cluster.stop()
-    assert _snapshot(store) == before
+    assert tree_snapshot(store) == before

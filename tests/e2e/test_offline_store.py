@@ -5,7 +5,6 @@ Every record is found by offsetMsgId, key, unique key and queue offset through t
 and no file of the copy changes."""
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import zlib
@@ -15,30 +14,12 @@ import pytest
 
 from quarry.clients.admin import AdminClient
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, takes_queue_offset
-from quarry.formats.topic import TopicError, validate_topic
-from tests.e2e.conftest import wait_until
+from quarry.formats.topic import is_valid_topic
+from tests.e2e.conftest import tree_snapshot, wait_until
 from tests.vectors import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "messages"
 SCENARIOS = sorted(p.parent.name for p in GOLDEN.glob("*/scenario.json"))
-
-
-def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    """Every path under root with its size, mtime and SHA-256 (directories too)."""
-    out: dict[str, tuple[int, int, str]] = {}
-    for p in sorted(root.rglob("*")):
-        st = p.stat()
-        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-        out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, digest)
-    return out
-
-
-def _routable(topic: str) -> bool:
-    try:
-        validate_topic(topic)
-    except TopicError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -46,7 +27,7 @@ def test_a_dead_brokers_store_answers_every_query_read_only(scenario: str, tmp_p
     golden = json.loads((GOLDEN / scenario / "scenario.json").read_text())
     store = tmp_path / "dead-broker-store"
     shutil.copytree(GOLDEN / scenario / "commitlog", store / "commitlog")
-    before = _snapshot(store)
+    before = tree_snapshot(store)
     records = [r["decoded"] for m in golden["messages"] for r in m["records"]]
     first_host = records[0]["store_host"]
 
@@ -68,7 +49,7 @@ def test_a_dead_brokers_store_answers_every_query_read_only(scenario: str, tmp_p
             # The vector holds the body decompressed (sys flag 0x1); the store serves it as stored.
             body = zlib.decompress(by_id[0].body) if rec["sys_flag"] & 0x1 else by_id[0].body
             assert body.hex() == rec["body_hex"] and by_id[0].topic == rec["topic"], label
-            if not _routable(rec["topic"]):
+            if not is_valid_topic(rec["topic"]):
                 continue  # the router refuses the name (RocketMQ's rule); found by id above
             indexed = rec["sys_flag"] & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_ROLLBACK
             for key in (rec["keys"] or "").split(" "):
@@ -83,6 +64,6 @@ def test_a_dead_brokers_store_answers_every_query_read_only(scenario: str, tmp_p
                 assert [m.offset_msg_id for m in at] == [rec["msg_id"]], f"{label}: queue offset {rec['queue_offset']}"
 
     cluster.stop()
-    assert _snapshot(store) == before  # nothing written, created or touched
+    assert tree_snapshot(store) == before  # nothing written, created or touched
     log = broker.commitlog.log_path.read_text()
     assert "queues rebuilt in memory" in log

@@ -18,7 +18,7 @@ from quarry.formats import offset_msg_id
 from quarry.formats.record import MESSAGE_MAGIC, body_crc, decode_record
 from quarry.services.commitlog.message_mapping import split_properties
 from quarry.formats.properties import message_properties
-from quarry.formats.topic import TopicError, validate_topic
+from quarry.formats.topic import is_valid_topic
 from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
@@ -275,9 +275,7 @@ def _golden_cases() -> list[tuple[str, dict]]:  # type: ignore[type-arg]
             given = i["properties_string_before_put"]
             if "DELAY\x01" in given or not i["body_hex"]:
                 continue
-            try:
-                validate_topic(i["topic"])  # RocketMQ's client refuses other topics before sending
-            except TopicError:
+            if not is_valid_topic(i["topic"]):  # RocketMQ's client refuses other topics before sending
                 continue
             keys, tags, uk, rest = split_properties(given)
             try:
