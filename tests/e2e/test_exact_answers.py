@@ -20,28 +20,19 @@ from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_
 from quarry.formats.topic import is_valid_topic
 from quarry.formats.unique_key import V5_EPOCH_UTC_MS, UniqueKeyGenerator
 from scripts.launcher import LocalCluster
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
+from quarry.v1 import commitlog_pb2, common_pb2, router_pb2, router_pb2_grpc
 from tests.conftest import golden_root
 from tests.e2e.conftest import Launch, run_quarry, wait_until
+from tests.e2e.stubs import ClusterStubs
 
 TOPIC = "ExactTopic"
 HOSTS = {"broker-a": "127.0.0.21", "broker-b": "127.0.0.22"}
 
 
-class Env:
+class Env(ClusterStubs):
     def __init__(self, cluster: LocalCluster) -> None:
-        assert cluster.router is not None
-        self.cluster = cluster
-        self.channel = grpc.insecure_channel(cluster.router.address)
-        self.router = router_pb2_grpc.QueryRouterServiceStub(self.channel)
-        self._cl: dict[str, grpc.Channel] = {}
+        super().__init__(cluster)
         self.ids = UniqueKeyGenerator(ip="10.1.2.4", pid=77, class_loader_hash=0x5678, tz=timezone.utc)
-
-    def commitlog(self, broker: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
-        addr = self.cluster.brokers[broker].commitlog.address
-        if addr not in self._cl:
-            self._cl[addr] = grpc.insecure_channel(addr)
-        return commitlog_pb2_grpc.CommitLogServiceStub(self._cl[addr])
 
     def send(self, broker: str, body: bytes, keys: list[str] = (), unique_key: str = "") -> common_pb2.SendResult:  # type: ignore[assignment]
         msg = common_pb2.MessageInput(topic=TOPIC, body=body, keys=list(keys), unique_key=unique_key or self.ids.next_id(), queue_id=-1)
@@ -63,11 +54,6 @@ class Env:
     def quarry(self, *args: str) -> subprocess.CompletedProcess[str]:
         assert self.cluster.router is not None
         return run_quarry(self.cluster.router.address, *args)
-
-    def close(self) -> None:
-        for ch in self._cl.values():
-            ch.close()
-        self.channel.close()
 
 
 @pytest.fixture

@@ -8,31 +8,17 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import grpc
 import pytest
 
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
-from scripts.launcher import LocalCluster
+from quarry.v1 import commitlog_pb2, common_pb2, router_pb2
 from tests.e2e.conftest import wait_until
+from tests.e2e.stubs import ClusterStubs
 
 TOPIC = "OrderTopic"
 HOSTS = {"broker-a": "127.0.0.2", "broker-b": "127.0.0.3", "broker-c": "127.0.0.4"}
 
 
-class Env:
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.cluster = cluster
-        assert cluster.router is not None
-        self.channel = grpc.insecure_channel(cluster.router.address)
-        self.router = router_pb2_grpc.QueryRouterServiceStub(self.channel)
-        self._cl: dict[str, grpc.Channel] = {}
-
-    def commitlog(self, broker: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
-        addr = self.cluster.brokers[broker].commitlog.address
-        if addr not in self._cl:
-            self._cl[addr] = grpc.insecure_channel(addr)
-        return commitlog_pb2_grpc.CommitLogServiceStub(self._cl[addr])
-
+class Env(ClusterStubs):
     def send(self, broker: str, body: bytes, keys: list[str] = (), unique_key: str = "", topic: str = TOPIC) -> common_pb2.SendResult:
         msg = common_pb2.MessageInput(topic=topic, body=body, keys=list(keys), unique_key=unique_key, queue_id=-1, tags="TagA")
         return self.commitlog(broker).SendMessage(commitlog_pb2.SendMessageRequest(message=msg), timeout=5).result
@@ -48,11 +34,6 @@ class Env:
 
     def wait_route(self, topic: str = TOPIC, brokers: int = 3) -> None:
         wait_until(lambda: len(self.router.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=topic), timeout=2).brokers) >= brokers, what=f"route of {topic} on {brokers} brokers")
-
-    def close(self) -> None:
-        for ch in self._cl.values():
-            ch.close()
-        self.channel.close()
 
 
 @pytest.fixture
