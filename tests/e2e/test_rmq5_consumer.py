@@ -6,6 +6,7 @@ and FIFO order; consume status checked through the CLI at each stage."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import time
 from typing import Iterator
 
@@ -304,3 +305,50 @@ def test_bad_consumer_requests_answer_in_band_naming_the_field(cluster: LocalClu
         cases.append((change.status, Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration"))
     for status, code, words in cases:
         assert status.code == code and words in status.message, (status, code, words)
+
+
+def test_acl_consumer_needs_query_permission(tmp_path: Path) -> None:
+    from rocketmq import Credentials
+    from rocketmq.v5.exception import ForbiddenException
+
+    acl = tmp_path / "acl.json"
+    acl.write_text(json.dumps({"accounts": [
+        {"access_key": "reader", "secret_key": "reader-secret", "topics": {"CsAcl": ["publish", "query"]}},
+        {"access_key": "writer", "secret_key": "writer-secret", "topics": {"CsAcl": ["publish"]}},
+        {"access_key": "ops", "secret_key": "ops-secret", "admin": True},
+    ]}))
+    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env={"QUARRY_ACL_FILE": str(acl)})
+    try:
+        c.env.update({"QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"})  # the indexer's calls
+        c.start_router(host="127.0.0.64")
+        c.add_broker("broker-a", "127.0.0.65")
+        assert c.router is not None
+
+        def config(ak: str):  # type: ignore[no-untyped-def]
+            return client_config(c, Credentials(ak, f"{ak}-secret"))
+
+        p = Producer(config("writer"), ("CsAcl",))
+        p.startup()
+        try:
+            m = Message()
+            m.topic, m.body = "CsAcl", b"guarded"
+            mid = p.send(m).message_id
+        finally:
+            p.shutdown()
+        writer = SimpleConsumer(config("writer"), "GAclW", {"CsAcl": FilterExpression("*")}, await_duration=1)
+        writer.startup()
+        try:
+            with pytest.raises(ForbiddenException) as refused:
+                writer.receive(16, 30)
+            assert "writer" in str(refused.value) and "query" in str(refused.value)
+        finally:
+            writer.shutdown()
+        reader = SimpleConsumer(config("reader"), "GAclR", {"CsAcl": FilterExpression("*")}, await_duration=1)
+        reader.startup()
+        try:
+            (got,) = drain(reader, 1)
+            assert got.message_id == mid and got.body == b"guarded"
+        finally:
+            reader.shutdown()
+    finally:
+        c.stop()
