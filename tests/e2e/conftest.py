@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,16 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
     yield _launch
     for proc in reversed(started):
         proc.stop()
+
+
+def launch_with_acl(launch: Launch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accounts: list[dict], kind: str, *args: str) -> ServiceProcess:  # type: ignore[type-arg]
+    """launch(kind, *args) with QUARRY_ACL_FILE holding these accounts; only that service sees it."""
+    (tmp_path / "acl.json").write_text(json.dumps({"accounts": accounts}))
+    monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
+    try:
+        return launch(kind, *args)
+    finally:
+        monkeypatch.delenv("QUARRY_ACL_FILE")
 
 
 def run_quarry(router: str | None, *args: str, timeout_s: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,7 @@ from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
 from tests.e2e import mqadmin
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import launch_with_acl, wait_until
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "messages"
 
@@ -331,14 +331,10 @@ def test_records_answered_over_remoting_are_rocketmqs_bytes(cluster: LocalCluste
 def test_acl_signature_and_permissions_on_the_broker(tmp_path: Path, launch, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """RocketMQ 4's ACL: AccessKey + Signature (HMAC-SHA1 over the sorted header values and the
     body) checked against the accounts of QUARRY_ACL_FILE, then the account's topic permissions."""
-    acl = {"accounts": [
+    cl = launch_with_acl(launch, tmp_path, monkeypatch, [
         {"access_key": "ops", "secret_key": "ops-secret-123", "admin": True},
         {"access_key": "orders", "secret_key": "orders-secret-789", "topics": {"OrderTopic": ["publish"]}},
-    ]}
-    (tmp_path / "acl.json").write_text(json.dumps(acl))
-    monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
-    cl = launch("commitlog", "--store-dir", str(tmp_path / "store"))
-    monkeypatch.delenv("QUARRY_ACL_FILE")
+    ], "commitlog", "--store-dir", str(tmp_path / "store"))
     addr = cl.remoting_address
 
     async def send(topic: str, **auth: str) -> Any:

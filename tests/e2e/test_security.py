@@ -1,7 +1,6 @@
 """TLS, mutual TLS and access control on real processes, with a throwaway CA made at run time."""
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from quarry.signing import (
 from quarry.clients.producer import Producer
 from quarry.v1 import router_pb2, router_pb2_grpc
 from scripts.launcher import LocalCluster
-from tests.e2e.conftest import Launch, wait_until
+from tests.e2e.conftest import Launch, launch_with_acl, wait_until
 from tests.e2e.pki import make_pki
 
 
@@ -67,14 +66,10 @@ def test_mutual_tls_requires_a_client_certificate(pki: dict[str, str], launch: L
 
 @pytest.fixture
 def acl_router(tmp_path: Path, launch: Launch, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
-    acl = {"accounts": [
+    router = launch_with_acl(launch, tmp_path, monkeypatch, [
         {"access_key": "ops", "secret_key": "ops-secret-123", "admin": True},
         {"access_key": "reader", "secret_key": "reader-secret-456", "topics": {"OrderTopic": ["query"]}},
-    ]}
-    (tmp_path / "acl.json").write_text(json.dumps(acl))
-    monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
-    router = launch("router")
-    monkeypatch.delenv("QUARRY_ACL_FILE")
+    ], "router")
     yield router.address, router.log_path
 
 
@@ -150,14 +145,10 @@ def test_access_control_on_the_commitlog_covers_unary_and_streaming_calls(tmp_pa
     # The commitlog runs on the asyncio server, with its own interceptor: every call shape is checked.
     from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 
-    acl = {"accounts": [
+    cl = launch_with_acl(launch, tmp_path, monkeypatch, [
         {"access_key": "ops", "secret_key": "ops-secret-123", "admin": True},
         {"access_key": "orders", "secret_key": "orders-secret-789", "topics": {"OrderTopic": ["publish"]}},
-    ]}
-    (tmp_path / "acl.json").write_text(json.dumps(acl))
-    monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
-    cl = launch("commitlog", "--store-dir", str(tmp_path / "store"))
-    monkeypatch.delenv("QUARRY_ACL_FILE")
+    ], "commitlog", "--store-dir", str(tmp_path / "store"))
     svc = "/quarry.v1.CommitLogService/"
 
     def msg(topic: str) -> common_pb2.MessageInput:
@@ -225,10 +216,8 @@ def test_signed_sends_cannot_be_replayed_or_altered_on_the_commitlog(tmp_path: P
     from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 
     secret = "orders-secret-789"
-    (tmp_path / "acl.json").write_text(json.dumps({"accounts": [{"access_key": "orders", "secret_key": secret, "topics": {"OrderTopic": ["publish"]}}]}))
-    monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
-    cl = launch("commitlog", "--store-dir", str(tmp_path / "store"), "--segment-size", "65536")
-    monkeypatch.delenv("QUARRY_ACL_FILE")
+    cl = launch_with_acl(launch, tmp_path, monkeypatch, [{"access_key": "orders", "secret_key": secret, "topics": {"OrderTopic": ["publish"]}}],
+                         "commitlog", "--store-dir", str(tmp_path / "store"), "--segment-size", "65536")
     svc = "/quarry.v1.CommitLogService/"
 
     def send(fn: str, request: Any, md: list[tuple[str, str]]) -> tuple[grpc.StatusCode, Any]:
