@@ -72,11 +72,16 @@ def pop_queue(store, groups: ConsumerGroups, group: str, topic: str, queue_id: i
     gone: list[tuple[int, int]] = []  # pending offsets whose record expired meanwhile
     with groups.lock():
         q = groups.queue_view(group, topic, queue_id)
-        outstanding = {p.msg_group for p in q.pending.values() if p.msg_group}
-        for p in sorted(q.pending.values(), key=lambda p: p.offset):
+        waiting = sorted(q.pending.values(), key=lambda p: p.offset)
+        first_of_group: dict[str, int] = {}  # FIFO: the earliest outstanding offset of each message group
+        for p in waiting:
+            if p.msg_group:
+                first_of_group.setdefault(p.msg_group, p.offset)
+        outstanding = set(first_of_group)
+        for p in waiting:
             if len(deliveries) >= batch:
                 break
-            if p.visible_at > now or q.blocked(p):
+            if p.visible_at > now or (p.msg_group and first_of_group[p.msg_group] < p.offset):
                 continue
             record = _read(store, topic, queue_id, p.offset)
             if record is None:
