@@ -19,6 +19,7 @@ from typing import IO
 
 from quarry.channels import open_channel
 from quarry.services.probe import wait_healthy
+from quarry.services.settings import address_or_off
 
 MODULES = {"commitlog": "quarry.services.commitlog", "indexer": "quarry.services.indexer", "router": "quarry.services.query"}
 
@@ -46,8 +47,7 @@ class ServiceProcess:
     def remoting_address(self) -> str:
         """The RocketMQ 4 remoting address (router: NameServer; commitlog: broker); '' when off."""
         if "--remoting-bind" in self.args:
-            value = self.args[self.args.index("--remoting-bind") + 1]
-            return "" if value.lower() in ("", "off") else value
+            return address_or_off(self.args[self.args.index("--remoting-bind") + 1])
         return ""
 
     def start(self, wait_s: float = 30.0, serving_only: bool = True) -> "ServiceProcess":

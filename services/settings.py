@@ -118,6 +118,18 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
+def address_or_off(text: str) -> str:
+    """A host:port, or 'off' (or empty) for a port the service does not open: ''."""
+    return "" if text.lower() in ("", "off") else text
+
+
+def add_remoting_settings(p: EnvArgumentParser, env: str, default: str, port: str) -> None:
+    """The RocketMQ 4 remoting port of a service (--remoting-bind, 'off' disables it: read it
+    through address_or_off) and the largest frame it accepts."""
+    p.add_setting("--remoting-bind", env, default, f"host:port of {port}; 'off' disables it")
+    p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
+
+
 def add_process_settings(p: EnvArgumentParser) -> None:
     """Settings every service process has: --log-format / --log-level (configure_logging takes
     them) and --shutdown-grace-ms (how long a stop waits for calls in flight)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from quarry.formats.addresses import parse_router_addresses
-from quarry.services.settings import EnvArgumentParser, add_process_settings, parse_bool
+from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, address_or_off, parse_bool
 
 
 def _router_list(text: str) -> list[str]:
@@ -38,9 +38,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
     p.add_setting("--follow", "QUARRY_FOLLOW", False, "follow a store directory another process (a running RocketMQ broker) keeps writing: read-only, new records served within --follow-interval-ms, queues rebuilt in memory", parse_bool)
     p.add_setting("--follow-interval-ms", "QUARRY_FOLLOW_INTERVAL_MS", 100, "follow mode: how often the directory is checked for new records and segment files", int, minimum=10)
-    p.add_setting("--remoting-bind", "QUARRY_COMMITLOG_REMOTING_BIND", "127.0.0.1:10931", "host:port of the RocketMQ 4 remoting (broker) port; 'off' disables it")
+    add_remoting_settings(p, "QUARRY_COMMITLOG_REMOTING_BIND", "127.0.0.1:10931", "the RocketMQ 4 remoting (broker) port")
     p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "", "remoting address announced to the router (NameServer routes); default: --remoting-bind")
-    p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %%DLQ%%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
@@ -54,8 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.advertise = args.bind
     if isinstance(args.router, str):  # the default, not converted
         args.router = _router_list(args.router)
-    if args.remoting_bind.lower() in ("", "off"):
-        args.remoting_bind = ""
+    args.remoting_bind = address_or_off(args.remoting_bind)
     if not args.remoting_advertise:
         args.remoting_advertise = args.remoting_bind
     if args.remoting_bind and args.remoting_advertise.rsplit(":", 1)[-1] in ("0", ""):

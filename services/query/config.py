@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from quarry.services.settings import EnvArgumentParser, add_process_settings
+from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, address_or_off
 
 
 def build_parser() -> EnvArgumentParser:
@@ -18,8 +18,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--clock-skew-ms", "QUARRY_CLOCK_SKEW_MS", 3_600_000, "producer/broker clock skew tolerated by unique-key queries", int, minimum=0)
     p.add_setting("--fallback-window-ms", "QUARRY_FALLBACK_WINDOW_MS", 7 * 24 * 3_600_000, "window searched when a unique key's time cannot be trusted", int, minimum=1)
     p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body, announced to RocketMQ 5 SDKs (set it as the commitlogs')", int, minimum=1)
-    p.add_setting("--remoting-bind", "QUARRY_ROUTER_REMOTING_BIND", "127.0.0.1:9877", "host:port of the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients; 'off' disables it")
-    p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
+    add_remoting_settings(p, "QUARRY_ROUTER_REMOTING_BIND", "127.0.0.1:9877", "the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients")
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_process_settings(p)
     return p
@@ -27,6 +26,5 @@ def build_parser() -> EnvArgumentParser:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
-    if args.remoting_bind.lower() in ("", "off"):
-        args.remoting_bind = ""
+    args.remoting_bind = address_or_off(args.remoting_bind)
     return args
