@@ -1,7 +1,6 @@
 """End-to-end fixtures: real service processes on loopback, stopped and cleaned up after each test."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -53,17 +52,6 @@ def run_quarry(router: str | None, *args: str, timeout_s: float = 60, env: dict[
         full["NAMESRV_ADDR"] = router
     return subprocess.run([sys.executable, "-m", "quarry.clients", *args], capture_output=True, text=True, env=full, timeout=timeout_s,
                           cwd=tempfile.gettempdir())
-
-
-def tree_snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    """Every path under root with its size, mtime and SHA-256 (directories too): equal before and
-    after means nothing was written, created, touched or removed."""
-    out: dict[str, tuple[int, int, str]] = {}
-    for p in sorted(root.rglob("*")):
-        st = p.stat()
-        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-        out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, digest)
-    return out
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 20.0, what: str = "condition", interval_s: float = 0.05) -> object:

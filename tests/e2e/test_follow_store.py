@@ -26,7 +26,8 @@ from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_
 from quarry.formats.segment_walk import list_segments
 from quarry.formats.topic import is_valid_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
-from tests.e2e.conftest import tree_snapshot, wait_until
+from tests.e2e.conftest import wait_until
+from tests.tree import tree_snapshot
 from tests.vectors import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "messages"

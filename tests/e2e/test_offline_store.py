@@ -15,7 +15,8 @@ import pytest
 from quarry.clients.admin import AdminClient
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, takes_queue_offset
 from quarry.formats.topic import is_valid_topic
-from tests.e2e.conftest import tree_snapshot, wait_until
+from tests.e2e.conftest import wait_until
+from tests.tree import tree_snapshot
 from tests.vectors import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "messages"

@@ -15,6 +15,7 @@ from quarry.formats.record import encode_record
 from quarry.services.commitlog.errors import Expired, NotFound
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from tests.store_writer import Writer
+from tests.tree import tree_snapshot
 
 SEG = 4096
 
@@ -34,11 +35,6 @@ def writer(tmp_path: Path) -> Writer:
 def _follow(writer: Writer) -> CommitLogStore:
     # A long interval: the thread never polls during the test; the test calls poll().
     return CommitLogStore(StoreConfig(store_dir=writer.dir.parent, follow=True, follow_interval_ms=3_600_000))
-
-
-def _snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
-            for p in sorted(root.rglob("*"))}
 
 
 def test_a_record_is_served_only_once_whole_and_its_crc_holds(writer: Writer) -> None:
@@ -134,7 +130,7 @@ def test_the_directory_is_opened_read_only_and_never_changed(writer: Writer) -> 
     writer.open_segment(0)
     writer.write(0, _record(0, 0, 0))
     root = writer.dir.parent
-    before = _snapshot(root)
+    before = tree_snapshot(root)
     store = _follow(writer)
     try:
         store.follower.poll()
@@ -149,7 +145,7 @@ def test_the_directory_is_opened_read_only_and_never_changed(writer: Writer) -> 
         assert stat.S_ISDIR(os.stat(root).st_mode)
     finally:
         store.close()
-    assert _snapshot(root) == before  # nothing written, created or touched
+    assert tree_snapshot(root) == before  # nothing written, created or touched
 
 
 def test_the_writers_consume_queue_files_answer_and_memory_fills_in_what_they_lack(tmp_path: Path) -> None:
