@@ -13,9 +13,10 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 from quarry.channels import open_channel
 from quarry.services.probe import wait_healthy
@@ -183,6 +184,17 @@ class LocalCluster:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{b.name}: index did not reach {end} within {timeout_s}s")
                     pause.wait(0.1)
+
+    @contextmanager
+    def running(self, brokers: dict[str, str], *router_args: str, router_host: str = "127.0.0.1") -> Iterator["LocalCluster"]:
+        """The router, then each broker (name: its 127.0.0.x host); everything stopped on exit."""
+        try:
+            self.start_router(*router_args, host=router_host)
+            for name, host in brokers.items():
+                self.add_broker(name, host)
+            yield self
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         for broker in reversed(list(self.brokers.values())):

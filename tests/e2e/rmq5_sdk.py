@@ -30,13 +30,8 @@ def tls_cluster(root: Path, monkeypatch: pytest.MonkeyPatch, router_host: str, b
     for k, v in env.items():  # the launcher's health checks and the admin client speak TLS too
         monkeypatch.setenv(k, v)
     c = LocalCluster(root=root / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env=env)
-    try:
-        c.start_router(host=router_host)
-        c.add_broker("broker-a", broker_host)
-        assert c.router is not None
+    with c.running({"broker-a": broker_host}, router_host=router_host):
         yield c, pki
-    finally:
-        c.stop()
 
 
 def found_everywhere(admin: AdminClient, topic: str, message_id: str, offset: int, keys: tuple[str, ...]) -> Found:

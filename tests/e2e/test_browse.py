@@ -28,13 +28,8 @@ C, F = "\x01", "\x02"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     c = LocalCluster(root=tmp_path_factory.mktemp("browse"), commitlog_args=["--segment-size", str(8 << 20)],
                      indexer_args=["--hash-slots", "1001", "--index-num", "40000", "--flush-interval-ms", "100"])
-    try:
-        c.start_router()
-        c.add_broker("broker-a", "127.0.0.21")
-        c.add_broker("broker-b", "127.0.0.22")
+    with c.running({"broker-a": "127.0.0.21", "broker-b": "127.0.0.22"}):
         yield c
-    finally:
-        c.stop()
 
 
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,13 +18,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # which kills an indexer, runs last.
     c = LocalCluster(root=tmp_path_factory.mktemp("cli"), commitlog_args=["--segment-size", str(1 << 20)],
                      indexer_args=["--hash-slots", "101", "--index-num", "1000", "--flush-interval-ms", "100"])
-    try:
-        c.start_router()
-        c.add_broker("broker-a", "127.0.0.7")
-        c.add_broker("broker-b", "127.0.0.8")
+    with c.running({"broker-a": "127.0.0.7", "broker-b": "127.0.0.8"}):
         yield c
-    finally:
-        c.stop()
 
 
 def quarry(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:

@@ -32,13 +32,8 @@ GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "messages"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     c = LocalCluster(root=tmp_path_factory.mktemp("remoting"), commitlog_args=["--segment-size", str(1 << 22)],
                      indexer_args=["--hash-slots", "101", "--index-num", "4000", "--flush-interval-ms", "100"])
-    try:
-        c.start_router()
-        c.add_broker("broker-a", "127.0.0.21")
-        c.add_broker("broker-b", "127.0.0.22")
+    with c.running({"broker-a": "127.0.0.21", "broker-b": "127.0.0.22"}):
         yield c
-    finally:
-        c.stop()
 
 
 def run(coro: Any) -> Any:

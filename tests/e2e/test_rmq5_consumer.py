@@ -25,13 +25,8 @@ MAX_ATTEMPTS = 3
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     c = LocalCluster(root=tmp_path_factory.mktemp("rmq5c"), commitlog_args=["--segment-size", str(4 << 20), "--max-delivery-attempts", str(MAX_ATTEMPTS)],
                      indexer_args=["--hash-slots", "1001", "--index-num", "10000"])
-    try:
-        c.start_router(host="127.0.0.61")
-        c.add_broker("broker-a", "127.0.0.62")
-        c.add_broker("broker-b", "127.0.0.63")
+    with c.running({"broker-a": "127.0.0.62", "broker-b": "127.0.0.63"}, router_host="127.0.0.61"):
         yield c
-    finally:
-        c.stop()
 
 
 def send(cluster: LocalCluster, topic: str, bodies: list[bytes], tag: str = "", group: str = "", deliver_at_s: int = 0, key: str = "") -> list[str]:

@@ -41,13 +41,8 @@ def _send(script: Path, router: str, topic: str, count: int, tag: str, key_prefi
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "1001", "--index-num", "10000"])
-    try:
-        c.start_router(host="127.0.0.61")
-        c.add_broker("broker-a", "127.0.0.62")
-        c.add_broker("broker-b", "127.0.0.63")
+    with c.running({"broker-a": "127.0.0.62", "broker-b": "127.0.0.63"}, router_host="127.0.0.61"):
         yield c
-    finally:
-        c.stop()
 
 
 def test_node_sdk_sends_are_found_by_id_key_and_offset(node_sdk: Path, cluster: LocalCluster) -> None:

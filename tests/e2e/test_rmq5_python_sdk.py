@@ -30,13 +30,8 @@ LIMIT = 64 * 1024
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     c = LocalCluster(root=tmp_path_factory.mktemp("rmq5"), commitlog_args=["--segment-size", str(4 << 20), "--max-message-size", str(LIMIT)],
                      indexer_args=["--hash-slots", "1001", "--index-num", "10000"])
-    try:
-        c.start_router("--max-message-size", str(LIMIT), host="127.0.0.51")
-        c.add_broker("broker-a", "127.0.0.52")
-        c.add_broker("broker-b", "127.0.0.53")
+    with c.running({"broker-a": "127.0.0.52", "broker-b": "127.0.0.53"}, "--max-message-size", str(LIMIT), router_host="127.0.0.51"):
         yield c
-    finally:
-        c.stop()
 
 
 def _producer(cluster: LocalCluster, topics: tuple[str, ...], credentials: Credentials | None = None, checker: TransactionChecker | None = None) -> Producer:
