@@ -9,7 +9,6 @@ from typing import Any, Callable
 from quarry.pipeline.corrupt import CorruptPolicy, CorruptRecordError, from_spark_error
 from quarry.pipeline.planning import Split, auto_split_bytes, describe_plan, per_segment_plan, plan_from_cuts, scan_cuts
 from quarry.pipeline.progress import Progress, StageCounters, human_bytes
-from quarry.pipeline.reader import WalkResult
 from quarry.pipeline.stores import Store, StoreError, open_stores
 from quarry.pipeline.summary import Summary
 
@@ -120,12 +119,3 @@ def distribute(ctx: JobContext, splits: list[Split]) -> Any:
     """An RDD with one split per partition, the largest first (they are scheduled in order)."""
     ordered = sorted(splits, key=lambda s: (-s.nominal_bytes, s.index))
     return ctx.sc.parallelize(ordered, max(1, len(ordered)))
-
-
-def merge_walks(ctx: JobContext, walks: list[WalkResult]) -> None:
-    """Fold the splits' walk results into the summary (records, corrupt reports)."""
-    ctx.summary.records += sum(w.records for w in walks)
-    ctx.summary.bytes += sum(w.bytes for w in walks)
-    reports = [r for w in sorted(walks, key=lambda w: w.split_index) for r in w.corrupt]
-    ctx.summary.corrupt.extend(reports)
-    ctx.summary.corrupt_count += len(reports)

@@ -159,7 +159,3 @@ def start_session(settings: SparkSettings) -> "SparkSession":
         tmp = Path(tempfile.mkdtemp(prefix="quarry-pipeline-"))
         spark.sparkContext.addPyFile(str(build_code_zip(tmp)))
     return spark
-
-
-def default_parallelism(spark: "SparkSession") -> int:
-    return max(1, int(spark.sparkContext.defaultParallelism))
