@@ -11,7 +11,8 @@ from quarry.services.log import log_event
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
 from quarry.services.rmq5.contract import Code, service, v2
 from quarry.services.rmq5.sessions import Sessions
-from quarry.services.rmq5.status import RmqError, ok, status_of
+from quarry.services.commitlog.errors import StoreError
+from quarry.services.rmq5.status import RmqError, from_store_error, ok, status_of
 
 log = logging.getLogger("quarry.rmq5")
 
@@ -50,6 +51,16 @@ def telemetry_refusal(auth: Authenticator, md: Mapping[str, str]) -> service.Tel
     except RmqError as exc:
         return service.TelemetryCommand(status=status_of(exc))
     return None
+
+
+def in_band(exc: Exception, rpc: str) -> v2.Status:
+    """The in-band status of a failed call, for every handler alike: the SDK's own code for a
+    refusal, the store's error translated, anything else INTERNAL (logged)."""
+    if isinstance(exc, RmqError):
+        return status_of(exc)
+    if isinstance(exc, StoreError):
+        return status_of(from_store_error(exc))
+    return internal(exc, rpc)
 
 
 def internal(exc: Exception, rpc: str) -> v2.Status:

@@ -11,14 +11,13 @@ import logging
 from typing import Any, AsyncIterator
 
 from quarry.channels import parse_peer
-from quarry.services.commitlog.errors import StoreError
 from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
 from quarry.services.rmq5.consume import Consumption
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.send import receipt, to_new_message
 from quarry.services.rmq5.sessions import Sessions
-from quarry.services.rmq5.status import RmqError, from_store_error, ok, status_of
+from quarry.services.rmq5.status import RmqError, ok
 from quarry.services.rmq5.transaction import Transactions, half_message
 from quarry.services.rmq5.unsupported import fill_unsupported
 
@@ -67,12 +66,8 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
                 msgs.append(half_message(m, peer, f"messages[{i}]") if is_half else to_new_message(m, peer, f"messages[{i}]"))
                 halves.append(is_half)
             results = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
-        except RmqError as exc:
-            return service.SendMessageResponse(status=status_of(exc))
-        except StoreError as exc:
-            return service.SendMessageResponse(status=status_of(from_store_error(exc)))
         except Exception as exc:  # never an unanswered call
-            return service.SendMessageResponse(status=client_calls.internal(exc, "SendMessage"))
+            return service.SendMessageResponse(status=client_calls.in_band(exc, "SendMessage"))
         response = service.SendMessageResponse()
         timed_out = False
         for r, is_half in zip(results, halves):
@@ -93,16 +88,10 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             half = self.transactions.claim(request)
             commit = request.resolution == v2.TransactionResolution.COMMIT
             await self.core.sending.append_flushed(Transactions.resolution(half, commit), rpc="rmq5.EndTransaction", same_topic=False)
-        except RmqError as exc:
-            return service.EndTransactionResponse(status=status_of(exc))
-        except StoreError as exc:
+        except Exception as exc:  # never an unanswered call; a failed resolution frees the half for a retry
             if half is not None:
                 self.transactions.release(half)
-            return service.EndTransactionResponse(status=status_of(from_store_error(exc)))
-        except Exception as exc:
-            if half is not None:
-                self.transactions.release(half)
-            return service.EndTransactionResponse(status=client_calls.internal(exc, "EndTransaction"))
+            return service.EndTransactionResponse(status=client_calls.in_band(exc, "EndTransaction"))
         return service.EndTransactionResponse(status=ok())
 
     async def ReceiveMessage(self, request: service.ReceiveMessageRequest, context: Any) -> AsyncIterator[service.ReceiveMessageResponse]:
@@ -110,41 +99,29 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             self.auth.check(client_calls.metadata(context), "ReceiveMessage", "query", [request.message_queue.topic.name])
             async for response in self.consumption.receive(request, context):
                 yield response
-        except RmqError as exc:
-            yield service.ReceiveMessageResponse(status=status_of(exc))
-        except StoreError as exc:
-            yield service.ReceiveMessageResponse(status=status_of(from_store_error(exc)))
-        except Exception as exc:
-            yield service.ReceiveMessageResponse(status=client_calls.internal(exc, "ReceiveMessage"))
+        except Exception as exc:  # never an unanswered call
+            yield service.ReceiveMessageResponse(status=client_calls.in_band(exc, "ReceiveMessage"))
 
     async def AckMessage(self, request: service.AckMessageRequest, context: Any) -> service.AckMessageResponse:
         try:
             self.auth.check(client_calls.metadata(context), "AckMessage", "query", [request.topic.name])
             return await self.consumption.ack(request)
-        except RmqError as exc:
-            return service.AckMessageResponse(status=status_of(exc))
-        except Exception as exc:
-            return service.AckMessageResponse(status=client_calls.internal(exc, "AckMessage"))
+        except Exception as exc:  # never an unanswered call
+            return service.AckMessageResponse(status=client_calls.in_band(exc, "AckMessage"))
 
     async def ChangeInvisibleDuration(self, request: service.ChangeInvisibleDurationRequest, context: Any) -> service.ChangeInvisibleDurationResponse:
         try:
             self.auth.check(client_calls.metadata(context), "ChangeInvisibleDuration", "query", [request.topic.name])
             return await self.consumption.change_invisible(request)
-        except RmqError as exc:
-            return service.ChangeInvisibleDurationResponse(status=status_of(exc))
-        except Exception as exc:
-            return service.ChangeInvisibleDurationResponse(status=client_calls.internal(exc, "ChangeInvisibleDuration"))
+        except Exception as exc:  # never an unanswered call
+            return service.ChangeInvisibleDurationResponse(status=client_calls.in_band(exc, "ChangeInvisibleDuration"))
 
     async def ForwardMessageToDeadLetterQueue(self, request: service.ForwardMessageToDeadLetterQueueRequest, context: Any) -> service.ForwardMessageToDeadLetterQueueResponse:
         try:
             self.auth.check(client_calls.metadata(context), "ForwardMessageToDeadLetterQueue", "query", [request.topic.name])
             return await self.consumption.forward_to_dlq(request)
-        except RmqError as exc:
-            return service.ForwardMessageToDeadLetterQueueResponse(status=status_of(exc))
-        except StoreError as exc:
-            return service.ForwardMessageToDeadLetterQueueResponse(status=status_of(from_store_error(exc)))
-        except Exception as exc:
-            return service.ForwardMessageToDeadLetterQueueResponse(status=client_calls.internal(exc, "ForwardMessageToDeadLetterQueue"))
+        except Exception as exc:  # never an unanswered call
+            return service.ForwardMessageToDeadLetterQueueResponse(status=client_calls.in_band(exc, "ForwardMessageToDeadLetterQueue"))
 
     async def Heartbeat(self, request: service.HeartbeatRequest, context: Any) -> service.HeartbeatResponse:
         return client_calls.heartbeat(self.auth, self.sessions, request, client_calls.metadata(context))

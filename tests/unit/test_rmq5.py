@@ -243,3 +243,15 @@ def test_router_telemetry_answers_settings_and_caps_its_streams() -> None:
     assert servicer.Heartbeat(service.HeartbeatRequest(client_type=v2.ClientType.PRODUCER), _Ctx({"x-mq-client-id": "c1"})).status.code == Code.OK
     assert servicer.NotifyClientTermination(service.NotifyClientTerminationRequest(), _Ctx({"x-mq-client-id": "c1"})).status.code == Code.OK
     assert servicer.SendMessage(service.SendMessageRequest(), _Ctx()).status.code == Code.ILLEGAL_ACCESS_POINT
+
+
+def test_every_handler_failure_is_answered_in_band_by_one_rule() -> None:
+    from quarry.services.errors import ReadOnly
+    from quarry.services.rmq5.client_calls import in_band
+    from quarry.services.rmq5.status import RmqError
+
+    assert in_band(RmqError(Code.BAD_REQUEST, "topic.name: must not be empty"), "AckMessage").code == Code.BAD_REQUEST
+    # A store refusal keeps its meaning (AckMessage and ChangeInvisibleDuration once answered it INTERNAL).
+    assert in_band(ReadOnly("store is read-only"), "AckMessage").code == Code.FORBIDDEN
+    unexpected = in_band(ValueError("boom"), "ChangeInvisibleDuration")
+    assert unexpected.code == Code.INTERNAL_SERVER_ERROR and "ChangeInvisibleDuration" in unexpected.message
