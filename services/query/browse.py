@@ -106,15 +106,8 @@ def search_offset(q: Queries, topic: str, broker_name: str, queue_id: int, times
         raise InvalidArgument("timestamp: must be >= 0 (epoch milliseconds)")
     if boundary not in (common_pb2.BOUNDARY_TYPE_UNSPECIFIED, common_pb2.BOUNDARY_TYPE_LOWER, common_pb2.BOUNDARY_TYPE_UPPER):
         raise InvalidArgument(f"boundary: unknown value {boundary}")
-    if not broker_name:
-        raise InvalidArgument("broker_name: must not be empty")
-    try:
-        broker = q.registry.get(broker_name)
-    except UnknownBrokerError as exc:
-        raise NotFound(f"broker_name: {exc}") from exc
+    broker = q.named_broker(broker_name)
     stub = q.clients.commitlog(broker.commitlog_addr)
     request = commitlog_pb2.SearchOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp, boundary=boundary)  # type: ignore[arg-type]
-    timeout_s = _timeout_s(timeout_ms, q.settings)
-    outcome = q.fanout.run({broker.name: lambda t: stub.SearchOffsetByTime(request, timeout=t)}, timeout_s, q.settings.broker_call_timeout_ms / 1000.0)[0]
-    _raise_unless_ok(outcome, broker)
+    outcome = q.one_broker_call(broker, lambda t: stub.SearchOffsetByTime(request, timeout=t), timeout_ms)
     return outcome.value, outcome

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from quarry.formats.addresses import format_host_port
 from quarry.formats import offset_msg_id
@@ -284,28 +284,30 @@ class Queries:
         msg.broker_name = broker.name
         return Answer(messages=[msg], outcomes=[outcome])
 
-    # -- by queue offset ------------------------------------------------------------------
-    def by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> Answer:
-        _check_topic(topic)
-        if queue_id < 0:
-            raise InvalidArgument("queue_id: must be >= 0")
-        if queue_offset < 0:
-            raise InvalidArgument("queue_offset: must be >= 0")
+    # -- one named broker ------------------------------------------------------------------
+    def named_broker(self, broker_name: str) -> Broker:
+        """The registered broker an operator named (-b), or InvalidArgument / NotFound naming the field."""
         if not broker_name:
             raise InvalidArgument("broker_name: must not be empty")
         try:
-            broker = self.registry.get(broker_name)
+            return self.registry.get(broker_name)
         except UnknownBrokerError as exc:
             raise NotFound(f"broker_name: {exc}") from exc
+
+    def one_broker_call(self, broker: Broker, call: Callable[[float], Any], timeout_ms: int = 0) -> Outcome:
+        """One call to one broker within the query deadline; its failure raised as the broker's error."""
+        outcome = self.fanout.run({broker.name: call}, _timeout_s(timeout_ms, self.settings), self.settings.broker_call_timeout_ms / 1000.0)[0]
+        _raise_unless_ok(outcome, broker)
+        return outcome
+
+    # -- by queue offset ------------------------------------------------------------------
+    def by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> Answer:
+        _check_queue_position(topic, queue_id, queue_offset)
+        broker = self.named_broker(broker_name)
         self._live(broker)
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.PullMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=1)
-        outcome = self.fanout.run(
-            {broker.name: lambda t: stub.PullMessages(request, timeout=t)},
-            _timeout_s(timeout_ms, self.settings),
-            self.settings.broker_call_timeout_ms / 1000.0,
-        )[0]
-        _raise_unless_ok(outcome, broker)
+        outcome = self.one_broker_call(broker, lambda t: stub.PullMessages(request, timeout=t), timeout_ms)
         pulled: commitlog_pb2.PullMessagesResponse = outcome.value
         if not pulled.messages:
             raise NotFound(
@@ -319,25 +321,11 @@ class Queries:
 
     def track(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> tuple[list[common_pb2.GroupConsumeStatus], Outcome]:
         """Every consumer group's status of one stored message, from the broker that stores it."""
-        _check_topic(topic)
-        if queue_id < 0:
-            raise InvalidArgument("queue_id: must be >= 0")
-        if queue_offset < 0:
-            raise InvalidArgument("queue_offset: must be >= 0")
-        if not broker_name:
-            raise InvalidArgument("broker_name: must not be empty")
-        try:
-            broker = self.registry.get(broker_name)
-        except UnknownBrokerError as exc:
-            raise NotFound(f"broker_name: {exc}") from exc
+        _check_queue_position(topic, queue_id, queue_offset)
+        broker = self.named_broker(broker_name)
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.ConsumeStatusRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset)
-        outcome = self.fanout.run(
-            {broker.name: lambda t: stub.ConsumeStatus(request, timeout=t)},
-            _timeout_s(timeout_ms, self.settings),
-            self.settings.broker_call_timeout_ms / 1000.0,
-        )[0]
-        _raise_unless_ok(outcome, broker)
+        outcome = self.one_broker_call(broker, lambda t: stub.ConsumeStatus(request, timeout=t), timeout_ms)
         groups = list(outcome.value.groups)
         outcome.value = groups
         return groups, outcome
@@ -403,3 +391,11 @@ class Queries:
 
     def close(self) -> None:
         self.fanout.close()
+
+
+def _check_queue_position(topic: str, queue_id: int, queue_offset: int) -> None:
+    _check_topic(topic)
+    if queue_id < 0:
+        raise InvalidArgument("queue_id: must be >= 0")
+    if queue_offset < 0:
+        raise InvalidArgument("queue_offset: must be >= 0")
