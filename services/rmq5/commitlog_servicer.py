@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from quarry.channels import parse_peer
 from quarry.services.rmq5 import client_calls, telemetry
@@ -103,25 +103,24 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             yield service.ReceiveMessageResponse(status=client_calls.in_band(exc, "ReceiveMessage"))
 
     async def AckMessage(self, request: service.AckMessageRequest, context: Any) -> service.AckMessageResponse:
-        try:
-            self.auth.check(client_calls.metadata(context), "AckMessage", "query", [request.topic.name])
-            return await self.consumption.ack(request)
-        except Exception as exc:  # never an unanswered call
-            return service.AckMessageResponse(status=client_calls.in_band(exc, "AckMessage"))
+        return await self._consumer_call("AckMessage", request, context, service.AckMessageResponse, self.consumption.ack)
 
     async def ChangeInvisibleDuration(self, request: service.ChangeInvisibleDurationRequest, context: Any) -> service.ChangeInvisibleDurationResponse:
-        try:
-            self.auth.check(client_calls.metadata(context), "ChangeInvisibleDuration", "query", [request.topic.name])
-            return await self.consumption.change_invisible(request)
-        except Exception as exc:  # never an unanswered call
-            return service.ChangeInvisibleDurationResponse(status=client_calls.in_band(exc, "ChangeInvisibleDuration"))
+        return await self._consumer_call("ChangeInvisibleDuration", request, context, service.ChangeInvisibleDurationResponse,
+                                         self.consumption.change_invisible)
 
     async def ForwardMessageToDeadLetterQueue(self, request: service.ForwardMessageToDeadLetterQueueRequest, context: Any) -> service.ForwardMessageToDeadLetterQueueResponse:
+        return await self._consumer_call("ForwardMessageToDeadLetterQueue", request, context, service.ForwardMessageToDeadLetterQueueResponse,
+                                         self.consumption.forward_to_dlq)
+
+    async def _consumer_call(self, rpc: str, request: Any, context: Any, response: Callable[..., Any],
+                             action: Callable[[Any], Awaitable[Any]]) -> Any:
+        """A unary consumer RPC: the group's topic needs `query` permission; every failure in band."""
         try:
-            self.auth.check(client_calls.metadata(context), "ForwardMessageToDeadLetterQueue", "query", [request.topic.name])
-            return await self.consumption.forward_to_dlq(request)
+            self.auth.check(client_calls.metadata(context), rpc, "query", [request.topic.name])
+            return await action(request)
         except Exception as exc:  # never an unanswered call
-            return service.ForwardMessageToDeadLetterQueueResponse(status=client_calls.in_band(exc, "ForwardMessageToDeadLetterQueue"))
+            return response(status=client_calls.in_band(exc, rpc))
 
     async def Heartbeat(self, request: service.HeartbeatRequest, context: Any) -> service.HeartbeatResponse:
         return client_calls.heartbeat(self.auth, self.sessions, request, client_calls.metadata(context))
