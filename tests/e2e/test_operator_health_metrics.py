@@ -103,6 +103,13 @@ def test_each_service_exports_only_its_own_metrics_in_base_units(cluster_factory
     with grpc.insecure_channel(cluster.router.address) as ch:
         router_pb2_grpc.QueryRouterServiceStub(ch).QueryMsgByKey(router_pb2.QueryMsgByKeyRequest(topic="MetricsTopic", key="k1"), timeout=10)
 
+    # A call is counted when gRPC reports it terminated, which may be just after the client has
+    # its answer: wait for the counts instead of reading them once.
+    svc = 'service="quarry.v1.CommitLogService"'
+    router_key = 'quarry_rpc_requests_total{code="OK",method="QueryMsgByKey",service="quarry.v1.QueryRouterService"}'
+    commitlog_key = f'quarry_rpc_duration_seconds_count{{code="OK",method="SendMessage",{svc}}}'
+    wait_until(lambda: _scrape(ports["router"], "127.0.0.1").get(router_key) == 1, what="router counted QueryMsgByKey")
+    wait_until(lambda: _scrape(ports["commitlog"], "127.0.0.62").get(commitlog_key) == 3, what="commitlog counted 3 sends")
     router = _scrape(ports["router"], "127.0.0.1")
     commitlog = _scrape(ports["commitlog"], "127.0.0.62")
     indexer = _scrape(ports["indexer"], "127.0.0.62")
@@ -111,7 +118,6 @@ def test_each_service_exports_only_its_own_metrics_in_base_units(cluster_factory
         others = {"quarry_router_", "quarry_commitlog_", "quarry_indexer_"} - {f"quarry_{name}_"}
         assert not {n for n in names if n.startswith(tuple(others))}, f"{name} exports another service's metrics"
         assert not {n for n in names if n.endswith(("_ms", "_millis", "_milliseconds"))}, f"{name}: not in base units"
-    svc = 'service="quarry.v1.CommitLogService"'
     assert commitlog[f'quarry_rpc_requests_total{{code="OK",method="SendMessage",{svc}}}'] == 3
     assert commitlog[f'quarry_rpc_requests_total{{code="INVALID_ARGUMENT",method="SendMessage",{svc}}}'] == 1
     assert commitlog[f'quarry_rpc_duration_seconds_count{{code="OK",method="SendMessage",{svc}}}'] == 3
