@@ -1,6 +1,6 @@
 """Servicers served inside the test process, on 127.0.0.1:0, by the services' own start-up code.
 
-`start_server` / `start_aio_server` (services/serving.py) bind them: the same options, ACL
+`start_aio_server` (services/serving.py) binds them: the same options, ACL
 interceptors, health and reflection as a real process, without starting one. `InProcessBroker`
 is one broker (commitlog and indexer on the event loop thread) over a store in a
 temporary directory; `in_process_router` the query router over a registry the test fills.
@@ -29,19 +29,9 @@ from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.queries import Queries, QuerySettings
 from quarry.services.query.registry import Broker, BrokerRegistry
 from quarry.services.query.server import QueryRouterServicer
-from quarry.services.serving import Registration, RunningAioServer, RunningServer, start_aio_server, start_server
+from quarry.services.serving import Registration, RunningAioServer, start_aio_server
 
 BIND = "127.0.0.1:0"
-
-
-@contextmanager
-def serve(name: str, registrations: list[Registration], max_message_bytes: int = 128 << 20) -> Iterator[RunningServer]:
-    """A thread-pool servicer (indexer, router) served until the block ends."""
-    running = start_server(name, BIND, registrations, max_workers=8, max_message_bytes=max_message_bytes)
-    try:
-        yield running
-    finally:
-        running.server.stop(0).wait()
 
 
 class EventLoopThread:
@@ -186,14 +176,31 @@ def send(broker: InProcessBroker, channel: grpc.Channel, topic: str, body: bytes
 
 @contextmanager
 def in_process_router(registry: BrokerRegistry, settings: QuerySettings | None = None) -> Iterator[tuple[str, Queries]]:
-    """The router's servicer over `registry`; yields (address, the Queries it uses)."""
+    """The router's servicer over `registry`, on the shared loop as the real router serves it;
+    yields (address, the Queries it uses: its coroutines run with `on_loop`)."""
     clients = BrokerClients()
     queries = Queries(registry, clients, settings or QuerySettings(query_timeout_ms=2000, broker_call_timeout_ms=1000))
     servicer = QueryRouterServicer(registry, queries)
     name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
     try:
-        with serve("router", [Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name)]) as running:
+        with serve_aio("router", lambda _loop: [Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name)]) as running:
             yield running.address, queries
     finally:
-        queries.close()
-        clients.close()
+        on_loop(clients.close())
+
+
+def on_loop(coro: Awaitable[Any], timeout_s: float = 30.0) -> Any:
+    """Run a coroutine of an in-process service (a router query) on the shared loop; its result."""
+    return EventLoopThread.shared().run(coro, timeout_s)
+
+
+class Blocking:
+    """An asyncio object (the router's Queries) called from the test thread: each coroutine
+    method runs on the shared loop and returns its result (or raises its error)."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._target, name)
+        return lambda *args, **kwargs: on_loop(method(*args, **kwargs))

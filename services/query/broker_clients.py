@@ -1,12 +1,11 @@
-"""gRPC stubs to brokers' commitlogs and indexers, one channel per address, reused."""
+"""grpc.aio stubs to brokers' commitlogs and indexers: one channel and one stub per address,
+made on first use and reused by every query (creating either per query costs more than the
+call). Used on the router's event loop only, which is also where the channels are made."""
 from __future__ import annotations
-
-import threading
 
 import grpc
 
-from quarry.channels import open_channel
-
+from quarry.channels import open_aio_channel
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
 
 _OPTIONS = [
@@ -21,25 +20,32 @@ class BrokerClients:
     """Cached channels and stubs keyed by address."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._commitlogs: dict[str, commitlog_pb2_grpc.CommitLogServiceStub] = {}
+        self._indexers: dict[str, indexer_pb2_grpc.IndexerServiceStub] = {}
 
-    def _channel(self, address: str) -> grpc.Channel:
-        with self._lock:
-            ch = self._channels.get(address)
-            if ch is None:
-                ch = open_channel(address, options=_OPTIONS)
-                self._channels[address] = ch
-            return ch
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = open_aio_channel(address, options=_OPTIONS)
+        return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
-        return commitlog_pb2_grpc.CommitLogServiceStub(self._channel(address))
+        stub = self._commitlogs.get(address)
+        if stub is None:
+            stub = self._commitlogs[address] = commitlog_pb2_grpc.CommitLogServiceStub(self._channel(address))
+        return stub
 
     def indexer(self, address: str) -> indexer_pb2_grpc.IndexerServiceStub:
-        return indexer_pb2_grpc.IndexerServiceStub(self._channel(address))
+        stub = self._indexers.get(address)
+        if stub is None:
+            stub = self._indexers[address] = indexer_pb2_grpc.IndexerServiceStub(self._channel(address))
+        return stub
 
-    def close(self) -> None:
-        with self._lock:
-            for ch in self._channels.values():
-                ch.close()
-            self._channels.clear()
+    async def close(self) -> None:
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._commitlogs.clear()
+        self._indexers.clear()
+        for ch in channels:
+            await ch.close()

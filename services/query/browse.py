@@ -3,12 +3,11 @@ search-offset-by-time on one broker's queue. Orchestration only: brokers' commit
 their queues, `browse_pages` merges and keeps the token."""
 from __future__ import annotations
 
-from typing import Callable
 
 from quarry.formats import tag_expression
 from quarry.v1 import commitlog_pb2, common_pb2
 from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, browse_digest, decode_token, encode_token, merge_page
-from quarry.services.query.fanout import Outcome
+from quarry.services.query.fanout import BrokerCall, Outcome
 from quarry.services.errors import InvalidArgument, NotFound
 from quarry.services.query.queries import Answer, Queries, _check_topic, _raise_unless_ok, _timeout_s, missing_outcome
 from quarry.services.query.registry import Broker, UnknownBrokerError
@@ -17,7 +16,7 @@ DEFAULT_PAGE = 64
 MAX_PAGE = 1024
 
 
-def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest_first: bool, max_num: int, token_text: str,
+async def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest_first: bool, max_num: int, token_text: str,
                  timeout_ms: int = 0, broker_name: str = "", queue_id: int | None = None) -> Answer:
     """One page of the topic's messages stored in [begin, end] (see BrowseTopic in router.proto)."""
     _check_topic(topic)
@@ -62,7 +61,7 @@ def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest
         joined = sorted(b.name for b in q.registry.holding(topic) if b.name not in token.brokers)
         if joined:
             notes.append(f"brokers that joined after the first page are not in this browse: {', '.join(joined)} (start again to include them)")
-    calls: dict[str, Callable[[float], commitlog_pb2.BrowseMessagesResponse]] = {}
+    calls: dict[str, BrokerCall[commitlog_pb2.BrowseMessagesResponse]] = {}
     missing: list[Outcome] = []
     for name in asking:
         broker = known.get(name)
@@ -73,7 +72,7 @@ def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest
             missing.append(missing_outcome(broker, q.clock_ms()))
             continue
         calls[name] = _browse_call(q, broker, topic, begin, token.end, tags, oldest_first, max_num, token.brokers[name], queue_id)
-    outcomes = q.fanout.run(calls, timeout_s, timeout_s) if calls else []
+    outcomes = await q.fanout.run(calls, timeout_s, timeout_s) if calls else []
     if broker_name and queue_id is not None and outcomes and outcomes[0].error_code in ("NOT_FOUND", "INVALID_ARGUMENT"):
         _raise_unless_ok(outcomes[0], known[broker_name])
     answers = {o.key: o.value for o in outcomes if o.ok}
@@ -86,7 +85,7 @@ def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest
 
 
 def _browse_call(q: Queries, broker: Broker, topic: str, begin: int, end: int, tags: str, oldest_first: bool, max_num: int,
-                 place: BrokerPlace, queue_id: int | None) -> Callable[[float], commitlog_pb2.BrowseMessagesResponse]:
+                 place: BrokerPlace, queue_id: int | None) -> BrokerCall[commitlog_pb2.BrowseMessagesResponse]:
     stub = q.clients.commitlog(broker.commitlog_addr)
     request = commitlog_pb2.BrowseMessagesRequest(
         topic=topic, begin_timestamp=begin, end_timestamp=end, tag_expression=tags, oldest_first=oldest_first, max_count=max_num,
@@ -97,7 +96,7 @@ def _browse_call(q: Queries, broker: Broker, topic: str, begin: int, end: int, t
     return lambda t: stub.BrowseMessages(request, timeout=t)
 
 
-def search_offset(q: Queries, topic: str, broker_name: str, queue_id: int, timestamp: int, boundary: int, timeout_ms: int = 0) -> tuple[commitlog_pb2.SearchOffsetByTimeResponse, Outcome]:
+async def search_offset(q: Queries, topic: str, broker_name: str, queue_id: int, timestamp: int, boundary: int, timeout_ms: int = 0) -> tuple[commitlog_pb2.SearchOffsetByTimeResponse, Outcome]:
     """RocketMQ's admin searchOffset on one broker's queue."""
     _check_topic(topic)
     if queue_id < 0:
@@ -109,5 +108,5 @@ def search_offset(q: Queries, topic: str, broker_name: str, queue_id: int, times
     broker = q.named_broker(broker_name)
     stub = q.clients.commitlog(broker.commitlog_addr)
     request = commitlog_pb2.SearchOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp, boundary=boundary)  # type: ignore[arg-type]
-    outcome = q.one_broker_call(broker, lambda t: stub.SearchOffsetByTime(request, timeout=t), timeout_ms)
+    outcome = await q.one_broker_call(broker, lambda t: stub.SearchOffsetByTime(request, timeout=t), timeout_ms)
     return outcome.value, outcome

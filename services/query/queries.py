@@ -18,7 +18,7 @@ from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
 from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unavailable
 from quarry.services.status import error_from_status
 from quarry.services.query.broker_clients import BrokerClients
-from quarry.services.query.fanout import FanOut, Outcome
+from quarry.services.query.fanout import BrokerCall, FanOut, Outcome
 from quarry.services.query.merge import (
     BadTokenError, decode_token, encode_token, key_matches, of_topic, merge_key_answers, order_copies, query_digest, unique_key_matches,
 )
@@ -135,7 +135,7 @@ class Queries:
         self.clock_ms = clock_ms
 
     # -- by key ---------------------------------------------------------------------------
-    def by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, timeout_ms: int = 0, token: str = "") -> Answer:
+    async def by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, timeout_ms: int = 0, token: str = "") -> Answer:
         _check_topic(topic)
         _timeout_s(timeout_ms, self.settings)  # validated before any broker is asked
         if not key:
@@ -170,7 +170,7 @@ class Queries:
             )
             for b in brokers
         }
-        outcomes = self._scan(brokers, requests, max_num, lambda m: key_matches(m, topic, key, begin, end), timeout_ms)
+        outcomes = await self._scan(brokers, requests, max_num, lambda m: key_matches(m, topic, key, begin, end), timeout_ms)
         scans = {o.key: o.value for o in outcomes if o.ok}
         page = merge_key_answers({b: sc.matched for b, sc in scans.items()}, {b: sc.more_below for b, sc in scans.items()}, max_num, after, digest)
         return Answer(
@@ -183,7 +183,7 @@ class Queries:
         ).note_damaged(outcomes)
 
     # -- by unique key --------------------------------------------------------------------
-    def by_unique_key(self, topic: str, unique_key: str, return_all: bool = False, timeout_ms: int = 0, begin: int = 0, end: int = 0) -> Answer:
+    async def by_unique_key(self, topic: str, unique_key: str, return_all: bool = False, timeout_ms: int = 0, begin: int = 0, end: int = 0) -> Answer:
         """The id's own window first, then the whole retained index (newest first), unless
         the caller gave [begin, end]; NOT_FOUND says every window searched."""
         _check_topic(topic)
@@ -197,7 +197,7 @@ class Queries:
         if end and end < begin:
             raise InvalidArgument(f"end_timestamp: must be >= begin_timestamp ({begin})")
         timeout_s = _timeout_s(timeout_ms, self.settings)
-        direct = self._try_as_offset_msg_id(topic, unique_key, timeout_s)
+        direct = await self._try_as_offset_msg_id(topic, unique_key, timeout_s)
         if direct is not None:
             direct.notes.insert(0, "id decoded as an offsetMsgId of a registered broker: read directly")
             return direct
@@ -220,7 +220,7 @@ class Queries:
             request = indexer_pb2.QueryMessageRequest(
                 topic=topic, key=unique_key, max_num=UNIQUE_KEY_MAX_NUM, begin_timestamp=w_begin, end_timestamp=w_end, unique_key_flag=True
             )
-            outcomes = self._scan(brokers, {b.name: request for b in brokers}, UNIQUE_KEY_MAX_NUM,
+            outcomes = await self._scan(brokers, {b.name: request for b in brokers}, UNIQUE_KEY_MAX_NUM,
                                   lambda m, lo=w_begin, hi=w_end: unique_key_matches(m, topic, unique_key, lo, hi), timeout_ms)
             copies = order_copies(m for o in outcomes if o.ok for m in o.value.matched)
             answer = Answer(
@@ -240,7 +240,7 @@ class Queries:
         damaged = "".join(f"; {note}" for note in answer.notes if "damaged records" in note)
         raise NotFound(f"no message with unique key {unique_key} in topic {topic} on {', '.join(b.name for b in brokers)} (searched store times {' then '.join(searched)}){damaged}")
 
-    def _try_as_offset_msg_id(self, topic: str, text: str, timeout_s: float) -> Answer | None:
+    async def _try_as_offset_msg_id(self, topic: str, text: str, timeout_s: float) -> Answer | None:
         try:
             decoded = offset_msg_id.decode(text)
         except ValueError:
@@ -249,7 +249,7 @@ class Queries:
         if broker is None or broker.missing:
             return None
         try:
-            answer = self._view(broker, decoded.offset, timeout_s)
+            answer = await self._view(broker, decoded.offset, timeout_s)
         except ServiceError:
             return None
         if answer.messages and of_topic(answer.messages[0], topic):
@@ -258,7 +258,7 @@ class Queries:
         return None
 
     # -- by offsetMsgId -------------------------------------------------------------------
-    def by_id(self, msg_id: str, timeout_ms: int = 0) -> Answer:
+    async def by_id(self, msg_id: str, timeout_ms: int = 0) -> Answer:
         if not msg_id:
             raise InvalidArgument("offset_msg_id: must not be empty")
         try:
@@ -269,16 +269,15 @@ class Queries:
         if broker is None:
             raise NotFound(f"offset_msg_id {msg_id}: no registered broker advertises store host {format_host_port(decoded.ip, decoded.port)}")
         self._live(broker)
-        return self._view(broker, decoded.offset, _timeout_s(timeout_ms, self.settings))
+        return await self._view(broker, decoded.offset, _timeout_s(timeout_ms, self.settings))
 
-    def _view(self, broker: Broker, offset: int, timeout_s: float) -> Answer:
+    async def _view(self, broker: Broker, offset: int, timeout_s: float) -> Answer:
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.ViewMessageRequest(physical_offset=offset)
-        outcome = self.fanout.run(
-            {broker.name: lambda t: stub.ViewMessage(request, timeout=t).message},
-            timeout_s,
-            self.settings.broker_call_timeout_ms / 1000.0,
-        )[0]
+        async def view(t: float) -> common_pb2.StoredMessage:
+            return (await stub.ViewMessage(request, timeout=t)).message
+
+        [outcome] = await self.fanout.run({broker.name: view}, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)
         _raise_unless_ok(outcome, broker)
         msg = outcome.value
         msg.broker_name = broker.name
@@ -294,20 +293,20 @@ class Queries:
         except UnknownBrokerError as exc:
             raise NotFound(f"broker_name: {exc}") from exc
 
-    def one_broker_call(self, broker: Broker, call: Callable[[float], Any], timeout_ms: int = 0) -> Outcome:
+    async def one_broker_call(self, broker: Broker, call: BrokerCall[Any], timeout_ms: int = 0) -> Outcome:
         """One call to one broker within the query deadline; its failure raised as the broker's error."""
-        outcome = self.fanout.run({broker.name: call}, _timeout_s(timeout_ms, self.settings), self.settings.broker_call_timeout_ms / 1000.0)[0]
+        [outcome] = await self.fanout.run({broker.name: call}, _timeout_s(timeout_ms, self.settings), self.settings.broker_call_timeout_ms / 1000.0)
         _raise_unless_ok(outcome, broker)
         return outcome
 
     # -- by queue offset ------------------------------------------------------------------
-    def by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> Answer:
+    async def by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> Answer:
         _check_queue_position(topic, queue_id, queue_offset)
         broker = self.named_broker(broker_name)
         self._live(broker)
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.PullMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=1)
-        outcome = self.one_broker_call(broker, lambda t: stub.PullMessages(request, timeout=t), timeout_ms)
+        outcome = await self.one_broker_call(broker, lambda t: stub.PullMessages(request, timeout=t), timeout_ms)
         pulled: commitlog_pb2.PullMessagesResponse = outcome.value
         if not pulled.messages:
             raise NotFound(
@@ -319,13 +318,13 @@ class Queries:
         outcome.value = [msg]
         return Answer(messages=[msg], outcomes=[outcome])
 
-    def track(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> tuple[list[common_pb2.GroupConsumeStatus], Outcome]:
+    async def track(self, topic: str, broker_name: str, queue_id: int, queue_offset: int, timeout_ms: int = 0) -> tuple[list[common_pb2.GroupConsumeStatus], Outcome]:
         """Every consumer group's status of one stored message, from the broker that stores it."""
         _check_queue_position(topic, queue_id, queue_offset)
         broker = self.named_broker(broker_name)
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.ConsumeStatusRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset)
-        outcome = self.one_broker_call(broker, lambda t: stub.ConsumeStatus(request, timeout=t), timeout_ms)
+        outcome = await self.one_broker_call(broker, lambda t: stub.ConsumeStatus(request, timeout=t), timeout_ms)
         groups = list(outcome.value.groups)
         outcome.value = groups
         return groups, outcome
@@ -343,7 +342,7 @@ class Queries:
             o = missing_outcome(broker, self.clock_ms())
             raise Unavailable(o.error_message)
 
-    def _scan(
+    async def _scan(
         self, brokers: list[Broker], requests: dict[str, indexer_pb2.QueryMessageRequest], want: int,
         matches: Callable[[common_pb2.StoredMessage], bool], timeout_ms: int,
     ) -> list[Outcome]:
@@ -353,7 +352,7 @@ class Queries:
         now = self.clock_ms()
         live = [b for b in brokers if not b.missing]
         calls = {b.name: self._scan_call(b, requests[b.name], want, matches) for b in live}
-        outcomes = {o.key: o for o in self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)} if calls else {}
+        outcomes = {o.key: o for o in await self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)} if calls else {}
         for b in brokers:
             if b.missing:
                 outcomes[b.name] = missing_outcome(b, now)
@@ -361,19 +360,19 @@ class Queries:
 
     def _scan_call(
         self, broker: Broker, first: indexer_pb2.QueryMessageRequest, want: int, matches: Callable[[common_pb2.StoredMessage], bool]
-    ) -> Callable[[float], Scan]:
+    ) -> BrokerCall[Scan]:
         if not broker.indexer_addr:
-            def _none(_t: float) -> Scan:
+            async def _none(_t: float) -> Scan:
                 raise LookupError(f"broker {broker.name} has no indexer registered")
             return _none
         stub = self.clients.indexer(broker.indexer_addr)
 
-        def run(timeout_s: float) -> Scan:
+        async def run(timeout_s: float) -> Scan:
             request = indexer_pb2.QueryMessageRequest()
             request.CopyFrom(first)
             scan = Scan()
             while True:
-                response = stub.QueryMessage(request, timeout=timeout_s)
+                response = await stub.QueryMessage(request, timeout=timeout_s)
                 for msg in response.messages:
                     msg.broker_name = broker.name
                     if matches(msg):
@@ -388,9 +387,6 @@ class Queries:
                 request.before_phy_offset = scan.more_below
 
         return run
-
-    def close(self) -> None:
-        self.fanout.close()
 
 
 def _check_queue_position(topic: str, queue_id: int, queue_offset: int) -> None:

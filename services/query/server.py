@@ -4,9 +4,10 @@ logic lives here."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Awaitable
 
 import grpc
 
@@ -15,7 +16,7 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
 from quarry.services.query.nameserver import NameServer
 from quarry.services.remoting.acl import RemotingAcl
-from quarry.services.remoting.server import RemotingServer, ThreadedRemotingServer
+from quarry.services.remoting.server import RemotingServer
 from quarry.services.security import configured_accounts
 from quarry.services.query import metrics
 from quarry.services.log import configure_logging, log_event
@@ -31,8 +32,7 @@ from quarry.services.rmq5.contract import SERVICE_NAME as RMQ5_SERVICE
 from quarry.services.rmq5.contract import service_grpc as rmq5_grpc
 from quarry.services.rmq5.router_servicer import RouterMessagingServicer
 from quarry.services.rmq5.telemetry import ServerPolicy
-from quarry.services.security import configured_accounts
-from quarry.services.serving import Registration, start_server, wait_for_termination
+from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.router")
 
@@ -62,10 +62,10 @@ def _result(answer: Answer) -> router_pb2.QueryResult:
     )
 
 
-def _run(context: grpc.ServicerContext, kind: str, fn: Callable[[], Answer]) -> Answer:
+async def _run(kind: str, query: Awaitable[Answer]) -> Answer:
     t0 = time.perf_counter()
     try:
-        answer = fn()
+        answer = await query
     except ServiceError as exc:
         code = status_code(exc).name
         metrics.QUERIES.labels(kind, code.lower()).inc()
@@ -88,7 +88,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         self.registry = registry
         self.queries = queries
 
-    def RegisterBroker(self, request: router_pb2.RegisterBrokerRequest, context: grpc.ServicerContext) -> router_pb2.RegisterBrokerResponse:
+    async def RegisterBroker(self, request: router_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext) -> router_pb2.RegisterBrokerResponse:
         if not request.broker_name:
             raise InvalidArgument("broker_name: must not be empty")
         if not request.commitlog_addr:
@@ -129,7 +129,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             log_event(log, "broker registered", broker=request.broker_name, commitlog=request.commitlog_addr, indexer=request.indexer_addr, store_host=store_host)
         return router_pb2.RegisterBrokerResponse(expiry_ms=self.registry.expiry_ms)
 
-    def UnregisterBroker(self, request: router_pb2.UnregisterBrokerRequest, context: grpc.ServicerContext) -> router_pb2.UnregisterBrokerResponse:
+    async def UnregisterBroker(self, request: router_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext) -> router_pb2.UnregisterBrokerResponse:
         try:
             self.registry.unregister(request.broker_name)
         except UnknownBrokerError as exc:
@@ -137,7 +137,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         log_event(log, "broker unregistered", broker=request.broker_name)
         return router_pb2.UnregisterBrokerResponse()
 
-    def GetTopicRoute(self, request: router_pb2.GetTopicRouteRequest, context: grpc.ServicerContext) -> router_pb2.GetTopicRouteResponse:
+    async def GetTopicRoute(self, request: router_pb2.GetTopicRouteRequest, context: grpc.aio.ServicerContext) -> router_pb2.GetTopicRouteResponse:
         try:
             validate_topic(request.topic)
         except TopicError as exc:
@@ -150,7 +150,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             brokers=[router_pb2.BrokerQueues(broker_name=b.name, commitlog_addr=b.commitlog_addr, queue_count=b.topics[request.topic]) for b in brokers],
         )
 
-    def ListBrokers(self, request: router_pb2.ListBrokersRequest, context: grpc.ServicerContext) -> router_pb2.ListBrokersResponse:
+    async def ListBrokers(self, request: router_pb2.ListBrokersRequest, context: grpc.aio.ServicerContext) -> router_pb2.ListBrokersResponse:
         return router_pb2.ListBrokersResponse(
             brokers=[
                 router_pb2.BrokerInfo(
@@ -169,65 +169,65 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             ]
         )
 
-    def ListTopics(self, request: router_pb2.ListTopicsRequest, context: grpc.ServicerContext) -> router_pb2.ListTopicsResponse:
+    async def ListTopics(self, request: router_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext) -> router_pb2.ListTopicsResponse:
         return router_pb2.ListTopicsResponse(topics=self.registry.topics())
 
-    def QueryMsgByKey(self, request: router_pb2.QueryMsgByKeyRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByKeyResponse:
-        answer = _run(context, "key", lambda: self.queries.by_key(
+    async def QueryMsgByKey(self, request: router_pb2.QueryMsgByKeyRequest, context: grpc.aio.ServicerContext) -> router_pb2.QueryMsgByKeyResponse:
+        answer = await _run("key", self.queries.by_key(
             request.topic, request.key, request.max_num, request.begin_timestamp, request.end_timestamp, request.timeout_ms, request.continuation_token
         ))
         return router_pb2.QueryMsgByKeyResponse(result=_result(answer))
 
-    def QueryMsgByUniqueKey(self, request: router_pb2.QueryMsgByUniqueKeyRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByUniqueKeyResponse:
-        answer = _run(context, "unique_key", lambda: self.queries.by_unique_key(
+    async def QueryMsgByUniqueKey(self, request: router_pb2.QueryMsgByUniqueKeyRequest, context: grpc.aio.ServicerContext) -> router_pb2.QueryMsgByUniqueKeyResponse:
+        answer = await _run("unique_key", self.queries.by_unique_key(
             request.topic, request.unique_key, request.return_all, request.timeout_ms, request.begin_timestamp, request.end_timestamp
         ))
         return router_pb2.QueryMsgByUniqueKeyResponse(result=_result(answer))
 
-    def QueryMsgById(self, request: router_pb2.QueryMsgByIdRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByIdResponse:
-        answer = _run(context, "id", lambda: self.queries.by_id(request.offset_msg_id, request.timeout_ms))
+    async def QueryMsgById(self, request: router_pb2.QueryMsgByIdRequest, context: grpc.aio.ServicerContext) -> router_pb2.QueryMsgByIdResponse:
+        answer = await _run("id", self.queries.by_id(request.offset_msg_id, request.timeout_ms))
         return router_pb2.QueryMsgByIdResponse(result=_result(answer))
 
-    def QueryMsgByOffset(self, request: router_pb2.QueryMsgByOffsetRequest, context: grpc.ServicerContext) -> router_pb2.QueryMsgByOffsetResponse:
-        answer = _run(context, "offset", lambda: self.queries.by_offset(request.topic, request.broker_name, request.queue_id, request.queue_offset, request.timeout_ms))
+    async def QueryMsgByOffset(self, request: router_pb2.QueryMsgByOffsetRequest, context: grpc.aio.ServicerContext) -> router_pb2.QueryMsgByOffsetResponse:
+        answer = await _run("offset", self.queries.by_offset(request.topic, request.broker_name, request.queue_id, request.queue_offset, request.timeout_ms))
         return router_pb2.QueryMsgByOffsetResponse(result=_result(answer))
 
-    def BrowseTopic(self, request: router_pb2.BrowseTopicRequest, context: grpc.ServicerContext) -> router_pb2.BrowseTopicResponse:
-        answer = _run(context, "browse", lambda: browse_topic(
+    async def BrowseTopic(self, request: router_pb2.BrowseTopicRequest, context: grpc.aio.ServicerContext) -> router_pb2.BrowseTopicResponse:
+        answer = await _run("browse", browse_topic(
             self.queries, request.topic, request.begin_timestamp, request.end_timestamp, request.tag_expression, request.oldest_first,
             request.max_num, request.continuation_token, request.timeout_ms, request.broker_name,
             request.queue_id if request.has_queue_id else None,
         ))
         return router_pb2.BrowseTopicResponse(result=_result(answer))
 
-    def TrackMessage(self, request: router_pb2.TrackMessageRequest, context: grpc.ServicerContext) -> router_pb2.TrackMessageResponse:
+    async def TrackMessage(self, request: router_pb2.TrackMessageRequest, context: grpc.aio.ServicerContext) -> router_pb2.TrackMessageResponse:
         holder: list[router_pb2.TrackMessageResponse] = []
 
-        def _track() -> Answer:
-            groups, outcome = self.queries.track(request.topic, request.broker_name, request.queue_id, request.queue_offset, request.timeout_ms)
+        async def _track() -> Answer:
+            groups, outcome = await self.queries.track(request.topic, request.broker_name, request.queue_id, request.queue_offset, request.timeout_ms)
             holder.append(router_pb2.TrackMessageResponse(groups=groups))
             return Answer(outcomes=[outcome])
 
-        _run(context, "track", _track)
+        await _run("track", _track())
         return holder[0]
 
-    def SearchOffset(self, request: router_pb2.SearchOffsetRequest, context: grpc.ServicerContext) -> router_pb2.SearchOffsetResponse:
+    async def SearchOffset(self, request: router_pb2.SearchOffsetRequest, context: grpc.aio.ServicerContext) -> router_pb2.SearchOffsetResponse:
         holder: list[router_pb2.SearchOffsetResponse] = []
 
-        def _search() -> Answer:
-            found, outcome = search_offset(self.queries, request.topic, request.broker_name, request.queue_id, request.timestamp, request.boundary, request.timeout_ms)
+        async def _search() -> Answer:
+            found, outcome = await search_offset(self.queries, request.topic, request.broker_name, request.queue_id, request.timestamp, request.boundary, request.timeout_ms)
             holder.append(router_pb2.SearchOffsetResponse(queue_offset=found.queue_offset, min_queue_offset=found.min_queue_offset,
                                                           max_queue_offset=found.max_queue_offset, broker_name=request.broker_name))
             return Answer(outcomes=[outcome])
 
-        _run(context, "search_offset", _search)
+        await _run("search_offset", _search())
         return holder[0]
 
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
-        return _serve(args)
+        return asyncio.run(_serve(args))
     except StartupError as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2
@@ -237,7 +237,10 @@ def _count_brokers(registry: BrokerRegistry, missing: bool) -> float:
     return float(sum(1 for b in registry.known() if b.missing == missing))
 
 
-def _serve(args: argparse.Namespace) -> int:
+async def _serve(args: argparse.Namespace) -> int:
+    """Everything on one event loop (grpc.aio): the queries' broker calls are coroutines
+    gathered by the fan-out, Telemetry streams are tasks, and the NameServer port is served
+    by the same loop."""
     metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats, forget_after_ms=args.forget_missing_after_ms)
     metrics.BROKERS.labels("live").set_function(lambda: _count_brokers(registry, missing=False))
@@ -259,22 +262,24 @@ def _serve(args: argparse.Namespace) -> int:
     name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
     # The RocketMQ 5 SDKs' access point, on the same port: see services/rmq5.
     rmq5 = RouterMessagingServicer(registry, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size))
-    running = start_server("router", args.bind, [
+    running = await start_aio_server("router", args.bind, [
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
         Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
     ], metrics=metrics.METRICS)
     remoting = None
     if args.remoting_bind:
         accounts = configured_accounts()
-        remoting = ThreadedRemotingServer(RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
-                                                         RemotingAcl(accounts) if accounts is not None else None))
-        remoting.start(args.remoting_bind)
+        remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
+                                  RemotingAcl(accounts) if accounts is not None else None)
+        await remoting.start(args.remoting_bind)
 
-    def _stop() -> None:
+    def _before_grace() -> None:
+        rmq5.close()  # open Telemetry streams end, so they do not hold the grace period
         if remoting is not None:
-            remoting.stop()
-        queries.close()
-        clients.close()
+            remoting.stop_accepting()
 
-    wait_for_termination(running, "router", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0)
+    await aio_wait_for_termination(running, "router", on_stop=lambda: None, before_stop=_before_grace, grace_s=args.shutdown_grace_ms / 1000.0)
+    if remoting is not None:
+        await remoting.close()
+    await clients.close()
     return 0

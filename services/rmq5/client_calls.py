@@ -1,13 +1,15 @@
 """The client-lifecycle RPCs every endpoint answers (router and commitlogs alike):
-Heartbeat, NotifyClientTermination and the Telemetry handshake's checks. Plain functions over
-(auth, sessions, request, metadata), so the thread-pool and asyncio servicers share them.
+Heartbeat, NotifyClientTermination and the Telemetry stream. Functions over (auth, sessions,
+request, metadata), so the router's and the commitlogs' servicers share them.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 from quarry.services.log import log_event
+from quarry.services.rmq5 import telemetry
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
 from quarry.services.rmq5.contract import Code, service, v2
 from quarry.services.rmq5.sessions import Sessions
@@ -51,6 +53,44 @@ def telemetry_refusal(auth: Authenticator, md: Mapping[str, str]) -> service.Tel
     except RmqError as exc:
         return service.TelemetryCommand(status=status_of(exc))
     return None
+
+
+async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: telemetry.ServerPolicy, commands: AsyncIterator[service.TelemetryCommand],
+                           context: Any, closing: asyncio.Event) -> AsyncIterator[service.TelemetryCommand]:
+    """One Telemetry stream: refused (then ended) when the caller is not let in, else each
+    client command answered until the client closes its side or `closing` is set (the
+    server is stopping). A task on the event loop: open streams hold no thread."""
+    md = metadata(context)
+    refusal = telemetry_refusal(auth, md)
+    if refusal is not None:
+        yield refusal
+        return
+    client_id, peer = md.get(CLIENT_ID, ""), context.peer()
+    reader = commands.__aiter__()
+    stopping = asyncio.ensure_future(closing.wait())
+    try:
+        while True:
+            nxt = asyncio.ensure_future(_next(reader))
+            done, _ = await asyncio.wait({nxt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if nxt not in done:  # the server is stopping
+                nxt.cancel()
+                return
+            command = nxt.result()
+            if command is None:  # the client closed its side
+                return
+            reply = telemetry.answer(command, client_id, sessions, policy, peer)
+            if reply is not None:
+                yield reply
+    finally:
+        stopping.cancel()
+
+
+async def _next(reader: AsyncIterator[service.TelemetryCommand]) -> service.TelemetryCommand | None:
+    """The next command, or None at the end (a task must not end in StopAsyncIteration)."""
+    try:
+        return await reader.__anext__()
+    except StopAsyncIteration:
+        return None
 
 
 def in_band(exc: Exception, rpc: str) -> v2.Status:

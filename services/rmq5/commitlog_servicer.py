@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from quarry.channels import parse_peer
 from quarry.services.rmq5 import client_calls, telemetry
-from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
+from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.consume import Consumption
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.send import receipt, to_new_message
@@ -129,37 +129,8 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         return client_calls.terminate(self.auth, self.sessions, request, client_calls.metadata(context), context.peer())
 
     async def Telemetry(self, request_iterator: AsyncIterator[service.TelemetryCommand], context: Any) -> AsyncIterator[service.TelemetryCommand]:
-        md = client_calls.metadata(context)
-        refusal = client_calls.telemetry_refusal(self.auth, md)
-        if refusal is not None:
-            yield refusal
-            return
-        client_id = md.get(CLIENT_ID, "")
-        reader = request_iterator.__aiter__()
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            while True:
-                nxt = asyncio.ensure_future(_next(reader))
-                done, _ = await asyncio.wait({nxt, closing}, return_when=asyncio.FIRST_COMPLETED)
-                if nxt not in done:  # the server is stopping
-                    nxt.cancel()
-                    return
-                command = nxt.result()
-                if command is None:  # the client closed its side
-                    return
-                reply = telemetry.answer(command, client_id, self.sessions, self.policy, context.peer())
-                if reply is not None:
-                    yield reply
-        finally:
-            closing.cancel()
-
-
-async def _next(reader: AsyncIterator[service.TelemetryCommand]) -> service.TelemetryCommand | None:
-    """The next command, or None at the end (a task must not end in StopAsyncIteration)."""
-    try:
-        return await reader.__anext__()
-    except StopAsyncIteration:
-        return None
+        async for reply in client_calls.telemetry_stream(self.auth, self.sessions, self.policy, request_iterator, context, self._closing):
+            yield reply
 
 
 fill_unsupported(CommitLogMessagingServicer, aio=True)

@@ -22,7 +22,7 @@ class Session:
 
 
 class Sessions:
-    """Thread-safe client_id → Session table (the router's servicer runs on a thread pool)."""
+    """Thread-safe client_id → Session table."""
 
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
         self._clock = clock_ms or (lambda: int(time.time() * 1000))

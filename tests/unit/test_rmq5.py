@@ -2,8 +2,10 @@
 signature (made by the real SDK's own signer), routes, settings, transactions on a real store."""
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
+from typing import AsyncIterator
 
 import pytest
 from google.protobuf import timestamp_pb2
@@ -227,22 +229,34 @@ class _Ctx:
         return "ipv4:127.0.0.1:4000"
 
 
-def test_router_telemetry_answers_settings_and_caps_its_streams() -> None:
+def test_router_telemetry_answers_settings_holds_many_streams_and_ends_them_at_stop() -> None:
     from quarry.services.rmq5.router_servicer import RouterMessagingServicer
-    servicer = RouterMessagingServicer(BrokerRegistry(expiry_ms=1000), Authenticator(None), telemetry.ServerPolicy(4096), max_telemetry_streams=1)
-    settings = service.TelemetryCommand(settings=v2.Settings(client_type=v2.ClientType.PRODUCER, publishing=v2.Publishing()))
-    first = servicer.Telemetry(iter([settings]), _Ctx({"x-mq-client-id": "c1"}))
-    reply = next(first)  # the stream is open (holding its slot) until the client ends it
-    assert reply.status.code == Code.OK and reply.settings.publishing.max_body_size == 4096
-    second = list(servicer.Telemetry(iter([settings]), _Ctx({"x-mq-client-id": "c2"})))
-    assert [r.status.code for r in second] == [Code.TOO_MANY_REQUESTS] and "broker endpoints" in second[0].status.message
-    assert list(first) == []  # the client closes: the slot is free again
-    assert next(servicer.Telemetry(iter([settings]), _Ctx({"x-mq-client-id": "c3"}))).status.code == Code.OK
-    # heartbeats and terminations are answered, and name what is missing
-    assert servicer.Heartbeat(service.HeartbeatRequest(), _Ctx()).status.code == Code.CLIENT_ID_REQUIRED
-    assert servicer.Heartbeat(service.HeartbeatRequest(client_type=v2.ClientType.PRODUCER), _Ctx({"x-mq-client-id": "c1"})).status.code == Code.OK
-    assert servicer.NotifyClientTermination(service.NotifyClientTerminationRequest(), _Ctx({"x-mq-client-id": "c1"})).status.code == Code.OK
-    assert servicer.SendMessage(service.SendMessageRequest(), _Ctx()).status.code == Code.ILLEGAL_ACCESS_POINT
+
+    async def scenario() -> None:
+        servicer = RouterMessagingServicer(BrokerRegistry(expiry_ms=1000), Authenticator(None), telemetry.ServerPolicy(4096))
+        settings = service.TelemetryCommand(settings=v2.Settings(client_type=v2.ClientType.PRODUCER, publishing=v2.Publishing()))
+        hold = asyncio.Event()  # the clients keep their side open until this is set
+
+        async def client() -> AsyncIterator[service.TelemetryCommand]:
+            yield settings
+            await hold.wait()
+
+        # More streams than the thread-pool router's old cap (8): each is a task, none is refused.
+        streams = [servicer.Telemetry(client(), _Ctx({"x-mq-client-id": f"c{i}"})) for i in range(40)]
+        replies = [await s.__anext__() for s in streams]
+        assert all(r.status.code == Code.OK and r.settings.publishing.max_body_size == 4096 for r in replies)
+        # The server stops: every open stream ends although its client never closed it.
+        servicer.close()
+        for s in streams:
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(s.__anext__(), 5)
+        # heartbeats and terminations are answered, and name what is missing
+        assert (await servicer.Heartbeat(service.HeartbeatRequest(), _Ctx())).status.code == Code.CLIENT_ID_REQUIRED
+        assert (await servicer.Heartbeat(service.HeartbeatRequest(client_type=v2.ClientType.PRODUCER), _Ctx({"x-mq-client-id": "c1"}))).status.code == Code.OK
+        assert (await servicer.NotifyClientTermination(service.NotifyClientTerminationRequest(), _Ctx({"x-mq-client-id": "c1"}))).status.code == Code.OK
+        assert (await servicer.SendMessage(service.SendMessageRequest(), _Ctx())).status.code == Code.ILLEGAL_ACCESS_POINT
+
+    asyncio.run(scenario())
 
 
 def test_every_handler_failure_is_answered_in_band_by_one_rule() -> None:

@@ -1,6 +1,7 @@
 """The router's browse and search-offset requests: bad input refused before any broker is asked."""
 from __future__ import annotations
 
+import asyncio
 from typing import Iterator
 
 import pytest
@@ -16,7 +17,7 @@ from quarry.services.query.registry import BrokerRegistry
 def queries() -> Iterator[Queries]:
     q = Queries(BrokerRegistry(expiry_ms=60_000), BrokerClients(), QuerySettings(), clock_ms=lambda: 5_000)
     yield q
-    q.close()
+    asyncio.run(q.clients.close())
 
 
 @pytest.mark.parametrize("kwargs,field", [
@@ -36,21 +37,21 @@ def test_bad_browse_requests_name_the_field(queries: Queries, kwargs: dict[str, 
     args: dict[str, object] = dict(topic="T", begin=0, end=0, tags="", oldest_first=False, max_num=0, token="", broker_name="", queue_id=None)
     args.update(kwargs)
     with pytest.raises(InvalidArgument, match=field):
-        browse_topic(queries, args["topic"], args["begin"], args["end"], args["tags"], args["oldest_first"], args["max_num"],  # type: ignore[arg-type]
-                     args["token"], 0, args["broker_name"], args["queue_id"])  # type: ignore[arg-type]
+        asyncio.run(browse_topic(queries, args["topic"], args["begin"], args["end"], args["tags"], args["oldest_first"], args["max_num"],  # type: ignore[arg-type]
+                     args["token"], 0, args["broker_name"], args["queue_id"]))  # type: ignore[arg-type]
 
 
 def test_unknown_topic_or_broker_is_not_found(queries: Queries) -> None:
     with pytest.raises(NotFound, match="no route for topic T"):
-        browse_topic(queries, "T", 0, 0, "", False, 0, "")
+        asyncio.run(browse_topic(queries, "T", 0, 0, "", False, 0, ""))
     with pytest.raises(NotFound, match="broker_name"):
-        browse_topic(queries, "T", 0, 0, "", False, 0, "", broker_name="broker-z", queue_id=0)
+        asyncio.run(browse_topic(queries, "T", 0, 0, "", False, 0, "", broker_name="broker-z", queue_id=0))
     with pytest.raises(NotFound, match="broker_name"):
-        search_offset(queries, "T", "broker-z", 0, 0, 0)
+        asyncio.run(search_offset(queries, "T", "broker-z", 0, 0, 0))
 
 
 @pytest.mark.parametrize("args,field", [(("T", "b", -1, 0, 0), "queue_id"), (("T", "b", 0, -1, 0), "timestamp"),
                                         (("T", "b", 0, 0, 7), "boundary"), (("T", "", 0, 0, 0), "broker_name")])
 def test_bad_search_offset_requests(queries: Queries, args: tuple[str, str, int, int, int], field: str) -> None:
     with pytest.raises(InvalidArgument, match=field):
-        search_offset(queries, *args)
+        asyncio.run(search_offset(queries, *args))

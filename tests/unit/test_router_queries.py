@@ -16,7 +16,7 @@ from quarry.v1 import router_pb2, router_pb2_grpc
 from quarry.services.errors import InvalidArgument, NotFound
 from quarry.services.query.queries import Queries
 from quarry.services.query.registry import BrokerRegistry
-from tests.servicers import InProcessBroker, in_process_router, send
+from tests.servicers import Blocking, InProcessBroker, in_process_router, send
 
 TOPIC = "OrderTopic"
 HOSTS = {"broker-a": ("10.0.0.2", 10911), "broker-b": ("10.0.0.3", 10911), "broker-c": ("10.0.0.4", 10911)}
@@ -26,7 +26,7 @@ class Env:
     def __init__(self, brokers: dict[str, InProcessBroker], registry: BrokerRegistry, queries: Queries, router_addr: str) -> None:
         self.brokers = brokers
         self.registry = registry
-        self.queries = queries
+        self.queries = Blocking(queries)  # the router's coroutines, run on the servers' loop
         self.channels = {name: grpc.insecure_channel(b.commitlog_addr) for name, b in brokers.items()}
         self.router_channel = grpc.insecure_channel(router_addr)
         self.router = router_pb2_grpc.QueryRouterServiceStub(self.router_channel)
