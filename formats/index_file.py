@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from quarry.formats.java_hash import index_key_hash
 
 HEADER_SIZE = 40
@@ -178,11 +180,6 @@ class IndexFile:
         return done
 
     # -- select ---------------------------------------------------------------------------
-    def slot_head(self, key_hash: int) -> int:
-        """The newest entry number in `key_hash`'s slot (0: nothing indexed there): one 4-byte
-        read, so a caller asking many files skips those without the key cheaply."""
-        return _I32.unpack_from(self._mm, HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE)[0]  # type: ignore[no-any-return]
-
     def select_phy_offsets(self, key: str | int, max_num: int, begin: int, end: int, into: list[int] | None = None, below: int | None = None) -> list[int]:
         """Offsets indexed under `key` with time in [begin, end], newest first, up to max_num
         (counting what `into` already holds). Equal-hash keys are all returned.
@@ -231,6 +228,18 @@ class IndexFile:
         """True when [begin, end] meets the file's time range (RocketMQ's test)."""
         fb, fe = self.header.begin_timestamp, self.header.end_timestamp
         return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+
+    def key_hashes(self, first: int, stop: int) -> "np.ndarray":
+        """The keyHash of entries first..stop-1 (entry numbers, from 1), read in one pass: what
+        an in-memory summary of the file is built from."""
+        first, stop = max(1, first), min(stop, self.index_num)
+        if stop <= first:
+            return np.zeros(0, dtype=np.int64)
+        column = np.ndarray((stop - first,), dtype=">i4", buffer=self._mm, offset=self.entries_pos + first * ENTRY_SIZE, strides=(ENTRY_SIZE,))
+        try:
+            return column.astype(np.int64)  # a copy: the mapping must not stay exported (close() refuses then)
+        finally:
+            del column
 
     # -- life cycle -----------------------------------------------------------------------
     def flush(self) -> None:

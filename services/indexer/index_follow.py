@@ -26,7 +26,7 @@ def refresh(index: IndexStore) -> bool:
     names = {p.name for p in directory.iterdir() if INDEX_FILE_NAME.match(p.name)} if directory.is_dir() else set()
     for f in list(index.files):
         if f.path.name not in names:
-            index.files.remove(f)
+            index.detach(f)
             f.close()
             changed = True
             log_event(log, "index file deleted by the broker", file=f.path.name)
@@ -40,11 +40,12 @@ def refresh(index: IndexStore) -> bool:
             f = IndexFile(path, config.hash_slot_num, config.index_num, read_only=True, create=False)
         except (IndexFileError, OSError):
             break
-        index.files.append(f)
+        index.attach(f)
         changed = True
         log_event(log, "index file picked up", file=name)
     for f in index.files:
         f.reload_header()
+        index.sync(f)  # the broker's new entries become visible to queries here, and only here
         if f.entries:
             index.last_update_phy_offset = max(index.last_update_phy_offset, f.header.end_phy_offset)
             index.last_update_timestamp = max(index.last_update_timestamp, f.header.end_timestamp)

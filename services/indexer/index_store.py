@@ -19,6 +19,7 @@ from quarry.formats.index_file import IndexFile, IndexFileError, file_size
 from quarry.formats.java_hash import index_key_hash
 from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names, is_indexed, key_name
 from quarry.services.log import log_event
+from quarry.services.indexer.key_filter import StackedKeyFilter
 from quarry.services.indexer.metrics import INDEX_ENTRIES
 
 log = logging.getLogger("quarry.index")
@@ -66,6 +67,12 @@ class IndexStore:
     last_update_timestamp: int = 0
     last_update_phy_offset: int = -1
     rebuild_from: int | None = None  # set when corrupt files were set aside: tail from here
+    # Which files may hold a key: a query walks only those (see key_filter). Every file in
+    # `files` is in it, synced to the entries its header counts.
+    key_filter: StackedKeyFilter[IndexFile] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.key_filter = StackedKeyFilter(self.config.index_num)
 
     @property
     def read_only(self) -> bool:
@@ -99,7 +106,7 @@ class IndexStore:
                     store._set_aside(path, "; ".join(problems))
                     corrupt_seen = not config.read_only
                     continue
-                store.files.append(f)
+                store.attach(f)
             if corrupt_seen:
                 # Re-index from the last record the remaining files cover (a record start).
                 store.rebuild_from = store.files[-1].header.end_phy_offset if store.files and store.files[-1].entries else 0
@@ -130,9 +137,10 @@ class IndexStore:
             now += 1
             name = index_file_name(now)
         f = IndexFile(self.directory / name, self.config.hash_slot_num, self.config.index_num, end_phy, end_ts)
-        self.files.append(f)
+        self.attach(f)
         if self.config.max_files and len(self.files) > self.config.max_files:
-            oldest = self.files.pop(0)
+            oldest = self.files[0]
+            self.detach(oldest)
             oldest.close()
             os.unlink(oldest.path)
             problem = f"index disk cap of {self.config.max_files} files reached: dropped {oldest.path.name} (offsets {oldest.header.begin_phy_offset}..{oldest.header.end_phy_offset} no longer indexed)"
@@ -156,6 +164,7 @@ class IndexStore:
             if not f.put_key(name, d.physical_offset, d.store_timestamp):
                 f = self._writable()
                 f.put_key(name, d.physical_offset, d.store_timestamp)
+            self.sync(f)
         self.last_update_phy_offset = d.physical_offset
         self.last_update_timestamp = d.store_timestamp
 
@@ -182,7 +191,9 @@ class IndexStore:
         hashed = [(h, off, ts) for h, (_, off, ts) in zip(index_key_hashes([n for n, _, _ in items]), items)]
         INDEX_ENTRIES.inc(len(hashed))
         while hashed:
-            done = self._writable().put_keys(hashed)
+            f = self._writable()
+            done = f.put_keys(hashed)
+            self.sync(f)
             hashed = hashed[done:]
         self.last_update_phy_offset = last
 
@@ -197,19 +208,20 @@ class IndexStore:
         max_num = min(max_num, self.config.max_msgs_num_batch)
         begin, end = IndexFile.entry_time_window(begin, end)
         out: list[int] = []
-        # Hashed once for every file (the Java hash in Python was most of the per-file cost);
-        # a file whose slot for it is empty is passed over with one 4-byte read.
+        # Hashed once; one probe of the stacked filter names the files that may hold the key
+        # (newest first), so the cost does not grow with the files kept. Only those are walked.
         key_hash = index_key_hash(key_name(topic, key))
-        for f in reversed(self.files):
+        for f in self.key_filter.candidates(key_hash):
             if len(out) >= max_num:
                 break
             h = f.header
             if below is not None and h.begin_phy_offset >= below and f.entries:
                 continue
-            if f.slot_head(key_hash) > 0 and f.is_time_matched(begin, end):
+            # The header's time range is in memory: a file outside the window is not touched.
+            if f.is_time_matched(begin, end):
                 f.select_phy_offsets(key_hash, max_num, begin, end, into=out, below=below)
             if h.begin_timestamp < begin:
-                break
+                break  # older files hold older entries only
         next_below = min(out) if len(out) >= max_num and out else 0
         return list(dict.fromkeys(out)), next_below
 
@@ -231,6 +243,25 @@ class IndexStore:
         more = len(merged) > cap or any(nb for _, nb in pages)
         return page, (min(page) if more and page else 0)
 
+    # -- the file list and the key filter ---------------------------------------------------
+    def attach(self, f: IndexFile) -> None:
+        """Append `f` (newer than every file held) and summarise its entries."""
+        self.files.append(f)
+        self.key_filter.add(f)
+        self.sync(f)
+
+    def detach(self, f: IndexFile) -> None:
+        """Stop holding `f` (the caller closes or deletes it)."""
+        self.files.remove(f)
+        self.key_filter.remove(f)
+
+    def sync(self, f: IndexFile) -> None:
+        """Bring the filter up to the entries `f`'s header counts (after puts, or after another
+        process's puts were read with reload_header)."""
+        have, now = self.key_filter.covered(f), f.entries
+        if now > have:
+            self.key_filter.add_hashes(f, f.key_hashes(have + 1, now + 1), now)
+
     def file_infos(self) -> list[FileInfo]:
         return [
             FileInfo(f.path.name, f.header.begin_timestamp, f.header.end_timestamp, f.header.begin_phy_offset,
@@ -242,7 +273,8 @@ class IndexStore:
         """Drop files whose newest entry lies below the commitlog's minimum offset (expired)."""
         dropped = 0
         while len(self.files) > 1 and self.files[0].header.end_phy_offset < min_phy_offset:
-            f = self.files.pop(0)
+            f = self.files[0]
+            self.detach(f)
             f.close()
             os.unlink(f.path)
             dropped += 1
@@ -258,4 +290,5 @@ class IndexStore:
             if not self.read_only:
                 f.flush()
             f.close()
+            self.key_filter.remove(f)
         self.files = []
