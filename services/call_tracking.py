@@ -10,6 +10,7 @@ waited for: a Health.Watch stream lasts as long as its client wants.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any, Callable
@@ -21,8 +22,12 @@ from quarry.services.metrics import ServiceMetrics
 # Long-lived streams a client keeps open while it lives: cancelled at stop, not waited for.
 _NOT_WAITED = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/Telemetry")
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+# Bounds the per-method caches below: the methods a server registers, plus room for the
+# handlers an ACL interceptor makes per refused call (past the bound they are not cached).
+_CACHE_LIMIT = 1024
 
 
+@functools.lru_cache(maxsize=_CACHE_LIMIT)
 def _split(method: str) -> tuple[str, str]:
     """'/pkg.Service/Method' → ('pkg.Service', 'Method')."""
     service, _, name = method.lstrip("/").rpartition("/")
@@ -47,6 +52,9 @@ class CallTracker:
         self._waited = 0
         self._idle = threading.Event()
         self._idle.set()
+        # The labelled children of the per-RPC metrics, resolved once per (method, code):
+        # prometheus' labels() takes a lock and builds a key on every call.
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def begin(self, method: str) -> tuple[str, str, bool, float]:
         waited = not method.startswith(_NOT_WAITED)
@@ -61,8 +69,14 @@ class CallTracker:
     def end(self, token: tuple[str, str, bool, float], code: str) -> None:
         service, name, waited, t0 = token
         self.metrics.rpc_in_flight.dec()
-        self.metrics.rpc_requests.labels(service, name, code).inc()
-        self.metrics.rpc_seconds.labels(service, name, code).observe(time.perf_counter() - t0)
+        key = (service, name, code)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.metrics.rpc_requests.labels(service, name, code), self.metrics.rpc_seconds.labels(service, name, code))
+            if len(self._children) < _CACHE_LIMIT:
+                self._children[key] = children
+        children[0].inc()
+        children[1].observe(time.perf_counter() - t0)
         if waited:
             with self._lock:
                 self._waited -= 1
@@ -145,16 +159,32 @@ class TrackingInterceptor(grpc.ServerInterceptor):
 
 
 class AioTrackingInterceptor(grpc.aio.ServerInterceptor):
-    """CallTracker for the asyncio server (coroutine and async-generator handlers)."""
+    """CallTracker for the asyncio server (coroutine and async-generator handlers).
+
+    A registered method's handler is the same object on every call, so its tracked wrapper is
+    built once and reused (building it per call cost more than the tracking itself)."""
 
     def __init__(self, tracker: CallTracker) -> None:
         self.tracker = tracker
+        self._wrapped: dict[tuple[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler] = {}
 
     async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         if handler is None:
             return handler
-        tracker, method = self.tracker, details.method
+        key = (details.method, handler)
+        try:
+            wrapped = self._wrapped.get(key)
+        except TypeError:  # a handler holding something unhashable: wrap it for this call only
+            return self._wrap(details.method, handler)
+        if wrapped is None:
+            wrapped = self._wrap(details.method, handler)
+            if len(self._wrapped) < _CACHE_LIMIT:
+                self._wrapped[key] = wrapped
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        tracker = self.tracker
 
         def start(context: grpc.aio.ServicerContext) -> _Call:
             call = _Call(tracker, method)

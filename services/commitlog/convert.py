@@ -1,6 +1,7 @@
 """Between the commitlog's protobuf messages and the store's types (no RPC logic here)."""
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 
@@ -29,9 +30,13 @@ def resolve_store_host(advertise: str) -> tuple[str, int]:
     return host, port
 
 
+# A connection sends many calls: its peer string is parsed once, not once per call.
+_parse_peer = functools.lru_cache(maxsize=4096)(parse_peer)
+
+
 def peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
     """The caller's (ip, port): the born host of a message sent without one."""
-    return parse_peer(context.peer() or "")
+    return _parse_peer(context.peer() or "")
 
 
 def to_new_message(m: common_pb2.MessageInput, peer: tuple[str, int]) -> NewMessage:

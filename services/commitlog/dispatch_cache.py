@@ -4,6 +4,11 @@ A Tail reader that keeps up asks for what was just written; serving it from here
 re-reading and re-decoding the log (about half the commitlog's CPU under a streaming
 indexer). A reader further behind than the cache falls back to reading the log. Memory: about 400
 bytes a record (32,768 records by default: ~13 MB, at most 1.25 times that).
+
+Entries are kept as plain tuples, not DispatchInfo: the garbage collector stops tracking a
+plain tuple of strings and numbers, but never a NamedTuple, and tens of thousands of tracked
+long-lived entries made full collections run every few dozen batches (about a tenth of the
+send path's CPU). A reader gets DispatchInfo back.
 """
 from __future__ import annotations
 
@@ -13,11 +18,14 @@ import threading
 from quarry.formats.dispatch import DispatchInfo
 
 
+_as_info = tuple.__new__  # DispatchInfo from a plain tuple of its fields, without re-checking them
+
+
 class DispatchCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._offsets: list[int] = []
-        self._infos: list[DispatchInfo] = []
+        self._infos: list[tuple] = []  # type: ignore[type-arg]  # DispatchInfo fields
         self._lock = threading.Lock()
 
     def add(self, infos: list[DispatchInfo]) -> None:
@@ -26,7 +34,7 @@ class DispatchCache:
             return  # off: Tail always reads the log
         with self._lock:
             self._offsets.extend(d.physical_offset for d in infos)
-            self._infos.extend(infos)
+            self._infos.extend(map(tuple, infos))
             if len(self._infos) > self.capacity + self.capacity // 4:  # trim in quarters: amortised O(1) per record
                 cut = len(self._infos) - self.capacity
                 del self._offsets[:cut]
@@ -42,7 +50,7 @@ class DispatchCache:
             j = bisect.bisect_left(self._offsets, until, i, min(len(self._offsets), i + max_records))
             if j == i:
                 return None
-            out = self._infos[i:j]
+            out = [_as_info(DispatchInfo, t) for t in self._infos[i:j]]
         last = out[-1]
         return out, last.physical_offset + last.size
 
