@@ -2,7 +2,8 @@
 IndexFiles per broker (1, 10, 100, 256) and the number of brokers holding the topic (1, 3, 6),
 measured through the router at concurrency 1 beside the echo ceiling of the same sizes; the
 store-level cost of the same queries; memory of each service per million indexed keys and per
-thousand topics. The curves are drawn into bench/growth_*.png by the same run.
+thousand topics. The curves are drawn into bench/growth_*.png by the same run. File counts are
+asked in turn, one query of each per round (one broker per count), so noise falls on all alike.
 
 `.venv/bin/python -m bench growth [--keys-per-file N] [--queries N]`
 """
@@ -41,28 +42,35 @@ class _Doc:
 
 
 def _store_level(root: Path, keys_per_file: int, queries: int) -> list[Result]:
-    """query_page cost in one process, files built with RocketMQ's proportions (4 entries per slot)."""
+    """query_page cost in one process, files built with RocketMQ's proportions (4 entries per
+    slot): one store per file count, queried in turn (round-robin), so a busy moment of this
+    shared machine lands on every file count alike instead of on whichever ran then."""
     out: list[Result] = []
     config = IndexStoreConfig(hash_slot_num=max(1, keys_per_file // 4), index_num=keys_per_file + 1)
-    store = IndexStore.open(root / "store-level", config)
-    n = 0
+    stores, newest = {}, {}
     for files in FILE_COUNTS:
-        target = files * keys_per_file
+        store = IndexStore.open(root / f"store-level-{files}", config)
+        n, target = 0, files * keys_per_file
         while n < target:
             batch = [_Doc(1000 * (i + 1), "T", f"k-{i}", 1_700_000_000_000 + i) for i in range(n, min(target, n + 4096))]
             store.index_records(batch)
             n += len(batch)
-        newest = [f"k-{i}" for i in range(n - keys_per_file, n)]
-        rng = random.Random(files)
-        for label, pick in (("key in newest file", lambda: rng.choice(newest)), ("absent key", lambda: f"absent-{rng.randrange(1 << 30)}")):
-            lat = []
-            for _ in range(queries):
-                k = pick()
+        stores[files], newest[files] = store, [f"k-{i}" for i in range(n - keys_per_file, n)]
+    rng = random.Random(1)
+    lat: dict[tuple[int, str], list[float]] = {}
+    for _ in range(queries):
+        for files, store in stores.items():
+            for label, k in (("key in newest file", rng.choice(newest[files])), ("absent key", f"absent-{rng.randrange(1 << 30)}")):
                 t = time.perf_counter()
                 store.query_page("T", k, 64, 0, 2**62)
-                lat.append((time.perf_counter() - t) * 1e6)
-            out.append(Result(f"store query_page p50, {label}", statistics.median(lat), "us", {"index_files": len(store.files), "keys_per_file": keys_per_file}))
-    store.close()
+                lat.setdefault((files, label), []).append((time.perf_counter() - t) * 1e6)
+    for (files, label), values in lat.items():
+        out.append(Result(f"store query_page p50, {label}", statistics.median(values), "us", {"index_files": len(stores[files].files), "keys_per_file": keys_per_file}))
+    big = stores[FILE_COUNTS[-1]]
+    out.append(Result("indexer key filter per million indexed keys", big.key_filter.memory_bytes() / 2**20 / (FILE_COUNTS[-1] * keys_per_file / 1e6), "MiB",
+                      {"index_files": FILE_COUNTS[-1], "keys_per_file": keys_per_file}))
+    for store in stores.values():
+        store.close()
     return out
 
 
@@ -106,6 +114,24 @@ def _query_stats(router: str, topic: str, keys: list[str], queries: int) -> tupl
     return asyncio.run(go())
 
 
+def _interleaved(router: str, cases: dict[tuple[int, str], tuple[str, list[str]]], queries: int) -> dict[tuple[int, str], Stats]:
+    """Key queries through the router at concurrency 1, the cases asked in turn (one query of
+    each per round), so noise on this shared machine falls on every case alike."""
+    async def go() -> dict[tuple[int, str], Stats]:
+        async with grpc.aio.insecure_channel(router) as ch:
+            stub = router_pb2_grpc.QueryRouterServiceStub(ch)
+            lat: dict[tuple[int, str], list[float]] = {c: [] for c in cases}
+            for i in range(queries + 20):
+                for case, (topic, keys) in cases.items():
+                    t = time.perf_counter()
+                    await stub.QueryMsgByKey(router_pb2.QueryMsgByKeyRequest(topic=topic, key=keys[i % len(keys)]), timeout=10)
+                    if i >= 20:  # warm-up rounds are not counted
+                        lat[case].append((time.perf_counter() - t) * 1000)
+            return {c: Stats(len(v) / (sum(v) / 1000), statistics.median(v), pct(v, 0.99), len(v), 1) for c, v in lat.items()}
+
+    return asyncio.run(go())
+
+
 def _absent(n: int) -> list[str]:
     return [f"absent-{i}" for i in range(n)]
 
@@ -123,23 +149,34 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
         b1 = cluster.brokers["broker-1"]
         ix_pid = b1.indexer.proc.pid  # type: ignore[union-attr]
         cl_pid = b1.commitlog.proc.pid  # type: ignore[union-attr]
-        before = {"indexer": _rss_kib(ix_pid), "commitlog": _rss_kib(cl_pid)}
-        # Files per broker, one broker holding the topic.
-        sent = 0
-        for files in FILE_COUNTS:
-            target = files * keys_per_file
-            newest = _send(b1.commitlog.address, "GrowthFiles", sent, target - sent)[-keys_per_file:]
-            sent = target
-            cluster.wait_indexed(timeout_s=600)
-            for label, keys in (("key in newest file", newest), ("absent key", _absent(1000))):
-                s, req, resp = _query_stats(cluster.router.address, "GrowthFiles", keys, queries)
-                c = echo.measure(req, resp, 1, queries)
-                params = {"index_files": files, "brokers": 1, "keys_per_file": keys_per_file, "concurrency": 1}
-                out += [Result(f"key query p50 vs IndexFiles, {label}", s.p50_ms, "ms", params),
-                        Result(f"key query p99 vs IndexFiles, {label}", s.p99_ms, "ms", params),
-                        Result(f"key query / ceiling vs IndexFiles, {label}", s.rate / c.rate, "x", params)]
-                curves.setdefault(f"files: {label}", []).append((files, s.p50_ms, c.p50_ms))
-        after = {"indexer": _rss_kib(ix_pid), "commitlog": _rss_kib(cl_pid)}
+        b4 = cluster.brokers[f"broker-{len(FILE_COUNTS)}"]
+        before = {"indexer": _rss_kib(b4.indexer.proc.pid), "commitlog": _rss_kib(b4.commitlog.proc.pid)}  # type: ignore[union-attr]
+        # Files per broker: broker-i keeps FILE_COUNTS[i] files of its own topic, so every file
+        # count is asked in the same rounds (see _interleaved).
+        cases: dict[tuple[int, str], tuple[str, list[str]]] = {}
+        for i, files in enumerate(FILE_COUNTS):
+            b = cluster.brokers[f"broker-{i + 1}"]
+            topic = f"GrowthFiles{files}"
+            newest = _send(b.commitlog.address, topic, 0, files * keys_per_file)[-keys_per_file:]
+            cases[(files, "key in newest file")] = (topic, newest)
+            cases[(files, "absent key")] = (topic, _absent(1000))
+        cluster.wait_indexed(timeout_s=900)
+        big = cluster.brokers[f"broker-{len(FILE_COUNTS)}"]
+        after = {"indexer": _rss_kib(big.indexer.proc.pid), "commitlog": _rss_kib(big.commitlog.proc.pid)}  # type: ignore[union-attr]
+        sent = FILE_COUNTS[-1] * keys_per_file
+        stats = _interleaved(cluster.router.address, cases, queries)
+        for (files, label), s in stats.items():
+            topic, keys = cases[(files, label)]
+            probe = router_pb2.QueryMsgByKeyRequest(topic=topic, key=keys[0])
+            with grpc.insecure_channel(cluster.router.address) as ch:
+                resp = router_pb2_grpc.QueryRouterServiceStub(ch).QueryMsgByKey(probe, timeout=10)
+            c = echo.measure(probe.ByteSize(), resp.ByteSize(), 1, min(queries, 500))
+            params = {"index_files": files, "brokers": 1, "keys_per_file": keys_per_file, "concurrency": 1}
+            out += [Result(f"key query p50 vs IndexFiles, {label}", s.p50_ms, "ms", params),
+                    Result(f"key query p99 vs IndexFiles, {label}", s.p99_ms, "ms", params),
+                    Result(f"key query / ceiling vs IndexFiles, {label}", s.rate / c.rate, "x", params)]
+            curves.setdefault(f"files: {label}", []).append((files, s.p50_ms, c.p50_ms))
+        # Memory: broker-4's services before any message and after its 256 files' keys.
         for svc in ("indexer", "commitlog"):
             for k in ("RssAnon", "RssFile"):
                 out.append(Result(f"{svc} {k} per million indexed keys", (after[svc][k] - before[svc][k]) / 1024 / (sent / 1e6), "MiB",
@@ -219,10 +256,10 @@ def _charts(store: list[Result], curves: dict[str, list[tuple[int, float, float]
 def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m bench growth")
     p.add_argument("--keys-per-file", type=int, default=2000, help="entries per IndexFile (small files, so 256 of them fill quickly)")
-    p.add_argument("--queries", type=int, default=500)
+    p.add_argument("--queries", type=int, default=1000, help="queries per case (rounds of the interleaved runs)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp, EchoCeiling() as echo:
-        store = _store_level(Path(tmp), args.keys_per_file, args.queries * 4)
+        store = _store_level(Path(tmp), args.keys_per_file, args.queries * 2)
         routed, curves = _through_router(Path(tmp), args.keys_per_file, args.queries, echo)
     out = store + routed
     for label in ("key in newest file", "absent key"):
