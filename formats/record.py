@@ -110,6 +110,16 @@ def encode_record(
     The IPv6 sysflag bits are set from the hosts' address families, as the CommitLog does.
     `properties` may be given already UTF-8 encoded.
     """
+    return encode_fields(topic, body, properties, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+                         born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset, crc)[0]
+
+
+def encode_fields(topic: str, body: bytes, properties: str | bytes, queue_id: int, flag: int, queue_offset: int, physical_offset: int,
+                  sys_flag: int, born_timestamp: int, born_host: Host, store_timestamp: int, store_host: Host,
+                  reconsume_times: int = 0, prepared_transaction_offset: int = 0, crc: int | None = None) -> tuple[bytes, int]:
+    """encode_record with positional arguments, also returning the SYSFLAG as stored (IPv6 bits
+    included): the send path encodes every message it takes, and passing fifteen keywords cost
+    a fifth of the encoding."""
     born = _host_bytes(born_host)
     store = _host_bytes(store_host)
     sys_flag = (sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) | (SYSFLAG_BORNHOST_V6 if len(born) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if len(store) == 20 else 0)
@@ -118,17 +128,18 @@ def encode_record(
     if len(props_b) > 32767:
         raise ValueError(f"properties: at most 32767 bytes, got {len(props_b)}")
     size = FIXED_SIZE - 1 + len(body) + len(topic_field) + len(props_b) + (len(born) - 8) + (len(store) - 8)
-    crc = body_crc(body) if crc is None else crc
+    if crc is None:
+        crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0  # body_crc, inline: once per message sent
     if len(born) == 8 and len(store) == 8:
         # The common case in one pack: every fixed field up to BODYLEN.
         head = _FIXED_V4.pack(size, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
                               born, store_timestamp, store, reconsume_times, prepared_transaction_offset, len(body))
-        return b"".join((head, body, topic_field, _I16.pack(len(props_b)), props_b))
+        return b"".join((head, body, topic_field, _I16.pack(len(props_b)), props_b)), sys_flag
     return b"".join((
         _HEAD.pack(size, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp),
         born, _I64.pack(store_timestamp), store, _TAIL.pack(reconsume_times, prepared_transaction_offset),
         _I32.pack(len(body)), body, topic_field, _I16.pack(len(props_b)), props_b,
-    ))
+    )), sys_flag
 
 
 @functools.lru_cache(maxsize=4096)
@@ -143,11 +154,6 @@ def _topic_field(topic: str) -> bytes:
 def store_timestamp_pos(sys_flag: int) -> int:
     """Where STORETIMESTAMP sits (it follows the born host, whose size depends on its family)."""
     return BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
-
-
-def stored_sys_flag(record: bytes | bytearray | memoryview, at: int = 0) -> int:
-    """SYSFLAG as encoded, IPv6 host bits included (encode_record sets them from the hosts)."""
-    return int(_I32.unpack_from(record, at + SYSFLAG_POS)[0])
 
 
 def patch_record(buf: bytearray | memoryview, at: int, queue_id: int, queue_offset: int, physical_offset: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import socket
+from typing import Any, Callable
 
 import grpc
 
@@ -30,6 +31,8 @@ def resolve_store_host(advertise: str) -> tuple[str, int]:
     return host, port
 
 
+_SEND_OK = common_pb2.SEND_STATUS_SEND_OK
+_FLUSH_TIMEOUT = common_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT
 # A connection sends many calls: its peer string is parsed once, not once per call.
 _parse_peer = functools.lru_cache(maxsize=4096)(parse_peer)
 
@@ -71,16 +74,11 @@ def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
     )
 
 
-def result_fields(r: AppendResult, broker: str) -> dict[str, object]:
-    return dict(
-        status=common_pb2.SEND_STATUS_SEND_OK if r.flushed else common_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT,
-        unique_key=r.unique_key, offset_msg_id=r.offset_msg_id, queue_id=r.queue_id,
-        queue_offset=r.queue_offset, physical_offset=r.physical_offset, topic=r.topic, broker_name=broker,
-    )
-
-
-def send_result(r: AppendResult, broker: str) -> common_pb2.SendResult:
-    return common_pb2.SendResult(**result_fields(r, broker))  # type: ignore[arg-type]
+def send_result(r: AppendResult, broker: str, make: Callable[..., Any] = common_pb2.SendResult) -> Any:
+    """The wire's SendResult of one append, built by `make` (the message class, or a repeated
+    field's `add`, which fills a response in place: a batch answers thousands of these)."""
+    return make(status=_SEND_OK if r.flushed else _FLUSH_TIMEOUT, unique_key=r.unique_key, offset_msg_id=r.offset_msg_id,
+                queue_id=r.queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset, topic=r.topic, broker_name=broker)
 
 
 def to_group_status(s: GroupStatus, online: bool) -> common_pb2.GroupConsumeStatus:

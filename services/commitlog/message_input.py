@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from quarry.formats.properties import DELAY, PropertyError, message_properties
-from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, encode_record, store_timestamp_pos, stored_sys_flag, takes_queue_offset
+from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, encode_fields, store_timestamp_pos, takes_queue_offset
 from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import InvalidArgument
@@ -98,15 +98,12 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
         raise InvalidArgument(field, rule) from None
     sys_flag = msg.sys_flag & SYSFLAG_TRANSACTION_MASK
     try:
-        record = encode_record(
-            topic=msg.topic, body=body, properties=properties, queue_id=max(0, msg.queue_id), flag=msg.flag,
-            queue_offset=0, physical_offset=0, sys_flag=sys_flag, born_timestamp=msg.born_timestamp or now_ms,
-            born_host=msg.born_host, store_timestamp=0, store_host=store_host,
-            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset,
-        )
+        # Offsets and store time are patched in under the append lock (positional: once per message).
+        record, stored_flag = encode_fields(msg.topic, body, properties, max(0, msg.queue_id), msg.flag, 0, 0, sys_flag,
+                                            msg.born_timestamp or now_ms, msg.born_host, 0, store_host,
+                                            msg.reconsume_times, msg.prepared_transaction_offset)
     except ValueError as exc:
         raise InvalidArgument(f"{field_prefix}born_host", str(exc)) from None
-    stored_flag = stored_sys_flag(record)
     # Only a delayed message's DELAY matters to dispatch; the last non-empty one is what a reader sees.
     delay = next((v for n, v in reversed(msg.properties) if n == DELAY and v), None) if msg.topic == SCHEDULE_TOPIC else None
     return Prepared(msg.topic, msg.queue_id, record, msg.unique_key,

@@ -16,7 +16,7 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog import consume_status
-from quarry.services.commitlog.convert import peer_host, result_fields, send_result, to_group_status, to_new_message, to_stored
+from quarry.services.commitlog.convert import peer_host, send_result, to_group_status, to_new_message, to_stored
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.sending import SendPath
@@ -57,9 +57,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         msgs = [to_new_message(m, peer) for m in request.messages]
         results = await self.sending.append_flushed(msgs, "SendBatch")
         response = commitlog_pb2.SendBatchResponse()
-        add = response.results.add  # filling in place: no SendResult copied per message
+        add, broker = response.results.add, self.broker_name  # filling in place: no SendResult copied per message
         for r in results:
-            add(**result_fields(r, self.broker_name))
+            send_result(r, broker, add)
         return response
 
     async def SendStream(self, request_iterator: AsyncIterator[commitlog_pb2.SendStreamRequest], context: grpc.aio.ServicerContext) -> commitlog_pb2.SendStreamResponse:
