@@ -4,8 +4,9 @@ echo; ...) so load on the shared machine falls on all alike. Besides rate and p5
 process's CPU time per message (utime + stime from /proc), which other load disturbs far less
 than a rate does.
 
-`.venv/bin/python -m bench commitlog_ab --trees base=/work/wt-base main=. [--cycles N] [--batches N] [--single N]`
-(a tree is a checkout with `make setup` done, e.g. `git worktree add --detach /work/wt-base 81ec4de`).
+`.venv/bin/python -m bench commitlog_ab --trees base=git:81ec4de main=. [--cycles N] [--batches N] [--single N]`
+(a tree is a checkout with `make setup` done, or `git:<revision>`: that revision is checked out
+once into `bench/.trees/<revision>` (git-ignored) and set up there).
 """
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ from scripts.launcher import free_port
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree(spec: str) -> Path:
+    """A tree's source directory: a path, or `git:<rev>` checked out (once) under bench/.trees."""
+    if not spec.startswith("git:"):
+        return Path(spec).resolve()
+    rev = spec[len("git:"):]
+    repo = Path(__file__).resolve().parent.parent
+    dest = repo / "bench" / ".trees" / rev
+    if not dest.exists():
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(dest), rev], check=True)
+    if not (dest / ".venv" / "bin" / "python").exists():
+        subprocess.run(["make", "setup"], cwd=dest, check=True)
+    return dest
 
 
 def _start(tree: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -72,13 +87,13 @@ async def _singles(address: str, concurrency: int, calls: int) -> Stats:
 
 def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m bench commitlog_ab")
-    p.add_argument("--trees", nargs="+", required=True, help="name=path of each source tree (with its .venv)")
+    p.add_argument("--trees", nargs="+", required=True, help="name=path of each source tree (with its .venv), or name=git:<revision>")
     p.add_argument("--cycles", type=int, default=6)
     p.add_argument("--batches", type=int, default=60, help="batches of --batch-size per round, 2 in flight")
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--single", type=int, default=1000, help="single sends per round at concurrency 1 (twice that at 16)")
     args = p.parse_args(argv)
-    trees = {name: Path(path).resolve() for name, path in (t.split("=", 1) for t in args.trees)}
+    trees = {name: _tree(path) for name, path in (t.split("=", 1) for t in args.trees)}
     batch = commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(args.batch_size)])
     single = commitlog_pb2.SendMessageRequest(message=_msg(0))
     loads = {"batched send": (args.batches, args.batch_size), "single send c1": (args.single, 1), "single send c16": (args.single * 2, 1)}

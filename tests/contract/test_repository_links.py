@@ -13,7 +13,7 @@ from tests.vectors import REPO_ROOT
 TEXT_SUFFIXES = {".md", ".py", ".proto", ".yaml", ".yml", ".toml", ".txt", ".sh", ".cfg", ".ini"}
 TEXT_NAMES = {"Makefile", "Dockerfile", ".dockerignore", ".gitignore"}
 # Paths that lead out of a clone: the folder beside it, or this machine's absolute work paths.
-OUTSIDE = re.compile(r"\.\./shared|/work/(?:shared|main)\b")
+OUTSIDE = re.compile(r"\.\./shared|/work/[A-Za-z]")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
