@@ -2,7 +2,11 @@
 kinds and the mixed load at concurrency 1 and 16, each beside the echo ceiling
 (bench/ceiling.py) of the same request and response sizes at the same concurrency, same run.
 
-`.venv/bin/python -m bench router [--messages N] [--queries N]`
+`.venv/bin/python -m bench router [--messages N] [--queries N] [--read-bodies-from indexer|commitlog]`
+
+`--read-bodies-from` is the router's setting of that name: key and unique-key queries get the
+records from the indexers (which read them from their commitlogs), or the indexers answer
+offsets and the router reads the records from each commitlog itself.
 """
 from __future__ import annotations
 
@@ -107,19 +111,20 @@ def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m bench router")
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--queries", type=int, default=2000, help="queries per kind for latency")
+    p.add_argument("--read-bodies-from", choices=("indexer", "commitlog"), default="indexer")
     args = p.parse_args(argv)
     out: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
         cluster = LocalCluster(root=Path(tmp), indexer_args=["--index-num", str(max(1000, args.messages))])
         try:
-            cluster.start_router()
+            cluster.start_router("--read-bodies-from", args.read_bodies_from)
             for name, host in HOSTS.items():
                 cluster.add_broker(name, host)
             t0 = time.perf_counter()
             samples = _load(cluster, args.messages, 500)
             cluster.wait_indexed(timeout_s=1800)
             load_s = time.perf_counter() - t0
-            params = {"messages": args.messages, "brokers": 3}
+            params = {"messages": args.messages, "brokers": 3, "bodies_from": args.read_bodies_from}
             out.append(Result("load: sent and indexed", args.messages / load_s, "msg/s", params))
             assert cluster.router is not None
             out += _queries(cluster.router.address, samples, args, params)

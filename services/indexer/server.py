@@ -83,6 +83,9 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         )
         if not offsets:
             return response
+        if request.offsets_only:  # the caller reads the records (and checks their store times)
+            response.physical_offsets.extend(offsets)
+            return response
         remaining = context.time_remaining()
         try:
             got = await self._commitlog.GetMessages(

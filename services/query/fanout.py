@@ -45,6 +45,15 @@ class Outcome(Generic[T]):
         return not self.error_code
 
 
+class BrokerError(Exception):
+    """A broker's failure told by the router's own call code (not a status the broker sent):
+    reported in the broker's outcome with this code and message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
 async def call_with_retry(call: BrokerCall[T], deadline: float, per_call_s: float, on_attempt: Callable[[], None] = lambda: None) -> T:
     """Await call(timeout), once more after a connection lost mid-call, while time is left.
 
@@ -117,6 +126,8 @@ class FanOut:
         except grpc.RpcError as exc:
             out.error_code = exc.code().name  # type: ignore[attr-defined]
             out.error_message = exc.details() or ""  # type: ignore[attr-defined]
+        except BrokerError as exc:
+            out.error_code, out.error_message = exc.code, exc.message
         except TimeoutError as exc:
             out.error_code, out.error_message = "DEADLINE_EXCEEDED", str(exc)
         except Exception as exc:  # a broker's bad answer must not fail the whole query

@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import grpc
 
 from quarry.formats.addresses import format_host_port
 from quarry.formats import offset_msg_id
@@ -18,7 +20,7 @@ from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
 from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unavailable
 from quarry.services.status import error_from_status
 from quarry.services.query.broker_clients import BrokerClients
-from quarry.services.query.fanout import BrokerCall, FanOut, Outcome
+from quarry.services.query.fanout import BrokerCall, BrokerError, FanOut, Outcome
 from quarry.services.query.merge import (
     BadTokenError, decode_token, encode_token, key_matches, of_topic, merge_key_answers, order_copies, query_digest, unique_key_matches,
 )
@@ -90,12 +92,17 @@ def missing_outcome(broker: Broker, now_ms: int) -> Outcome:
     )
 
 
+BODIES_FROM_INDEXER = "indexer"  # an indexer answers key queries with the records, read from its commitlog
+BODIES_FROM_COMMITLOG = "commitlog"  # an indexer answers offsets; the router reads the records itself
+
+
 @dataclass
 class QuerySettings:
     query_timeout_ms: int = 3000
     broker_call_timeout_ms: int = 1000
     clock_skew_ms: int = 3_600_000
     fallback_window_ms: int = 7 * 24 * 3_600_000
+    bodies_from: str = BODIES_FROM_INDEXER
 
 
 def _now_ms() -> int:
@@ -366,20 +373,28 @@ class Queries:
                 raise LookupError(f"broker {broker.name} has no indexer registered")
             return _none
         stub = self.clients.indexer(broker.indexer_addr)
+        direct = self.settings.bodies_from == BODIES_FROM_COMMITLOG
+        commitlog = self.clients.commitlog(broker.commitlog_addr) if direct else None
+        begin, end = first.begin_timestamp, first.end_timestamp or self.clock_ms()
 
         async def run(timeout_s: float) -> Scan:
             request = indexer_pb2.QueryMessageRequest()
             request.CopyFrom(first)
+            request.offsets_only = direct
             scan = Scan()
             while True:
                 response = await stub.QueryMessage(request, timeout=timeout_s)
-                for msg in response.messages:
+                if direct:
+                    messages, damaged = await self._read_records(broker, commitlog, response.physical_offsets, begin, end, timeout_s)
+                else:
+                    messages, damaged = response.messages, response.damaged_offsets
+                for msg in messages:
                     msg.broker_name = broker.name
                     if matches(msg):
                         scan.matched.append(msg)
                     else:
                         scan.skipped += 1
-                scan.damaged.extend(response.damaged_offsets)
+                scan.damaged.extend(damaged)
                 scan.more_below = response.next_before_phy_offset
                 # Collisions do not count toward the page: read on while the index has more.
                 if not scan.more_below or len(scan.matched) >= want:
@@ -387,6 +402,21 @@ class Queries:
                 request.before_phy_offset = scan.more_below
 
         return run
+
+    @staticmethod
+    async def _read_records(broker: Broker, stub: Any, offsets: Sequence[int], begin: int, end: int,
+                            timeout_s: float) -> tuple[list[common_pb2.StoredMessage], Sequence[int]]:
+        """The records at the offsets an indexer answered, read from the broker's commitlog, and
+        the offsets found damaged. Records stored outside [begin, end] (the index holds whole
+        seconds) are dropped here, as the indexer drops them when it reads: not collisions."""
+        if not offsets:
+            return [], ()
+        try:
+            got = await stub.GetMessages(commitlog_pb2.GetMessagesRequest(physical_offsets=offsets), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            # Never an empty success when the messages cannot be read (the indexer's own words).
+            raise BrokerError("UNAVAILABLE", f"commitlog of {broker.name} did not answer: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
+        return [m for m in got.messages if begin <= m.store_timestamp <= end], got.damaged
 
 
 def _check_queue_position(topic: str, queue_id: int, queue_offset: int) -> None:

@@ -256,6 +256,7 @@ async def _serve(args: argparse.Namespace) -> int:
             broker_call_timeout_ms=args.broker_call_timeout_ms,
             clock_skew_ms=args.clock_skew_ms,
             fallback_window_ms=args.fallback_window_ms,
+            bodies_from=args.read_bodies_from,
         ),
     )
     servicer = QueryRouterServicer(registry, queries)

@@ -57,11 +57,12 @@ class Env(ClusterStubs):
 
 
 @pytest.fixture
-def env(cluster_factory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
+def env(request: pytest.FixtureRequest, cluster_factory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
     # Tiny hash tables and files: keys share slots and the index spans several files.
     cluster = cluster_factory(commitlog_args=["--segment-size", str(1 << 20)], indexer_args=["--hash-slots", "7", "--index-num", "120", "--flush-interval-ms", "50"])
     cluster.heartbeat_ms = 100  # a silent broker goes missing after 300 ms
-    cluster.start_router("--query-timeout-ms", "3000", "--broker-call-timeout-ms", "2000")
+    # BODIES: who reads the records of a key query (the router's --read-bodies-from).
+    cluster.start_router("--query-timeout-ms", "3000", "--broker-call-timeout-ms", "2000", "--read-bodies-from", getattr(request, "param", "indexer"))
     for name, host in HOSTS.items():
         cluster.add_broker(name, host)
     e = Env(cluster)
@@ -69,6 +70,10 @@ def env(cluster_factory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
     e.close()
 
 
+BODIES = pytest.mark.parametrize("env", ["indexer", "commitlog"], indirect=True)
+
+
+@BODIES
 def test_time_window_is_exact_to_the_millisecond(env: Env) -> None:
     # Records whose store times differ by less than a second (retry until they differ at all).
     sent: list[common_pb2.StoredMessage] = []
@@ -96,6 +101,7 @@ def test_time_window_is_exact_to_the_millisecond(env: Env) -> None:
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+@BODIES
 def test_pages_are_full_under_hash_collisions_and_max_num_above_64(env: Env) -> None:
     # "AaAa" and "BBBB" have equal Java hashes, so every entry of one is a collision of the other.
     env.send_batch("broker-a", ["AaAa", "BBBB"] * 100)
@@ -165,6 +171,7 @@ def test_every_unique_key_of_a_2023_store_is_found_through_the_router(tmp_path: 
     assert found == len(records)
 
 
+@BODIES
 def test_a_dead_commitlog_costs_one_attempt_and_its_error_is_passed_through(env: Env) -> None:
     for b in HOSTS:
         env.send(b, b"d", keys=["dead"])

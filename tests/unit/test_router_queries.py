@@ -14,7 +14,7 @@ import pytest
 from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import router_pb2, router_pb2_grpc
 from quarry.services.errors import InvalidArgument, NotFound
-from quarry.services.query.queries import Queries
+from quarry.services.query.queries import BODIES_FROM_COMMITLOG, BODIES_FROM_INDEXER, Queries, QuerySettings
 from quarry.services.query.registry import BrokerRegistry
 from tests.servicers import Blocking, InProcessBroker, in_process_router, send
 
@@ -48,8 +48,9 @@ class Env:
             ch.close()
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+@pytest.fixture(scope="module", params=[BODIES_FROM_INDEXER, BODIES_FROM_COMMITLOG])
+def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """Every test runs twice: records read by the indexers, and read by the router itself."""
     root = Path(tmp_path_factory.mktemp("in-process"))
     # Tiny hash tables so distinct keys share slots, as they do in a full-size index.
     brokers = {name: InProcessBroker(name, root, host, hash_slots=7, index_num=400).start() for name, host in HOSTS.items()}
@@ -57,7 +58,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     for b in brokers.values():
         registry.register(b.registration())
     try:
-        with in_process_router(registry) as (address, queries):
+        settings = QuerySettings(query_timeout_ms=2000, broker_call_timeout_ms=1000, bodies_from=request.param)
+        with in_process_router(registry, settings) as (address, queries):
             e = Env(brokers, registry, queries, address)
             yield e
             e.close()
