@@ -116,50 +116,8 @@ class _Call:
         self.tracker.end(self.token, self.code)
 
 
-class TrackingInterceptor(grpc.ServerInterceptor):
-    """CallTracker for the thread-pool server; wraps every handler shape."""
-
-    def __init__(self, tracker: CallTracker) -> None:
-        self.tracker = tracker
-
-    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        handler = continuation(details)
-        if handler is None:
-            return handler
-        tracker, method = self.tracker, details.method
-
-        def start(context: grpc.ServicerContext) -> _Call:
-            call = _Call(tracker, method)
-            if not context.add_callback(call.end):  # already terminated
-                call.end()
-            return call
-
-        def unary(inner: Callable) -> Callable:
-            def run(request: Any, context: grpc.ServicerContext) -> Any:
-                call, failed = start(context), True
-                try:
-                    result = inner(request, context)
-                    failed = False
-                    return result
-                finally:
-                    call.finish(context, failed)
-            return run
-
-        def streaming(inner: Callable) -> Callable:
-            def run(request: Any, context: grpc.ServicerContext) -> Any:
-                call, failed = start(context), True
-                try:
-                    yield from inner(request, context)
-                    failed = False
-                finally:
-                    call.finish(context, failed)
-            return run
-
-        return _rewrap(handler, unary, streaming)
-
-
 class AioTrackingInterceptor(grpc.aio.ServerInterceptor):
-    """CallTracker for the asyncio server (coroutine and async-generator handlers).
+    """CallTracker for the services' asyncio servers (coroutine and async-generator handlers).
 
     A registered method's handler is the same object on every call, so its tracked wrapper is
     built once and reused (building it per call cost more than the tracking itself)."""

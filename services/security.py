@@ -129,7 +129,7 @@ UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 
 
 class _AclRules:
-    """Authentication and permission checks, shared by the thread-pool and asyncio servers.
+    """Authentication and permission checks (the interceptor below applies them).
 
     Three steps: `authenticate` (headers only: key, timestamp), then once the request is
     read `verify` (the signature over the request's digest, accepted once), and for a
@@ -214,79 +214,10 @@ class _Digests:
         return self.inner(raw) if self.inner is not None else raw
 
 
-class AclInterceptor(grpc.ServerInterceptor):
-    """Authenticates every call, binds its signature to the request, and checks its permission
-    on the request's topics."""
-
-    def __init__(self, accounts: dict[str, Account], clock_ms: Callable[[], int] | None = None) -> None:
-        self.rules = _AclRules(accounts, clock_ms)
-
-    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        rules = self.rules
-        caller = rules.authenticate(details)
-        if caller is None:
-            return continuation(details)
-        if caller.denied is not None:
-            code, why = caller.denied
-
-            def abort(request: Any, context: grpc.ServicerContext) -> Any:
-                context.abort(code, why)
-
-            return grpc.unary_unary_rpc_method_handler(abort)
-        handler = continuation(details)
-        if handler is None:
-            return handler
-        digests = _Digests(handler.request_deserializer)
-        ser = handler.response_serializer
-
-        def check(request: Any, context: grpc.ServicerContext) -> None:
-            if (why := rules.verify(caller, digests.last)) is not None:
-                context.abort(UNAUTHENTICATED, why)
-            if (why := rules.refusal(caller, request)) is not None:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                check(request, context)
-                return inner(request, context)
-
-            return grpc.unary_unary_rpc_method_handler(checked, digests, ser)
-        if handler.unary_stream is not None:
-            inner_us = handler.unary_stream
-
-            def checked_stream(request: Any, context: grpc.ServicerContext) -> Any:
-                check(request, context)
-                yield from inner_us(request, context)
-
-            return grpc.unary_stream_rpc_method_handler(checked_stream, digests, ser)
-        if handler.stream_unary is not None:
-            inner_su = handler.stream_unary
-
-            def checked_client_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
-                if (why := rules.verify(caller, STREAMED)) is not None:
-                    context.abort(UNAUTHENTICATED, why)
-
-                def guarded() -> Any:
-                    for index, req in enumerate(request_iterator):
-                        if (why := rules.verify_item(caller, index, req)) is not None:
-                            context.abort(UNAUTHENTICATED, why)
-                        if (why := rules.refusal(caller, req)) is not None:
-                            context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-                        yield req
-                return inner_su(guarded(), context)
-
-            return grpc.stream_unary_rpc_method_handler(checked_client_stream, handler.request_deserializer, ser)
-
-        def uncovered(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, "call shape not covered by access control")
-
-        return grpc.unary_unary_rpc_method_handler(uncovered)
-
-
 class AioAclInterceptor(grpc.aio.ServerInterceptor):
-    """AclInterceptor for asyncio servers, whose handlers are coroutines and async generators.
+    """Authenticates every call, binds its signature to the request, and checks its permission
+    on the request's topics. For the services' asyncio servers: handlers are coroutines and
+    async generators.
 
     A caller that failed authentication is refused before its requests are read, with a
     handler of the method's own shape (or a unary one for an unknown method, so it learns
@@ -378,11 +309,6 @@ def _aio_refusing_handler(handler: grpc.RpcMethodHandler | None, code: grpc.Stat
     if handler is not None and handler.request_streaming:
         return grpc.stream_unary_rpc_method_handler(refuse, des, ser)
     return grpc.unary_unary_rpc_method_handler(refuse, des, ser)
-
-
-def acl_interceptors() -> list[grpc.ServerInterceptor]:
-    accounts = configured_accounts()
-    return [AclInterceptor(accounts)] if accounts is not None else []
 
 
 def aio_acl_interceptors() -> list[grpc.aio.ServerInterceptor]:

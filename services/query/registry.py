@@ -39,6 +39,17 @@ class UnknownBrokerError(LookupError):
     """No live broker by that name."""
 
 
+@dataclass
+class _View:
+    """The table as queries read it, rebuilt only when it can have changed: a registration,
+    an unregistration, or the clock passing the next expiry or forget time (`valid_until`)."""
+
+    brokers: list[Broker]  # live and missing, sorted by name
+    valid_until: int
+    by_store_host: dict[tuple[object, int], Broker] = field(default_factory=dict)
+    holding: dict[str, list[Broker]] = field(default_factory=dict)
+
+
 class BrokerRegistry:
     """Thread-safe broker table with heartbeat expiry."""
 
@@ -48,6 +59,7 @@ class BrokerRegistry:
         self._clock = clock_ms or (lambda: int(time.time() * 1000))
         self._lock = threading.Lock()
         self._brokers: dict[str, Broker] = {}
+        self._view: _View | None = None
 
     def register(self, broker: Broker) -> None:
         """Add or refresh a broker; a re-registration replaces addresses and topics.
@@ -62,24 +74,48 @@ class BrokerRegistry:
             broker.last_heartbeat_ms = self._clock()
             broker.missing = False
             self._brokers[broker.name] = broker
+            self._view = None
 
     def unregister(self, name: str) -> None:
         with self._lock:
             if self._brokers.pop(name, None) is None:
                 raise UnknownBrokerError(f"unknown broker {name!r}")
+            self._view = None
+
+    def _current(self) -> _View:
+        """The view for now (under the lock): `missing` set on brokers past expiry, forgotten
+        ones dropped. Every query reads the registry, so it is not rebuilt per query."""
+        now = self._clock()
+        view = self._view
+        if view is not None and now < view.valid_until:
+            return view
+        valid_until = 2**63 - 1
+        for name, b in list(self._brokers.items()):
+            if b.static:
+                continue
+            silent = now - b.last_heartbeat_ms
+            b.missing = silent > self.expiry_ms
+            if self.forget_after_ms and silent > self.expiry_ms + self.forget_after_ms:
+                del self._brokers[name]
+                continue
+            # The next instant this broker's state changes: it goes missing, or is forgotten.
+            if not b.missing:
+                valid_until = min(valid_until, b.last_heartbeat_ms + self.expiry_ms + 1)
+            elif self.forget_after_ms:
+                valid_until = min(valid_until, b.last_heartbeat_ms + self.expiry_ms + self.forget_after_ms + 1)
+        view = _View(sorted(self._brokers.values(), key=lambda b: b.name), valid_until)
+        for broker in view.brokers:
+            for store_host in (broker.store_host, *broker.other_store_hosts):
+                host, _, port = store_host.rpartition(":")
+                if port.isdigit():
+                    view.by_store_host.setdefault((_ip(host.strip("[]")) or host.strip("[]"), int(port)), broker)
+        self._view = view
+        return view
 
     def known(self) -> list[Broker]:
         """Live and missing brokers sorted by name (`missing` set on those past expiry)."""
-        now = self._clock()
         with self._lock:
-            for name, b in list(self._brokers.items()):
-                if b.static:
-                    continue
-                silent = now - b.last_heartbeat_ms
-                b.missing = silent > self.expiry_ms
-                if self.forget_after_ms and silent > self.expiry_ms + self.forget_after_ms:
-                    del self._brokers[name]
-            return sorted(self._brokers.values(), key=lambda b: b.name)
+            return list(self._current().brokers)
 
     def live(self) -> list[Broker]:
         """Brokers that heartbeat (or are static), sorted by name."""
@@ -95,17 +131,19 @@ class BrokerRegistry:
     def holding(self, topic: str) -> list[Broker]:
         """Live and missing brokers holding `topic`; a static broker that never announced
         topics is asked for all. Callers report missing ones as not answering."""
-        return [b for b in self.known() if topic in b.topics or (b.static and not b.topics)]
+        with self._lock:
+            view = self._current()
+            found = view.holding.get(topic)
+            if found is None:
+                found = [b for b in view.brokers if topic in b.topics or (b.static and not b.topics)]
+                if found:  # only topics some broker holds: any name a client sends must not grow it
+                    view.holding[topic] = found
+            return list(found)
 
     def by_store_host(self, ip: str, port: int) -> Broker | None:
         """The live or missing broker whose advertised store host is ip:port (addresses compared as IPs)."""
-        want = _ip(ip)
-        for broker in self.known():
-            for store_host in (broker.store_host, *broker.other_store_hosts):
-                host, _, bport = store_host.rpartition(":")
-                if bport == str(port) and (_ip(host.strip("[]")) or host.strip("[]")) == (want or ip):
-                    return broker
-        return None
+        with self._lock:
+            return self._current().by_store_host.get((_ip(ip) or ip, port))
 
     def topics(self) -> list[str]:
         return sorted({t for b in self.known() for t in b.topics})

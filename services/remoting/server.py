@@ -157,25 +157,3 @@ class RemotingServer:
         except Exception as exc:  # noqa: BLE001 - answer, log, keep serving
             log.exception("remoting handler failed: code=%s", cmd.code)
             return cmd.response(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-
-
-class ThreadedRemotingServer:
-    """A RemotingServer on its own event loop thread, for a service that is not asyncio (the router)."""
-
-    def __init__(self, server: RemotingServer) -> None:
-        import threading
-
-        self.server = server
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=f"{server.name}-remoting", daemon=True)
-
-    def start(self, bind: str) -> int:
-        self._thread.start()
-        return asyncio.run_coroutine_threadsafe(self.server.start(bind), self.loop).result(timeout=30)
-
-    def stop(self) -> None:
-        try:
-            asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(timeout=10)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=10)

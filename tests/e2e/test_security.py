@@ -192,7 +192,7 @@ def test_access_control_on_the_commitlog_covers_unary_and_streaming_calls(tmp_pa
 
 
 def test_a_signature_opens_only_its_own_request_and_only_once(acl_router: tuple[str, Path]) -> None:
-    """Router (thread-pool server): a replayed call and a call with an altered body are refused
+    """Router: a replayed call and a call with an altered body are refused
     UNAUTHENTICATED, and the log names the reason without secrets or signatures."""
     address, log_path = acl_router
     by_key = "/quarry.v1.QueryRouterService/QueryMsgByKey"

@@ -7,7 +7,7 @@ import threading
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from quarry.services.serving import start_aio_server, start_server
+from quarry.services.serving import start_aio_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -38,15 +38,6 @@ def _wait_serving(address: str, check: FirstCallUnhealthy) -> None:
             return
         pause.wait(0.05)
     raise AssertionError(f"still NOT_SERVING after {check.calls} health evaluations")
-
-
-def test_thread_pool_server_publishes_a_state_that_healed_before_its_monitor_started() -> None:
-    check = FirstCallUnhealthy()
-    running = start_server("health-test", "127.0.0.1:0", [], health_check=check)
-    try:
-        _wait_serving(running.address, check)
-    finally:
-        running.server.stop(None)
 
 
 def test_asyncio_server_publishes_a_state_that_healed_before_its_monitor_started() -> None:
