@@ -14,6 +14,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -229,17 +230,25 @@ class IndexFile:
         fb, fe = self.header.begin_timestamp, self.header.end_timestamp
         return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
 
-    def key_hashes(self, first: int, stop: int) -> "np.ndarray":
-        """The keyHash of entries first..stop-1 (entry numbers, from 1), read in one pass: what
-        an in-memory summary of the file is built from."""
+    def key_hash_chunks(self, first: int, stop: int, chunk: int = 1 << 16) -> "Iterator[np.ndarray]":
+        """The keyHash of entries first..stop-1 (entry numbers, from 1), `chunk` at a time, read
+        through a descriptor of its own: what an in-memory summary of the file is built from,
+        outside the caller's lock (the mapping may be closed meanwhile; a deleted file's
+        descriptor still reads, and the caller drops what it built). IndexFileError when the
+        file holds fewer entries than asked."""
         first, stop = max(1, first), min(stop, self.index_num)
         if stop <= first:
-            return np.zeros(0, dtype=np.int64)
-        column = np.ndarray((stop - first,), dtype=">i4", buffer=self._mm, offset=self.entries_pos + first * ENTRY_SIZE, strides=(ENTRY_SIZE,))
-        try:
-            return column.astype(np.int64)  # a copy: the mapping must not stay exported (close() refuses then)
-        finally:
-            del column
+            return
+        with open(self.path, "rb", buffering=0) as fh:
+            buf = bytearray(chunk * ENTRY_SIZE)
+            for start in range(first, stop, chunk):
+                n = min(chunk, stop - start)
+                got = os.preadv(fh.fileno(), [memoryview(buf)[: n * ENTRY_SIZE]], self.entries_pos + start * ENTRY_SIZE)
+                if got < n * ENTRY_SIZE:
+                    # A summary missing entries would hide them from queries: refuse instead.
+                    raise IndexFileError(f"{self.path}: entries {start}..{start + n - 1} cut short ({got} of {n * ENTRY_SIZE} bytes)")
+                # keyHash is the first 4 bytes (big-endian) of each 20-byte entry.
+                yield np.ndarray((n,), dtype=">i4", buffer=buf, strides=(ENTRY_SIZE,)).astype(np.int64)
 
     # -- life cycle -----------------------------------------------------------------------
     def flush(self) -> None:

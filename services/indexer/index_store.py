@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,12 +68,20 @@ class IndexStore:
     last_update_timestamp: int = 0
     last_update_phy_offset: int = -1
     rebuild_from: int | None = None  # set when corrupt files were set aside: tail from here
-    # Which files may hold a key: a query walks only those (see key_filter). Every file in
-    # `files` is in it, synced to the entries its header counts.
+    # Which sealed files may hold a key (see key_filter). A query walks the candidates it
+    # names and every file in `unfiltered`: the file being written and sealed files whose
+    # column is not built yet (on open, all of them), so answers never wait for the filter.
     key_filter: StackedKeyFilter[IndexFile] = field(init=False, repr=False)
+    unfiltered: list[IndexFile] = field(init=False, repr=False)  # oldest first
+    filtered: dict[IndexFile, tuple[int, int]] = field(init=False, repr=False)  # file -> (column, entries covered)
+    filter_refused: set[IndexFile] = field(init=False, repr=False)  # unreadable for a filter: always walked
+    # Set when a sealed file lacks a filter: wakes the builder (filter_builder.py).
+    filters_wanted: threading.Event = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key_filter = StackedKeyFilter(self.config.index_num)
+        self.unfiltered, self.filtered, self.filter_refused, self._seq, self._next_seq = [], {}, set(), {}, 0
+        self.filters_wanted = threading.Event()
 
     @property
     def read_only(self) -> bool:
@@ -164,6 +173,7 @@ class IndexStore:
             if not f.put_key(name, d.physical_offset, d.store_timestamp):
                 f = self._writable()
                 f.put_key(name, d.physical_offset, d.store_timestamp)
+        if names:
             self.sync(f)
         self.last_update_phy_offset = d.physical_offset
         self.last_update_timestamp = d.store_timestamp
@@ -193,8 +203,9 @@ class IndexStore:
         while hashed:
             f = self._writable()
             done = f.put_keys(hashed)
-            self.sync(f)
             hashed = hashed[done:]
+        if items:
+            self.sync(self.files[-1])
         self.last_update_phy_offset = last
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
@@ -208,10 +219,18 @@ class IndexStore:
         max_num = min(max_num, self.config.max_msgs_num_batch)
         begin, end = IndexFile.entry_time_window(begin, end)
         out: list[int] = []
-        # Hashed once; one probe of the stacked filter names the files that may hold the key
-        # (newest first), so the cost does not grow with the files kept. Only those are walked.
+        # Hashed once; one probe of the stacked filter names the sealed files that may hold
+        # the key, so the cost does not grow with the files kept. Only those are walked, with
+        # the files the filter does not cover (usually just the newest), newest first.
         key_hash = index_key_hash(key_name(topic, key))
-        for f in self.key_filter.candidates(key_hash):
+        found, rest = self.key_filter.candidates(key_hash), self.unfiltered
+        if not found:
+            walk: Sequence[IndexFile] = rest[::-1]
+        elif len(rest) == 1 and self._seq[rest[0]] > self._seq[found[0]]:
+            walk = rest + found
+        else:
+            walk = sorted(found + rest, key=self._seq.__getitem__, reverse=True)
+        for f in walk:
             if len(out) >= max_num:
                 break
             h = f.header
@@ -245,22 +264,50 @@ class IndexStore:
 
     # -- the file list and the key filter ---------------------------------------------------
     def attach(self, f: IndexFile) -> None:
-        """Append `f` (newer than every file held) and summarise its entries."""
+        """Append `f` (newer than every file held); queries walk it until its filter is built."""
         self.files.append(f)
-        self.key_filter.add(f)
-        self.sync(f)
+        self._seq[f] = self._next_seq
+        self._next_seq += 1
+        self.unfiltered.append(f)
+        if len(self.files) > 1 or f.is_write_full():
+            self.filters_wanted.set()  # the file before it is sealed now
 
     def detach(self, f: IndexFile) -> None:
         """Stop holding `f` (the caller closes or deletes it)."""
         self.files.remove(f)
-        self.key_filter.remove(f)
+        del self._seq[f]
+        self.filter_refused.discard(f)
+        col = self.filtered.pop(f, (None, 0))[0]
+        if col is None:
+            self.unfiltered.remove(f)
+        else:
+            self.key_filter.release(col)
+
+    def seq(self, f: IndexFile) -> int:
+        """`f`'s place in attach order (higher: newer)."""
+        return self._seq[f]
+
+    def sealed(self, f: IndexFile) -> bool:
+        """No more entries will be written to `f`: full, or a newer file exists."""
+        return f.is_write_full() or f is not self.files[-1]
 
     def sync(self, f: IndexFile) -> None:
-        """Bring the filter up to the entries `f`'s header counts (after puts, or after another
-        process's puts were read with reload_header)."""
-        have, now = self.key_filter.covered(f), f.entries
-        if now > have:
-            self.key_filter.add_hashes(f, f.key_hashes(have + 1, now + 1), now)
+        """After puts, or after another process's puts were read with reload_header: a file
+        whose entries moved past its filter is walked again until it is rebuilt."""
+        if f in self.filtered:
+            col, covered = self.filtered[f]
+            if f.entries != covered:
+                del self.filtered[f]
+                self.key_filter.release(col)
+                self.unfiltered.append(f)
+                self.unfiltered.sort(key=self._seq.__getitem__)
+                self.filters_wanted.set()
+        elif f.is_write_full():
+            self.filters_wanted.set()
+
+    def filter_pending(self) -> list[IndexFile]:
+        """Sealed files without a filter, newest first (the builder's queue)."""
+        return [f for f in reversed(self.unfiltered) if self.sealed(f) and f not in self.filter_refused]
 
     def file_infos(self) -> list[FileInfo]:
         return [
@@ -286,9 +333,8 @@ class IndexStore:
             f.flush()
 
     def close(self) -> None:
-        for f in self.files:
+        for f in list(self.files):
             if not self.read_only:
                 f.flush()
             f.close()
-            self.key_filter.remove(f)
-        self.files = []
+            self.detach(f)

@@ -25,6 +25,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb
 from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoint, open_checkpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services.indexer import metrics
+from quarry.services.indexer.filter_builder import FilterBuilder
 from quarry.services.indexer.index_follow import IndexFollower
 from quarry.services.indexer.tailer import Tailer, TailState
 from quarry.services.log import configure_logging, log_event
@@ -108,6 +109,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             files = self.index.file_infos()
             problems = list(self.index.problems)
             last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
+            filter_pending, filter_bytes = len(self.index.filter_pending()), self.index.key_filter.memory_bytes()
         state = self.tailer.state if self.tailer else None
         checkpoint_offset = state.next_offset if state else self.checkpoint.offset
         max_offset = state.commitlog_max_offset if state else 0
@@ -136,6 +138,8 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             read_only=self.index.read_only,
             lag_ms=int(max(0, time.time() * 1000 - last_ts)) if state and max_offset > checkpoint_offset and last_ts else 0,
             max_files=self.index.config.max_files,
+            key_filter_pending_files=filter_pending,
+            key_filter_bytes=filter_bytes,
         )
 
     async def close(self) -> None:
@@ -173,6 +177,11 @@ async def _serve(args: argparse.Namespace) -> int:
     if checkpoint.problem:
         index.problems.append(checkpoint.problem)
     lock = threading.Lock()
+    # Filters of the files found on open are built in the background: queries walk a file
+    # until its filter is published, so the indexer serves at once.
+    builder = FilterBuilder(index, lock).start()
+    metrics.KEY_FILTER_BYTES.set_function(index.key_filter.memory_bytes)
+    metrics.KEY_FILTER_PENDING.set_function(lambda: len(index.filter_pending()))
     tailer = None
     if not args.read_only:
         start = checkpoint.offset
@@ -198,6 +207,7 @@ async def _serve(args: argparse.Namespace) -> int:
             follower.stop()
         if tailer is not None:
             tailer.stop()  # flushes index, then checkpoint
+        builder.stop()
         index.close()
 
     await aio_wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0)
