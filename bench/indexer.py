@@ -1,14 +1,21 @@
 """IndexFile put rate and select latency against SQLite doing the same work, side by side,
 plus index lag while the commitlog takes batched sends.
 
-`.venv/bin/python -m bench indexer [--keys N] [--selects N] [--lag-messages N]`
+Also the rate of IndexStore.index_records (what the tailer calls: two names per message, the
+key filter's work included: built inline before, by build_pending now), against the same
+driver run in other checkouts (--baseline-tree, e.g. a `git worktree add --detach` of the
+commit before the filter, each with its own `make setup`), rounds interleaved.
+
+`.venv/bin/python -m bench indexer [--keys N] [--selects N] [--lag-messages N] [--baseline-tree DIR ...]`
 """
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sqlite3
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -50,6 +57,56 @@ def _index_file(root: Path, n: int, selects: list[int], base: int) -> list[Resul
         Result("IndexFile select p50", statistics.median(lat), "us", params),
         Result("IndexFile select p99", _pct(lat, 0.99), "us", params),
     ]
+
+
+# Runs in a checkout of any version (only APIs every version has): index `messages` records
+# (KEYS + UNIQ_KEY each) into a fresh store and build what the version builds for queries.
+_STORE_DRIVER = """
+import json, sys, tempfile, time
+from pathlib import Path
+from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
+messages, index_num, slots = map(int, sys.argv[1:4])
+class D:
+    __slots__ = ("physical_offset", "topic", "keys", "unique_key", "store_timestamp", "sys_flag")
+    def __init__(s, i):
+        s.physical_offset, s.topic, s.keys, s.unique_key, s.store_timestamp, s.sys_flag = 1000 * (i + 1), "TopicTest", f"order-{i}", f"{i:032X}", 1_700_000_000_000 + i, 0
+batches = [[D(i) for i in range(s, min(messages, s + 500))] for s in range(0, messages, 500)]
+try:
+    from quarry.services.indexer.filter_builder import build_pending
+except ImportError:
+    build_pending = None
+with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
+    store = IndexStore.open(Path(tmp) / "index", IndexStoreConfig(hash_slot_num=slots, index_num=index_num))
+    t0 = time.perf_counter()
+    for b in batches:
+        store.index_records(b)
+    put_s = time.perf_counter() - t0
+    if build_pending is not None:
+        build_pending(store)
+    total_s = time.perf_counter() - t0
+    store.close()
+print(json.dumps({"keys": 2 * messages, "put_s": put_s, "total_s": total_s}))
+"""
+
+
+def _tree_python(tree: Path) -> str:
+    return str(tree / ".venv" / "bin" / "python")
+
+
+def _store_rates(trees: dict[str, Path], messages: int, index_num: int, rounds: int) -> list[Result]:
+    """IndexStore.index_records keys/s in each checkout, one run of each per round."""
+    got: dict[str, list[float]] = {label: [] for label in trees}
+    for _ in range(rounds):
+        for label, tree in trees.items():
+            cp = subprocess.run([_tree_python(tree), "-c", _STORE_DRIVER, str(messages), str(index_num), str(max(1, index_num // 4))],
+                                cwd=tree, capture_output=True, text=True, check=True)
+            r = json.loads(cp.stdout.strip().splitlines()[-1])
+            got[label].append(r["keys"] / r["total_s"])
+    params = {"messages": messages, "keys_per_message": 2, "index_num": index_num, "rounds": rounds}
+    out = [Result(f"IndexStore put rate, {label}", statistics.median(v), "keys/s", params) for label, v in got.items()]
+    this = statistics.median(got["this tree"])
+    out += [Result(f"IndexStore put rate this tree / {label}", this / statistics.median(v), "x", params) for label, v in got.items() if label != "this tree"]
+    return out
 
 
 def _sqlite(root: Path, n: int, selects: list[int], base: int) -> list[Result]:
@@ -155,11 +212,24 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--lag-messages", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=500)
     p.add_argument("--lag-rate", type=float, default=50_000, help="paced send rate of the lag test (msg/s); a second run goes flat out")
+    p.add_argument("--baseline-tree", action="append", default=[], help="another checkout (with its .venv) whose IndexStore put rate is measured in the same rounds")
+    p.add_argument("--store-messages", type=int, default=300_000)
+    p.add_argument("--store-rounds", type=int, default=5)
+    p.add_argument("--only-store", action="store_true", help="only the IndexStore put rates (A/B against --baseline-tree)")
     args = p.parse_args(argv)
+    trees = {"this tree": Path(__file__).resolve().parent.parent}
+    for t in args.baseline_tree:
+        rev = subprocess.run(["git", "-C", t, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        trees[rev] = Path(t).resolve()
+    # RocketMQ's 20 M entries per file (the filter's matrix at full size), then small files
+    # (100 k entries) so that files fill and their filters are built within the run.
+    store_rates = [r for n in (20_000_000, 100_001) for r in _store_rates(trees, args.store_messages, n, args.store_rounds)]
+    if args.only_store:
+        return store_rates
     rng = random.Random(7)
     selects = [rng.randrange(args.keys) for _ in range(args.selects)]
     base = 1_700_000_000_000
-    out: list[Result] = []
+    out: list[Result] = list(store_rates)
     with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
         root = Path(tmp)
         out += _index_file(root, args.keys, selects, base)

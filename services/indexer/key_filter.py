@@ -37,6 +37,7 @@ K = 4
 BLOCK_SHIFT = 18
 BLOCK_ROWS = 1 << BLOCK_SHIFT  # a multiple of 8: a block starts on a byte of a column's bits
 _BLOCK_MASK = BLOCK_ROWS - 1
+_FLAG_ROWS = 1 << 25  # a build sets its rows in a byte per row up to this many rows
 _M32 = 0xFFFFFFFF
 # Row i of a key hash h is the fastrange of bits 64(i+1)..64(i+1)+31 of h * _MULT: each is
 # the top of a multiply-shift hash (a universal family) with its own multiplier, and one
@@ -123,18 +124,27 @@ class StackedKeyFilter(Generic[T]):
         if col in self._dirty:
             self._each_column_slice(col, lambda old, _bits: old & 0)
             self._dirty.discard(col)
-        # The column's bits first, packed (rows / 8 bytes: one file's share of the matrix),
-        # then spread into the matrix block by block with sequential writes.
-        colbits = np.zeros((self.rows + 7) // 8, dtype=np.uint8)
-        for hashes in hash_chunks:
-            if not len(hashes):
-                continue
-            rows = np.concatenate(rows_of(hashes, self.rows))
-            low = (rows & 7).astype(np.uint8)
-            # One pass per bit of a byte: within a pass every write to a byte sets the same
-            # bit, so repeated bytes in the fancy index lose nothing (ufunc.at is ~20x slower).
-            for bit in range(8):
-                colbits[rows[low == bit] >> 3] |= np.uint8(1 << bit)
+        # The column's bits first (one file's share of the matrix), then spread into the
+        # matrix block by block with sequential writes.
+        if self.rows <= _FLAG_ROWS:
+            # One byte per row (at most 32 MiB): a plain fancy store, ~9x faster than below.
+            flags = np.zeros(self.rows, dtype=np.bool_)
+            for hashes in hash_chunks:
+                for rows in rows_of(hashes, self.rows):
+                    flags[rows] = True
+            colbits = np.packbits(flags, bitorder="little")
+            del flags
+        else:
+            colbits = np.zeros((self.rows + 7) // 8, dtype=np.uint8)
+            for hashes in hash_chunks:
+                if not len(hashes):
+                    continue
+                rows = np.concatenate(rows_of(hashes, self.rows))
+                low = (rows & 7).astype(np.uint8)
+                # One pass per bit of a byte: within a pass every write to a byte sets the same
+                # bit, so repeated bytes in the fancy index lose nothing (ufunc.at is ~20x slower).
+                for bit in range(8):
+                    colbits[rows[low == bit] >> 3] |= np.uint8(1 << bit)
         self._each_column_slice(col, lambda old, bits: old | bits, colbits)
 
     def _each_column_slice(self, col: int, combine, colbits: np.ndarray | None = None) -> None:  # type: ignore[no-untyped-def]
