@@ -23,7 +23,9 @@ import grpc
 from bench.ceiling import EchoCeiling, Stats, drive, pct
 from bench.runner import BENCH_DIR, Result
 from quarry.channels import open_channel
+from quarry.services.indexer.filter_builder import build_pending
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
+from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 from scripts.launcher import LocalCluster
 
@@ -55,6 +57,8 @@ def _store_level(root: Path, keys_per_file: int, queries: int) -> list[Result]:
             batch = [_Doc(1000 * (i + 1), "T", f"k-{i}", 1_700_000_000_000 + i) for i in range(n, min(target, n + 4096))]
             store.index_records(batch)
             n += len(batch)
+        build_pending(store)  # what the indexer's builder thread does after files seal
+        assert not store.unfiltered, "every file is full, so every file is sealed and filtered"
         stores[files], newest[files] = store, [f"k-{i}" for i in range(n - keys_per_file, n)]
     rng = random.Random(1)
     lat: dict[tuple[int, str], list[float]] = {}
@@ -161,6 +165,13 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
             cases[(files, "key in newest file")] = (topic, newest)
             cases[(files, "absent key")] = (topic, _absent(1000))
         cluster.wait_indexed(timeout_s=900)
+        for b in cluster.brokers.values():  # the key filters are built in the background: wait for them
+            with open_channel(b.indexer.address) as ich:
+                ist, deadline = indexer_pb2_grpc.IndexerServiceStub(ich), time.monotonic() + 300
+                while ist.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=10).key_filter_pending_files:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{b.name}: key filters not built within 300 s")
+                    threading.Event().wait(0.1)
         big = cluster.brokers[f"broker-{len(FILE_COUNTS)}"]
         after = {"indexer": _rss_kib(big.indexer.proc.pid), "commitlog": _rss_kib(big.commitlog.proc.pid)}  # type: ignore[union-attr]
         sent = FILE_COUNTS[-1] * keys_per_file
