@@ -5,8 +5,7 @@ process's CPU time per message (utime + stime from /proc), which other load dist
 than a rate does.
 
 `.venv/bin/python -m bench commitlog_ab --trees base=git:81ec4de main=. [--cycles N] [--batches N] [--single N]`
-(a tree is a checkout with `make setup` done, or `git:<revision>`: that revision is checked out
-once into `bench/.trees/<revision>` (git-ignored) and set up there).
+(a tree is a checkout with `make setup` done, or `git:<revision>`: see bench.runner.source_tree).
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import grpc
 
 from bench.ceiling import EchoCeiling, Stats, drive
 from bench.commitlog import _OPTIONS, _msg
-from bench.runner import Result
+from bench.runner import Result, source_tree, tree_python
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import free_port
 
@@ -33,26 +32,12 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _tree(spec: str) -> Path:
-    """A tree's source directory: a path, or `git:<rev>` checked out (once) under bench/.trees."""
-    if not spec.startswith("git:"):
-        return Path(spec).resolve()
-    rev = spec[len("git:"):]
-    repo = Path(__file__).resolve().parent.parent
-    dest = repo / "bench" / ".trees" / rev
-    if not dest.exists():
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(dest), rev], check=True)
-    if not (dest / ".venv" / "bin" / "python").exists():
-        subprocess.run(["make", "setup"], cwd=dest, check=True)
-    return dest
-
-
 def _start(tree: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
     """The tree's commitlog (ASYNC), started with the tree's own interpreter; (process, address)."""
     port = free_port()
     d = root / f"{tree.name}-{port}"
     d.mkdir()
-    python = str(tree / ".venv" / "bin" / "python")
+    python = tree_python(tree)
     args = [python, "-m", "quarry.services.commitlog", "--bind", f"127.0.0.1:{port}", "--store-dir", str(d / "store"),
             "--flush-mode", "ASYNC", "--segment-size", str(256 << 20)]
     if "--remoting-bind" in subprocess.run([python, "-m", "quarry.services.commitlog", "--help"], capture_output=True, text=True, cwd=d).stdout:
@@ -93,7 +78,7 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--single", type=int, default=1000, help="single sends per round at concurrency 1 (twice that at 16)")
     args = p.parse_args(argv)
-    trees = {name: _tree(path) for name, path in (t.split("=", 1) for t in args.trees)}
+    trees = {name: source_tree(path) for name, path in (t.split("=", 1) for t in args.trees)}
     batch = commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(args.batch_size)])
     single = commitlog_pb2.SendMessageRequest(message=_msg(0))
     loads = {"batched send": (args.batches, args.batch_size), "single send c1": (args.single, 1), "single send c16": (args.single * 2, 1)}

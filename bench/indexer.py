@@ -3,10 +3,10 @@ plus index lag while the commitlog takes batched sends.
 
 Also the rate of IndexStore.index_records (what the tailer calls: two names per message, the
 key filter's work included: built inline before, by build_pending now), against the same
-driver run in other checkouts (--baseline-tree, e.g. a `git worktree add --detach` of the
-commit before the filter, each with its own `make setup`), rounds interleaved.
+driver run in other source trees (--baseline-tree git:<revision> or a checkout with its own
+`make setup`; see bench.runner.source_tree), rounds interleaved.
 
-`.venv/bin/python -m bench indexer [--keys N] [--selects N] [--lag-messages N] [--baseline-tree DIR ...]`
+`.venv/bin/python -m bench indexer [--keys N] [--selects N] [--lag-messages N] [--only-store] [--baseline-tree git:REV ...]`
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.runner import Result
+from bench.runner import Result, source_tree, tree_python
 from quarry.formats.index_file import IndexFile
 from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
@@ -89,16 +89,12 @@ print(json.dumps({"keys": 2 * messages, "put_s": put_s, "total_s": total_s}))
 """
 
 
-def _tree_python(tree: Path) -> str:
-    return str(tree / ".venv" / "bin" / "python")
-
-
 def _store_rates(trees: dict[str, Path], messages: int, index_num: int, rounds: int) -> list[Result]:
     """IndexStore.index_records keys/s in each checkout, one run of each per round."""
     got: dict[str, list[float]] = {label: [] for label in trees}
     for _ in range(rounds):
         for label, tree in trees.items():
-            cp = subprocess.run([_tree_python(tree), "-c", _STORE_DRIVER, str(messages), str(index_num), str(max(1, index_num // 4))],
+            cp = subprocess.run([tree_python(tree), "-c", _STORE_DRIVER, str(messages), str(index_num), str(max(1, index_num // 4))],
                                 cwd=tree, capture_output=True, text=True, check=True)
             r = json.loads(cp.stdout.strip().splitlines()[-1])
             got[label].append(r["keys"] / r["total_s"])
@@ -212,15 +208,16 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--lag-messages", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=500)
     p.add_argument("--lag-rate", type=float, default=50_000, help="paced send rate of the lag test (msg/s); a second run goes flat out")
-    p.add_argument("--baseline-tree", action="append", default=[], help="another checkout (with its .venv) whose IndexStore put rate is measured in the same rounds")
+    p.add_argument("--baseline-tree", action="append", default=[], help="git:<revision> or another checkout (with its .venv) whose IndexStore put rate is measured in the same rounds")
     p.add_argument("--store-messages", type=int, default=300_000)
     p.add_argument("--store-rounds", type=int, default=5)
     p.add_argument("--only-store", action="store_true", help="only the IndexStore put rates (A/B against --baseline-tree)")
     args = p.parse_args(argv)
     trees = {"this tree": Path(__file__).resolve().parent.parent}
-    for t in args.baseline_tree:
-        rev = subprocess.run(["git", "-C", t, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        trees[rev] = Path(t).resolve()
+    for spec in args.baseline_tree:
+        tree = source_tree(spec)
+        rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        trees[rev] = tree
     # RocketMQ's 20 M entries per file (the filter's matrix at full size), then small files
     # (100 k entries) so that files fill and their filters are built within the run.
     store_rates = [r for n in (20_000_000, 100_001) for r in _store_rates(trees, args.store_messages, n, args.store_rounds)]

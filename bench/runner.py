@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,6 +18,8 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 README = BENCH_DIR / "README.md"
+REPO_DIR = BENCH_DIR.parent
+TREES_DIR = BENCH_DIR / ".trees"  # git-ignored: checkouts of other revisions for A/B benches
 TABLE_BEGIN = "<!-- results:begin -->"
 TABLE_END = "<!-- results:end -->"
 
@@ -31,6 +34,33 @@ class Result:
     params: dict[str, Any] = field(default_factory=dict)
     command: str = ""
     date: str = ""
+
+
+def source_tree(spec: str) -> Path:
+    """A source tree for an A/B bench: a directory (a checkout with its own `make setup` done),
+    or `git:<revision>`, checked out once into bench/.trees/<short sha> and set up there, so a
+    bench command never names a folder outside the repository."""
+    if not spec.startswith("git:"):
+        tree = Path(spec).resolve()
+        if not (tree / ".venv" / "bin" / "python").exists():
+            raise SystemExit(f"source tree {spec!r}: no .venv/bin/python (run `make setup` there, or pass git:<revision>)")
+        return tree
+    rev = spec[len("git:"):]
+    cp = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                        capture_output=True, text=True)
+    if cp.returncode != 0:
+        raise SystemExit(f"source tree {spec!r}: {rev!r} is not a commit of this repository")
+    dest = TREES_DIR / cp.stdout.strip()  # named by sha, so `X^` and `X~1` share one checkout
+    if not dest.exists():
+        subprocess.run(["git", "-C", str(REPO_DIR), "worktree", "add", "--detach", str(dest), cp.stdout.strip()], check=True)
+    if not (dest / ".venv" / "bin" / "python").exists():
+        subprocess.run(["make", "setup"], cwd=dest, check=True)
+    return dest
+
+
+def tree_python(tree: Path) -> str:
+    """The interpreter of a source tree returned by source_tree."""
+    return str(tree / ".venv" / "bin" / "python")
 
 
 def command_line(name: str, argv: list[str]) -> str:
