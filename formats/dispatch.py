@@ -39,14 +39,24 @@ def build_dispatch(physical_offset: int, size: int, topic: str, queue_id: int, q
                    has_properties: bool, keys: str | None, tags: str | None, unique_key: str | None, delay_level: str | None,
                    store_timestamp: int, sys_flag: int, prepared_transaction_offset: int) -> DispatchInfo:
     """The DispatchRequest of a record, as RocketMQ's checkMessageAndReturnSize builds it, from
-    its KEYS, TAGS, UNIQ_KEY and DELAY properties (None when absent)."""
-    code = java_tags_code(tags)
+    its KEYS, TAGS, UNIQ_KEY and DELAY properties (None when absent). The send path builds the
+    same fields as a plain tuple, with `dispatch_keys` and `tags_code`."""
+    return DispatchInfo(physical_offset, size, topic, queue_id, queue_offset, tags_code(topic, tags, delay_level, store_timestamp),
+                        dispatch_keys(has_properties, keys), unique_key, store_timestamp, sys_flag, prepared_transaction_offset)
+
+
+def dispatch_keys(has_properties: bool, keys: str | None) -> str | None:
+    """The KEYS a DispatchRequest carries: "" for a record without properties, None without KEYS."""
+    return keys if has_properties else ""
+
+
+def tags_code(topic: str, tags: str | None, delay_level: str | None, store_timestamp: int) -> int:
+    """tagsCode: the Java hashCode of TAGS, or a delayed message's deliver time."""
     if delay_level is not None and topic == SCHEDULE_TOPIC:
         deliver = delay_level_deliver_time(delay_level, store_timestamp)
         if deliver is not None:
-            code = deliver
-    return DispatchInfo(physical_offset, size, topic, queue_id, queue_offset, code, keys if has_properties else "",
-                        unique_key, store_timestamp, sys_flag, prepared_transaction_offset)
+            return deliver
+    return java_tags_code(tags)
 
 
 def _from_properties(physical_offset: int, size: int, topic: str, queue_id: int, queue_offset: int, properties_text: str,

@@ -6,6 +6,8 @@ RocketMQ's `string2messageProperties` does.
 """
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 MAX_PROPERTIES_BYTES = 32767  # PROPLEN is a signed 16-bit length
@@ -75,11 +77,19 @@ def validate_pairs(pairs: Pairs, field: str = "properties") -> bytes:
 RESERVED = (KEYS, TAGS, UNIQ_KEY)
 
 
-def message_properties(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str = "") -> bytes:
+def message_properties(keys: Sequence[str], tags: str, unique_key: str, properties: Sequence[Any], field_prefix: str = "") -> bytes:
     """A message's stored properties, UTF-8 encoded: KEYS (space-joined), TAGS, UNIQ_KEY first,
-    as a RocketMQ producer orders them, then the user's. PropertyError names the field and
-    the rule."""
+    as a RocketMQ producer orders them, then the user's (pairs, or objects with `name` and
+    `value` such as the protobuf Property). PropertyError names the field and the rule."""
+    return stored_properties(keys, tags, unique_key, properties, field_prefix)[0]
+
+
+def stored_properties(keys: Sequence[str], tags: str, unique_key: str, properties: Sequence[Any],
+                      field_prefix: str = "") -> tuple[bytes, str | None]:
+    """message_properties, and the KEYS value as stored (None without keys): the send path
+    needs both for every message it takes."""
     parts: list[str] = []
+    joined = None
     if keys:
         joined = " ".join(keys)
         # Fast check: n non-empty keys without spaces join to exactly n-1 spaces.
@@ -94,8 +104,10 @@ def message_properties(keys: list[str], tags: str, unique_key: str, properties: 
         parts.append("TAGS\x01" + tags)
     if unique_key:
         parts.append("UNIQ_KEY\x01" + unique_key)
+    pairs: Pairs = []
     if properties:
-        for i, (name, value) in enumerate(properties):
+        pairs = [p if isinstance(p, tuple) else (p.name, p.value) for p in properties]
+        for i, (name, value) in enumerate(pairs):
             if name in RESERVED:
                 raise PropertyError(f"{field_prefix}properties[{i}].name: {name} is set by its own field (keys, tags, unique_key)")
             if not name:
@@ -104,11 +116,11 @@ def message_properties(keys: list[str], tags: str, unique_key: str, properties: 
     text = PROPERTY_SEP.join(parts)
     # With clean names and values each separator appears exactly once per pair.
     if text.count(NAME_VALUE_SEP) != len(parts) or text.count(PROPERTY_SEP) != max(0, len(parts) - 1):
-        _raise_separator_error(keys, tags, unique_key, properties, field_prefix)
+        _raise_separator_error(list(keys), tags, unique_key, pairs, field_prefix)
     encoded = text.encode("utf-8")
     if len(encoded) > MAX_PROPERTIES_BYTES:
         raise PropertyError(f"{field_prefix}properties: encoded properties are {len(encoded)} bytes, at most {MAX_PROPERTIES_BYTES}")
-    return encoded
+    return encoded, joined
 
 
 def _raise_separator_error(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str) -> None:

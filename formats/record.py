@@ -46,11 +46,14 @@ BORN_HOST_POS = 48
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
 _HEAD = struct.Struct(">iIiiiqqiq")  # TOTALSIZE..BORNTIMESTAMP (48 bytes)
 _SIZE_MAGIC = struct.Struct(">iI")
-_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
 _TAIL = struct.Struct(">iq")  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET
-_FIXED_V4 = struct.Struct(">iIiiiqqiq8sq8siqi")  # TOTALSIZE..BODYLEN with IPv4 hosts (91 bytes)
+# Every fixed field, TOTALSIZE..BODYLEN, in one pack: by (born host, store host) field size,
+# 8 for IPv4 and 20 for IPv6 (ip + port i32). The body, TOPICLEN + topic, PROPLEN and the
+# properties follow (`fill_tail`).
+HEAD_STRUCTS = {(b, s): struct.Struct(f">iIiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
 
 Host = tuple[str, int]
 
@@ -79,12 +82,33 @@ def takes_queue_offset(sys_flag: int) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _host_bytes(host: Host) -> bytes:
-    """IP (4 or 16 bytes) + port i32, as a record stores a host (cached: hosts repeat)."""
+def host_bytes(host: Host) -> bytes:
+    """IP (4 or 16 bytes) + port i32, as a record stores a host (cached: hosts repeat).
+    ValueError for a text that is no IP address."""
     return ip_bytes(host[0]) + _I32.pack(host[1])
 
 
-_I16 = struct.Struct(">h")
+def host_sys_flag(sys_flag: int, born: bytes, store: bytes) -> int:
+    """SYSFLAG as stored: the IPv6 bits follow the hosts' address families (as the CommitLog sets them)."""
+    return (sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) | (SYSFLAG_BORNHOST_V6 if len(born) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if len(store) == 20 else 0)
+
+
+def record_size(body_len: int, topic_field_len: int, props_len: int, born_len: int, store_len: int) -> int:
+    """TOTALSIZE: the fixed fields (91 bytes with IPv4 hosts, TOPICLEN included), body, topic, properties."""
+    return FIXED_SIZE - 1 + body_len + topic_field_len + props_len + (born_len - 8) + (store_len - 8)
+
+
+def fill_tail(buf: bytearray, pos: int, body: bytes, topic_field: bytes, props: bytes) -> int:
+    """Write what follows the fixed fields at buf[pos:] (body, TOPICLEN + topic, PROPLEN +
+    properties) into room already made; returns the end."""
+    end = pos + len(body)
+    buf[pos:end] = body
+    pos, end = end, end + len(topic_field)
+    buf[pos:end] = topic_field
+    _I16.pack_into(buf, end, len(props))
+    pos, end = end + 2, end + 2 + len(props)
+    buf[pos:end] = props
+    return end
 
 
 def encode_record(
@@ -108,42 +132,29 @@ def encode_record(
     """One record, byte for byte as RocketMQ's CommitLog writes it.
 
     The IPv6 sysflag bits are set from the hosts' address families, as the CommitLog does.
-    `properties` may be given already UTF-8 encoded.
+    `properties` may be given already UTF-8 encoded. The send path (services/commitlog/append)
+    packs the same fields with the same `HEAD_STRUCTS` and `fill_tail`, a batch at a time.
     """
-    return encode_fields(topic, body, properties, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
-                         born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset, crc)[0]
-
-
-def encode_fields(topic: str, body: bytes, properties: str | bytes, queue_id: int, flag: int, queue_offset: int, physical_offset: int,
-                  sys_flag: int, born_timestamp: int, born_host: Host, store_timestamp: int, store_host: Host,
-                  reconsume_times: int = 0, prepared_transaction_offset: int = 0, crc: int | None = None) -> tuple[bytes, int]:
-    """encode_record with positional arguments, also returning the SYSFLAG as stored (IPv6 bits
-    included): the send path encodes every message it takes, and passing fifteen keywords cost
-    a fifth of the encoding."""
-    born = _host_bytes(born_host)
-    store = _host_bytes(store_host)
-    sys_flag = (sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) | (SYSFLAG_BORNHOST_V6 if len(born) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if len(store) == 20 else 0)
-    topic_field = _topic_field(topic)
+    born = host_bytes(born_host)
+    store = host_bytes(store_host)
+    sys_flag = host_sys_flag(sys_flag, born, store)
+    tf = topic_field(topic)
     props_b = properties.encode("utf-8") if isinstance(properties, str) else properties
     if len(props_b) > 32767:
         raise ValueError(f"properties: at most 32767 bytes, got {len(props_b)}")
-    size = FIXED_SIZE - 1 + len(body) + len(topic_field) + len(props_b) + (len(born) - 8) + (len(store) - 8)
+    size = record_size(len(body), len(tf), len(props_b), len(born), len(store))
     if crc is None:
-        crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0  # body_crc, inline: once per message sent
-    if len(born) == 8 and len(store) == 8:
-        # The common case in one pack: every fixed field up to BODYLEN.
-        head = _FIXED_V4.pack(size, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
-                              born, store_timestamp, store, reconsume_times, prepared_transaction_offset, len(body))
-        return b"".join((head, body, topic_field, _I16.pack(len(props_b)), props_b)), sys_flag
-    return b"".join((
-        _HEAD.pack(size, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp),
-        born, _I64.pack(store_timestamp), store, _TAIL.pack(reconsume_times, prepared_transaction_offset),
-        _I32.pack(len(body)), body, topic_field, _I16.pack(len(props_b)), props_b,
-    )), sys_flag
+        crc = body_crc(body)
+    buf = bytearray(size)
+    head = HEAD_STRUCTS[len(born), len(store)]
+    head.pack_into(buf, 0, size, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+                   born, store_timestamp, store, reconsume_times, prepared_transaction_offset, len(body))
+    fill_tail(buf, head.size, body, tf, props_b)
+    return bytes(buf)
 
 
 @functools.lru_cache(maxsize=4096)
-def _topic_field(topic: str) -> bytes:
+def topic_field(topic: str) -> bytes:
     """TOPICLEN (signed byte) + topic bytes (cached: a store holds few topics)."""
     topic_b = topic.encode("utf-8")
     if len(topic_b) > 127:
@@ -154,15 +165,6 @@ def _topic_field(topic: str) -> bytes:
 def store_timestamp_pos(sys_flag: int) -> int:
     """Where STORETIMESTAMP sits (it follows the born host, whose size depends on its family)."""
     return BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
-
-
-def patch_record(buf: bytearray | memoryview, at: int, queue_id: int, queue_offset: int, physical_offset: int,
-                 store_timestamp: int, store_timestamp_at: int) -> None:
-    """Fill the fields known only at append time into an encoded record at `at`
-    (`store_timestamp_at` is store_timestamp_pos() of the record's stored sysflag)."""
-    _I32.pack_into(buf, at + QUEUE_ID_POS, queue_id)
-    _OFFSETS.pack_into(buf, at + QUEUE_OFFSET_POS, queue_offset, physical_offset)
-    _I64.pack_into(buf, at + store_timestamp_at, store_timestamp)
 
 
 def blank_record(remaining: int) -> bytes:

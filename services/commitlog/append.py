@@ -1,22 +1,34 @@
-"""Appending messages: validate and encode outside the lock, then place, patch and write under it.
+"""Appending messages: one pass per batch from the messages as they came to the log bytes.
 
-A batch is all or nothing on bad input. Under the lock only the queue offset, physical offset
-and store timestamp are patched into records already encoded; one write per segment touched,
-one ConsumeQueue write per queue; the dispatch info of every record goes to the Tail cache.
+Under the append lock, each message is checked (cheap guards; `message_input.reject` names the
+field when one trips), its properties encoded once, its fixed fields packed with one
+precompiled struct (formats.record.HEAD_STRUCTS) at its final position in a buffer per segment
+touched, and its dispatch fields taken as a plain tuple. Nothing is written or changed until the
+whole batch passed (all or nothing on bad input); then one write per segment, one ConsumeQueue
+write per queue, and the tuples go to the Tail cache and back to the caller (`Appended`).
+No object is built per message on the way.
 """
 from __future__ import annotations
 
 import errno
 import logging
 import time
+import zlib
 from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 from quarry.formats import offset_msg_id
-from quarry.formats.consume_queue import encode_unit
-from quarry.formats.dispatch import DispatchInfo, build_dispatch
-from quarry.formats.record import BLANK_HEADER_SIZE, patch_record
+from quarry.formats.consume_queue import CQ_UNIT
+from quarry.formats.dispatch import tags_code
+from quarry.formats.java_hash import tags_code as java_tags_code
+from quarry.formats.properties import DELAY, PropertyError, stored_properties
+from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, HEAD_STRUCTS, MESSAGE_MAGIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
+                                   SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, blank_record,
+                                   fill_tail, host_bytes, topic_field)
+from quarry.formats.scheduled import SCHEDULE_TOPIC
+from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
-from quarry.services.commitlog.message_input import NewMessage, Prepared, prepare_many
+from quarry.services.commitlog.message_input import MessageFields, reject
 from quarry.services.commitlog.store_state import StoreState
 from quarry.services.commitlog.topic_table import save_topics
 from quarry.services.log import log_event
@@ -25,11 +37,12 @@ log = logging.getLogger("quarry.store")
 
 MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BYTES = 64 * 1024 * 1024
+_TAG_CODES_MAX = 4096
 
 
 @dataclass(slots=True)
 class AppendResult:
-    """Where one message was stored."""
+    """Where one message was stored (one row of `Appended`, for callers that want an object)."""
 
     topic: str
     queue_id: int
@@ -42,124 +55,267 @@ class AppendResult:
     flushed: bool = True
 
 
+class Appended:
+    """What one append stored. `rows` holds one plain tuple per message in DispatchInfo's field
+    order (physical_offset, size, topic, queue_id, queue_offset, tags_code, keys, unique_key or
+    None, store_timestamp, sys_flag, prepared_transaction_offset): the same tuples the Tail cache
+    keeps. `flushed` is False when a SYNC store did not fsync them within its timeout.
+    Indexing and iteration give AppendResults."""
+
+    __slots__ = ("rows", "id_prefix", "bytes", "flushed")
+
+    def __init__(self, rows: list[tuple], id_prefix: str, size: int) -> None:  # type: ignore[type-arg]
+        self.rows = rows
+        self.id_prefix = id_prefix  # offsetMsgId = id_prefix + the physical offset as 16 hex digits
+        self.bytes = size
+        self.flushed = True
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> AppendResult:
+        r = self.rows[i]
+        return AppendResult(r[2], r[3], r[4], r[0], r[1], r[8], f"{self.id_prefix}{r[0]:016X}", r[7] or "", self.flushed)
+
+    def __iter__(self) -> Iterator[AppendResult]:
+        return (self[i] for i in range(len(self.rows)))
+
+    @property
+    def end(self) -> int:
+        """The log offset just past the last record."""
+        last = self.rows[-1]
+        return last[0] + last[1]  # type: ignore[no-any-return]
+
+
 class Appender:
-    """Places prepared records in the log; the caller's batch checks run first (`prepare`)."""
+    """Stores batches of messages (any MessageFields) in the log."""
 
     def __init__(self, state: StoreState) -> None:
         self.state = state
         self._round_robin: dict[str, int] = {}
+        host = state.config.store_host
         # offsetMsgId = hex(store host ip + port) + hex(offset): the host part never changes.
-        self._id_prefix = offset_msg_id.create(state.config.store_host[0], state.config.store_host[1], 0)[:-16]
+        self._id_prefix = offset_msg_id.create(host[0], host[1], 0)[:-16]
+        self._store_b = host_bytes(host)
+        self._tag_codes: dict[str, int] = {}  # Java hashCode of TAGS: a producer repeats a few tags
 
-    def prepare(self, msgs: list[NewMessage], same_topic: bool) -> list[Prepared]:
-        """Validate and encode a batch (no lock held); InvalidArgument names the field."""
-        state = self.state
-        if state.read_only:
+    def check(self, msgs: Sequence[MessageFields]) -> None:
+        """What can be refused before the lock is taken."""
+        if self.state.read_only:
             raise ReadOnly("store is read-only")
         if not msgs:
             raise InvalidArgument("messages", "must not be empty")
         if len(msgs) > MAX_BATCH_MESSAGES:
             raise InvalidArgument("messages", f"at most {MAX_BATCH_MESSAGES} per batch, got {len(msgs)}")
-        config = state.config
-        now = int(time.time() * 1000)
-        prepared = prepare_many(msgs, config.max_message_size, config.store_host, now)
-        if same_topic and any(p.topic != prepared[0].topic for p in prepared):
-            bad = next(i for i, p in enumerate(prepared) if p.topic != prepared[0].topic)
-            raise InvalidArgument(f"messages[{bad}].topic", f"a batch holds one topic ({prepared[0].topic!r})")
-        for i, p in enumerate(prepared):
-            if len(p.record) + BLANK_HEADER_SIZE > config.segment_size:  # a record never spans two segments
-                raise InvalidArgument(f"messages[{i}].body" if len(prepared) > 1 else "body",
-                                      f"the record ({len(p.record)} bytes) does not fit in a {config.segment_size}-byte segment")
-        if sum(len(p.record) for p in prepared) > MAX_BATCH_BYTES:
-            raise InvalidArgument("messages", f"batch exceeds {MAX_BATCH_BYTES} bytes")
-        return prepared
 
-    def append_locked(self, prepared: list[Prepared]) -> list[AppendResult]:
-        """Store prepared records; the caller holds state.lock."""
+    def append_locked(self, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None) -> Appended:
+        """Store `msgs` in order (the caller holds state.lock and ran `check`). A message whose
+        born host has no IP was born at `peer` (the caller's address)."""
         state = self.state
-        config = state.config
         if state.closed:
             raise ReadOnly("store is closed")
-        for i, p in enumerate(prepared):
-            queues = state.topics.get(p.topic)
-            if queues is None:
-                if not config.auto_create_topics:
-                    raise NotFound(f"topic {p.topic} does not exist and auto-creation is off")
-            elif p.queue_id >= queues:
-                field = f"messages[{i}].queue_id" if len(prepared) > 1 else "queue_id"
-                raise InvalidArgument(field, f"{p.queue_id} out of range: topic {p.topic} has queues 0..{queues - 1}")
-            elif p.queue_id < -1:
-                raise InvalidArgument("queue_id", "must be >= -1")
-        created = list(dict.fromkeys(p.topic for p in prepared if p.topic not in state.topics))  # each once, in order
-        new_topics = dict(state.topics)
-        for topic in created:
-            new_topics[topic] = config.default_queues
-        for i, p in enumerate(prepared):
-            if p.queue_id >= new_topics[p.topic]:
-                field = f"messages[{i}].queue_id" if len(prepared) > 1 else "queue_id"
-                raise InvalidArgument(field, f"{p.queue_id} out of range: topic {p.topic} has queues 0..{new_topics[p.topic] - 1}")
-        now = int(time.time() * 1000)
-        offset = state.write_offset
-        segments = state.segments
+        config = state.config
+        n = len(msgs)
+        many = n > 1
+        max_size = config.max_message_size
+        seg_size = config.segment_size
+        topics = state.topics
         cqs = state.cqs
-        writes: list[tuple[object, int, bytearray]] = []  # (segment, at, buffer)
-        cq_writes: dict[tuple[str, int], tuple[int, bytearray]] = {}
+        created: dict[str, int] = {}  # topics this batch creates, in order
+        rr_old = self._round_robin
+        rr: dict[str, int] = {}  # round-robin counters this batch moved
+        tag_codes = self._tag_codes
+        store_b = self._store_b
+        store_flag = SYSFLAG_STOREHOST_V6 if len(store_b) == 20 else 0
+        crc32 = zlib.crc32
+        now = int(time.time() * 1000)
+
+        rows: list[tuple] = []  # type: ignore[type-arg]
+        append_row = rows.append
+        writes: list[tuple[int, bytearray, int]] = []  # (log offset of buf[0], buffer, bytes used)
+        queue_first: dict[tuple[str, int], int] = {}  # (topic, queue) -> first queue offset this batch
+        queue_units: dict[tuple[str, int], bytearray] = {}
         queue_next: dict[tuple[str, int], int] = {}
-        results: list[AppendResult] = []
-        dispatched: list[DispatchInfo] = []
-        rr = dict(self._round_robin)
-        id_prefix = self._id_prefix
-        buf: bytearray | None = None  # the write buffer of the segment being filled
-        buf_seg_end = 0
-        for p in prepared:
-            queue_id = p.queue_id
-            if queue_id < 0:
-                if p.queue_id == -1 and results and results[-1].topic == p.topic and len(prepared) > 1:
-                    queue_id = results[-1].queue_id  # a batch goes to one queue
-                else:
-                    n = rr.get(p.topic, -1) + 1
-                    rr[p.topic] = n
-                    queue_id = n % new_topics[p.topic]
-            key = (p.topic, queue_id)
-            if key not in queue_next:
-                cq = cqs.existing(*key)
-                queue_next[key] = cq.max_offset if cq else 0
-            advances = p.takes_queue_offset
-            queue_offset = queue_next[key] if advances else 0
-            size = len(p.record)
-            if buf is not None and offset + size + BLANK_HEADER_SIZE <= buf_seg_end:
-                at = offset  # fast path: the record fits in the segment being filled
+        total = 0
+        offset = state.write_offset
+        seg_end = offset - offset % seg_size + seg_size  # writable segments start at multiples of the size
+        buf: bytearray | None = None
+        buf_at = cap = 0
+        # What stays the same from one message to the next, refreshed when it changes.
+        cur_topic: str | None = None
+        first_topic: str | None = None
+        queues = base = 0
+        tf = b""
+        schedule = False
+        born_ip: str | None = None
+        born_port = -1
+        born_b = b""
+        head = HEAD_STRUCTS[8, len(store_b)]
+        head_size = head.size
+        born_flag = 0
+        q_topic: str | None = None
+        q_id = -2
+        q_next = 0
+        units = bytearray()
+        qid = -1
+
+        i = -1
+        for m in msgs:
+            i += 1
+            topic = m.topic
+            same_as_prev = topic == cur_topic
+            if not same_as_prev:
+                try:
+                    validate_topic(topic)
+                except TopicError:
+                    reject(m, f"messages[{i}]." if many else "", max_size, peer)
+                if first_topic is None:
+                    first_topic = topic
+                elif same_topic and topic != first_topic:
+                    raise InvalidArgument(f"messages[{i}].topic", f"a batch holds one topic ({first_topic!r})")
+                known = topics.get(topic)
+                if known is None:
+                    known = created.get(topic)
+                if known is None:
+                    if not config.auto_create_topics:
+                        raise NotFound(f"topic {topic} does not exist and auto-creation is off")
+                    known = created[topic] = config.default_queues
+                queues = known
+                tf = topic_field(topic)
+                base = FIXED_SIZE - 1 + len(tf) + len(store_b) - 8
+                schedule = topic == SCHEDULE_TOPIC
+                cur_topic = topic
+            body = m.body
+            lb = len(body)
+            want_qid = m.queue_id
+            born_ts = m.born_timestamp
+            reconsume = m.reconsume_times
+            prepared_offset = m.prepared_transaction_offset
+            bh = m.born_host
+            ip = bh.ip
+            if ip or peer is None:
+                port = bh.port
             else:
-                seg, at, blank = segments.segment_for_append(offset, size)
-                if blank is not None:
-                    writes.append((segments.find(offset), offset, bytearray(blank)))
-                buf = bytearray()
-                buf_seg_end = seg.end
-                writes.append((seg, at, buf))
-            rec_at = len(buf)
-            buf += p.record
-            # the queue id is patched too: it may have been chosen here
-            patch_record(buf, rec_at, queue_id, queue_offset, at, now, p.store_timestamp_pos)
-            # Positional: this runs once per record under the append lock.
-            info = build_dispatch(at, size, p.topic, queue_id, queue_offset, p.has_properties, p.keys, p.tags,
-                                  p.unique_key or None, p.delay_level, now, p.stored_sys_flag, p.prepared_transaction_offset)
-            dispatched.append(info)
+                ip, port = peer
+            if not 0 < lb <= max_size or want_qid < -1 or born_ts < 0 or reconsume < 0 or prepared_offset < 0 or not 0 <= port <= 65535:
+                reject(m, f"messages[{i}]." if many else "", max_size, peer)
+            tags = m.tags
+            ukey = m.unique_key
+            props = m.properties
+            try:
+                props_b, keys_text = stored_properties(m.keys, tags, ukey, props)
+            except PropertyError:
+                reject(m, f"messages[{i}]." if many else "", max_size, peer)
+                raise
+            if ip != born_ip or port != born_port:
+                try:
+                    born_b = host_bytes((ip, port))
+                except ValueError:
+                    reject(m, f"messages[{i}]." if many else "", max_size, peer)
+                    raise
+                born_ip, born_port = ip, port
+                head = HEAD_STRUCTS[len(born_b), len(store_b)]
+                head_size = head.size
+                born_flag = SYSFLAG_BORNHOST_V6 if len(born_b) == 20 else 0
+            tx = m.sys_flag & SYSFLAG_TRANSACTION_MASK
+            lp = len(props_b)
+            size = base + lb + lp + len(born_b) - 8
+            if size + BLANK_HEADER_SIZE > seg_size:  # a record never spans two segments
+                raise InvalidArgument(f"messages[{i}].body" if many else "body",
+                                      f"the record ({size} bytes) does not fit in a {seg_size}-byte segment")
+            total += size
+            if total > MAX_BATCH_BYTES:
+                raise InvalidArgument("messages", f"batch exceeds {MAX_BATCH_BYTES} bytes")
+
+            # The queue: as asked, or round robin; a batch's messages after the first follow it.
+            if want_qid < 0:
+                if not (many and same_as_prev and i):
+                    turn = rr.get(topic)
+                    turn = (rr_old.get(topic, -1) if turn is None else turn) + 1
+                    rr[topic] = turn
+                    qid = turn % queues
+            elif want_qid >= queues:
+                raise InvalidArgument(f"messages[{i}].queue_id" if many else "queue_id",
+                                      f"{want_qid} out of range: topic {topic} has queues 0..{queues - 1}")
+            else:
+                qid = want_qid
+            if qid != q_id or topic != q_topic:
+                if q_topic is not None:
+                    queue_next[(q_topic, q_id)] = q_next
+                q_topic, q_id = topic, qid
+                key = (topic, qid)
+                got = queue_next.get(key)
+                if got is None:
+                    cq = cqs.existing(topic, qid)
+                    got = queue_first[key] = cq.max_offset if cq else 0
+                    queue_units[key] = bytearray()
+                q_next = got
+                units = queue_units[key]
+            # Prepared and rollback records sit at queue offset 0 and do not advance their queue.
+            advances = tx != SYSFLAG_TRANSACTION_PREPARED and tx != SYSFLAG_TRANSACTION_ROLLBACK
+            queue_offset = q_next if advances else 0
+
+            # Where: the end of the log, or the next segment when the record would not leave
+            # room for the blank record that closes a segment.
+            at = offset
+            if at + size + BLANK_HEADER_SIZE > seg_end:
+                blank = blank_record(seg_end - at)
+                if buf is None:
+                    buf, buf_at, cap = bytearray(blank), at, len(blank)
+                else:
+                    p = at - buf_at
+                    buf[p:p + len(blank)] = blank
+                writes.append((buf_at, buf, at - buf_at + len(blank)))
+                buf = None
+                at = seg_end
+                seg_end += seg_size
+            if buf is None:
+                buf_at = at
+                cap = min(seg_end - at, size * (n - i) + 4096)
+                buf = bytearray(max(cap, size))
+                cap = len(buf)
+            p = at - buf_at
+            if p + size > cap:
+                buf.extend(bytes(max(p + size - cap, cap)))
+                cap = len(buf)
+            stored_flag = tx | born_flag | store_flag
+            head.pack_into(buf, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, m.flag, queue_offset, at, stored_flag,
+                           born_ts or now, born_b, now, store_b, reconsume, prepared_offset, lb)
+            fill_tail(buf, p + head_size, body, tf, props_b)
+
+            # The dispatch fields (formats.dispatch.build_dispatch's rule), as a plain tuple.
+            if schedule:
+                delay = next((v for nm, v in reversed([(q.name, q.value) for q in props]) if nm == DELAY and v), None)
+                code = tags_code(topic, tags or None, delay, now)
+            elif tags:
+                code = tag_codes.get(tags)  # type: ignore[assignment]
+                if code is None:
+                    code = java_tags_code(tags)
+                    if len(tag_codes) < _TAG_CODES_MAX:
+                        tag_codes[tags] = code
+            else:
+                code = 0
+            append_row((at, size, topic, qid, queue_offset, code, keys_text if lp else "", ukey or None, now, stored_flag, prepared_offset))
             if advances:
-                queue_next[key] = queue_offset + 1
-                pending = cq_writes.get(key)
-                if pending is None:
-                    pending = cq_writes[key] = (queue_offset, bytearray())
-                pending[1].extend(encode_unit(at, size, info.tags_code))  # as recovery re-dispatches it
-            results.append(AppendResult(p.topic, queue_id, queue_offset, at, size, now, f"{id_prefix}{at:016X}", p.unique_key))
+                units += CQ_UNIT.pack(at, size, code)  # as recovery re-dispatches it
+                q_next += 1
             offset = at + size
+        if q_topic is not None:
+            queue_next[(q_topic, q_id)] = q_next
+        if buf is not None:
+            writes.append((buf_at, buf, offset - buf_at))
+
+        segments = state.segments
         try:
-            for seg, at, buf in writes:
-                seg.write(at, buf)  # type: ignore[attr-defined]
-            for (topic, qid), (first, units) in cq_writes.items():
-                cqs.queue(topic, qid).write_units(first, bytes(units))
+            for at, data, used in writes:
+                segments.segment_at(at).write(at, memoryview(data)[:used])
+            for (topic, qid), first in queue_first.items():
+                written = queue_units[(topic, qid)]
+                if written:
+                    cqs.queue(topic, qid).write_units(first, bytes(written))
         except OSError as exc:
             # Nothing is acknowledged; the next append overwrites whatever part was written.
-            for (topic, qid) in cq_writes:
+            for (topic, qid) in queue_first:
                 cq = cqs.existing(topic, qid)
                 if cq is not None:
                     cq.truncate_from_phy(state.write_offset)
@@ -167,11 +323,12 @@ class Appender:
                 raise DiskFull(f"no space left on device writing {state.dir}: nothing stored") from exc
             raise
         if created:
-            state.topics = new_topics
+            state.topics = {**topics, **created}
             save_topics(state.dir / "config", state.topics)
             for topic in created:
                 log_event(log, "topic created", topic=topic, queues=config.default_queues)
-        self._round_robin = rr
+        if rr:
+            self._round_robin = {**rr_old, **rr}
         state.write_offset = offset
-        state.dispatch_cache.add(dispatched)
-        return results
+        state.dispatch_cache.add(rows)
+        return Appended(rows, self._id_prefix, total)

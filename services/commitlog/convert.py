@@ -1,4 +1,5 @@
-"""Between the commitlog's protobuf messages and the store's types (no RPC logic here)."""
+"""Between the commitlog's protobuf messages and the store's types (no RPC logic here). A
+request's messages need no conversion: the store reads them as they are (message_input.MessageFields)."""
 from __future__ import annotations
 
 import functools
@@ -13,9 +14,8 @@ from quarry.formats import scheduled
 from quarry.formats.addresses import split_host_port
 from quarry.formats.record import Record
 from quarry.v1 import common_pb2
-from quarry.services.commitlog.append import AppendResult
+from quarry.services.commitlog.append import Appended
 from quarry.services.commitlog.consume_status import GroupStatus
-from quarry.services.commitlog.message_input import NewMessage
 
 
 def resolve_store_host(advertise: str) -> tuple[str, int]:
@@ -42,18 +42,6 @@ def peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
     return _parse_peer(context.peer() or "")
 
 
-def to_new_message(m: common_pb2.MessageInput, peer: tuple[str, int]) -> NewMessage:
-    """The store's message; an empty born host means the caller's address (`peer`)."""
-    # Positional and with each field read once: a batch converts thousands of these.
-    bh = m.born_host
-    return NewMessage(
-        m.topic, m.body, m.keys[:], m.tags, m.unique_key,
-        [(p.name, p.value) for p in m.properties] if m.properties else [],
-        m.flag, m.queue_id, m.born_timestamp, (bh.ip, bh.port) if bh.ip else peer, m.sys_flag,
-        m.reconsume_times, m.prepared_transaction_offset,
-    )
-
-
 def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
     """A decoded record as the wire's StoredMessage (every MessageExt field)."""
     props = rec.properties
@@ -74,11 +62,22 @@ def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
     )
 
 
-def send_result(r: AppendResult, broker: str, make: Callable[..., Any] = common_pb2.SendResult) -> Any:
-    """The wire's SendResult of one append, built by `make` (the message class, or a repeated
-    field's `add`, which fills a response in place: a batch answers thousands of these)."""
-    return make(status=_SEND_OK if r.flushed else _FLUSH_TIMEOUT, unique_key=r.unique_key, offset_msg_id=r.offset_msg_id,
-                queue_id=r.queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset, topic=r.topic, broker_name=broker)
+def send_results(appended: Appended, broker: str, add: Callable[..., Any]) -> None:
+    """The wire's SendResult of each stored message, made by `add` (a repeated field's add,
+    which fills a response in place: a batch answers thousands of these)."""
+    status = _SEND_OK if appended.flushed else _FLUSH_TIMEOUT
+    prefix = appended.id_prefix
+    for row in appended.rows:  # DispatchInfo's field order (append.Appended)
+        at = row[0]
+        add(status=status, unique_key=row[7] or "", offset_msg_id=f"{prefix}{at:016X}", queue_id=row[3], queue_offset=row[4],
+            physical_offset=at, topic=row[2], broker_name=broker)
+
+
+def send_result(appended: Appended, broker: str) -> common_pb2.SendResult:
+    """The SendResult of a single send."""
+    out: list[common_pb2.SendResult] = []
+    send_results(appended, broker, lambda **fields: out.append(common_pb2.SendResult(**fields)))
+    return out[0]
 
 
 def to_group_status(s: GroupStatus, online: bool) -> common_pb2.GroupConsumeStatus:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from typing import Sequence
 
 from quarry.formats.dispatch import DispatchInfo
 
@@ -28,13 +29,14 @@ class DispatchCache:
         self._infos: list[tuple] = []  # type: ignore[type-arg]  # DispatchInfo fields
         self._lock = threading.Lock()
 
-    def add(self, infos: list[DispatchInfo]) -> None:
-        """Records just appended, in log order (the caller holds the store's append lock)."""
+    def add(self, infos: Sequence[tuple]) -> None:  # type: ignore[type-arg]
+        """Records just appended, in log order (the caller holds the store's append lock): plain
+        tuples of DispatchInfo's fields, or DispatchInfos (kept as plain tuples)."""
         if self.capacity <= 0:
             return  # off: Tail always reads the log
         with self._lock:
-            self._offsets.extend(d.physical_offset for d in infos)
-            self._infos.extend(map(tuple, infos))
+            self._offsets.extend([d[0] for d in infos])
+            self._infos.extend(map(tuple, infos))  # a plain tuple is kept as it is
             if len(self._infos) > self.capacity + self.capacity // 4:  # trim in quarters: amortised O(1) per record
                 cut = len(self._infos) - self.capacity
                 del self._offsets[:cut]

@@ -1,85 +1,106 @@
-"""A message handed to the store, validated and turned into record bytes.
+"""What the store reads of a message handed to it, and the rules a message must pass.
 
-Validation runs before the store's lock is taken, and so does the encoding: under the lock
-only the queue offset, physical offset and store timestamp are patched in.
+The store takes messages as they come: a front door's own message objects (the quarry.v1
+protobuf MessageInput) or `NewMessage` (in-process callers, the RocketMQ 4 and 5 doors), both
+read through `MessageFields`, so no per-message object is built between the request and the
+log bytes. The append (`append.py`) checks every message in its one pass with cheap guards;
+when a guard trips, `reject` runs the rules in order and raises the error naming the field.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, Sequence
 
-from quarry.formats.properties import DELAY, PropertyError, message_properties
-from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, encode_fields, store_timestamp_pos, takes_queue_offset
-from quarry.formats.scheduled import SCHEDULE_TOPIC
+from quarry.formats.properties import PropertyError, stored_properties
+from quarry.formats.record import host_bytes
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import InvalidArgument
 
 
+class PropertyFields(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+
+
+class HostFields(Protocol):
+    @property
+    def ip(self) -> str: ...  # "": the caller's address (the append's `peer`)
+    @property
+    def port(self) -> int: ...
+
+
+class MessageFields(Protocol):
+    """The fields of a message the store reads (RocketMQ `Message` plus the born fields)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def keys(self) -> Sequence[str]: ...
+    @property
+    def tags(self) -> str: ...
+    @property
+    def unique_key(self) -> str: ...
+    @property
+    def properties(self) -> Sequence[PropertyFields]: ...
+    @property
+    def flag(self) -> int: ...
+    @property
+    def queue_id(self) -> int: ...  # -1: the store picks
+    @property
+    def born_timestamp(self) -> int: ...  # 0: the store time
+    @property
+    def born_host(self) -> HostFields: ...
+    @property
+    def sys_flag(self) -> int: ...
+    @property
+    def reconsume_times(self) -> int: ...
+    @property
+    def prepared_transaction_offset(self) -> int: ...
+
+
+class Host(NamedTuple):
+    ip: str
+    port: int
+
+
+class Property(NamedTuple):
+    name: str
+    value: str
+
+
 @dataclass(slots=True)
 class NewMessage:
-    """What a producer sends (RocketMQ `Message` plus the born fields)."""
+    """A message built in process (a MessageFields); plain (ip, port) and (name, value) tuples
+    are taken for the born host and the properties."""
 
     topic: str
     body: bytes
     keys: list[str] = field(default_factory=list)
     tags: str = ""
     unique_key: str = ""
-    properties: list[tuple[str, str]] = field(default_factory=list)
+    properties: list[Property] = field(default_factory=list)
     flag: int = 0
     queue_id: int = -1
     born_timestamp: int = 0
-    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    born_host: Host = Host("127.0.0.1", 0)
     sys_flag: int = 0
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
 
-
-@dataclass(slots=True)
-class Prepared:
-    """A validated message: record bytes with placeholders, and what the index needs."""
-
-    topic: str
-    queue_id: int  # -1: the store picks
-    record: bytes
-    unique_key: str
-    takes_queue_offset: bool  # prepared and rollback records do not advance their queue
-    stored_sys_flag: int  # as encoded: transaction bits plus the IPv6 host bits
-    store_timestamp_pos: int  # where the append patches the store time in (IPv4/IPv6 born host)
-    prepared_transaction_offset: int
-    # The dispatch rule's inputs, as a reader of the stored properties sees them (None: absent).
-    has_properties: bool
-    keys: str | None
-    tags: str | None
-    delay_level: str | None
+    def __post_init__(self) -> None:
+        if type(self.born_host) is not Host:
+            self.born_host = Host(*self.born_host)
+        if self.properties and type(self.properties[0]) is not Property:
+            self.properties = [Property(*p) for p in self.properties]
 
 
-def prepare_many(msgs: list[NewMessage], max_message_size: int, store_host: tuple[str, int], now_ms: int) -> list[Prepared]:
-    """prepare() for each message; an error names the message's index when there are several."""
-    out = []
-    for i, msg in enumerate(msgs):
-        try:
-            out.append(prepare(msg, max_message_size, store_host, "", now_ms))
-        except InvalidArgument:
-            if len(msgs) == 1:
-                raise
-            prepare(msg, max_message_size, store_host, f"messages[{i}].", now_ms)  # raises, naming the index
-            raise
-    return out
-
-
-def _raise_range_error(msg: NewMessage, field_prefix: str) -> None:
-    if msg.queue_id < -1:
-        raise InvalidArgument(f"{field_prefix}queue_id", "must be >= 0, or -1 to let the broker choose")
-    if msg.born_timestamp < 0:
-        raise InvalidArgument(f"{field_prefix}born_timestamp", "must be >= 0")
-    if msg.reconsume_times < 0:
-        raise InvalidArgument(f"{field_prefix}reconsume_times", "must be >= 0")
-    if msg.prepared_transaction_offset < 0:
-        raise InvalidArgument(f"{field_prefix}prepared_transaction_offset", "must be >= 0")
-    raise InvalidArgument(f"{field_prefix}born_host.port", "must be 0..65535")
-
-
-def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int], field_prefix: str = "", now_ms: int = 0) -> Prepared:
-    """Validate and encode; InvalidArgument names the field and the rule."""
+def reject(msg: MessageFields, field_prefix: str, max_message_size: int, peer: tuple[str, int] | None) -> None:
+    """Raise InvalidArgument naming the first field of `msg` that breaks a rule (the append
+    calls this only once a cheap check failed; it returns if every rule holds)."""
     try:
         validate_topic(msg.topic, f"{field_prefix}topic")
     except TopicError as exc:
@@ -89,24 +110,24 @@ def prepare(msg: NewMessage, max_message_size: int, store_host: tuple[str, int],
         raise InvalidArgument(f"{field_prefix}body", "must not be empty")
     if len(body) > max_message_size:
         raise InvalidArgument(f"{field_prefix}body", f"{len(body)} bytes exceeds the max message size {max_message_size}")
-    if msg.queue_id < -1 or msg.born_timestamp < 0 or msg.reconsume_times < 0 or msg.prepared_transaction_offset < 0 or not 0 <= msg.born_host[1] <= 65535:
-        _raise_range_error(msg, field_prefix)
+    if msg.queue_id < -1:
+        raise InvalidArgument(f"{field_prefix}queue_id", "must be >= 0, or -1 to let the broker choose")
+    if msg.born_timestamp < 0:
+        raise InvalidArgument(f"{field_prefix}born_timestamp", "must be >= 0")
+    if msg.reconsume_times < 0:
+        raise InvalidArgument(f"{field_prefix}reconsume_times", "must be >= 0")
+    if msg.prepared_transaction_offset < 0:
+        raise InvalidArgument(f"{field_prefix}prepared_transaction_offset", "must be >= 0")
+    host = msg.born_host
+    ip, port = (host.ip, host.port) if host.ip or peer is None else peer
+    if not 0 <= port <= 65535:
+        raise InvalidArgument(f"{field_prefix}born_host.port", "must be 0..65535")
     try:
-        properties = message_properties(msg.keys, msg.tags, msg.unique_key, msg.properties, field_prefix)
+        stored_properties(msg.keys, msg.tags, msg.unique_key, msg.properties, field_prefix)
     except PropertyError as exc:
-        field, _, rule = str(exc).partition(": ")
-        raise InvalidArgument(field, rule) from None
-    sys_flag = msg.sys_flag & SYSFLAG_TRANSACTION_MASK
+        name, _, rule = str(exc).partition(": ")
+        raise InvalidArgument(name, rule) from None
     try:
-        # Offsets and store time are patched in under the append lock (positional: once per message).
-        record, stored_flag = encode_fields(msg.topic, body, properties, max(0, msg.queue_id), msg.flag, 0, 0, sys_flag,
-                                            msg.born_timestamp or now_ms, msg.born_host, 0, store_host,
-                                            msg.reconsume_times, msg.prepared_transaction_offset)
+        host_bytes((ip, port))
     except ValueError as exc:
         raise InvalidArgument(f"{field_prefix}born_host", str(exc)) from None
-    # Only a delayed message's DELAY matters to dispatch; the last non-empty one is what a reader sees.
-    delay = next((v for n, v in reversed(msg.properties) if n == DELAY and v), None) if msg.topic == SCHEDULE_TOPIC else None
-    return Prepared(msg.topic, msg.queue_id, record, msg.unique_key,
-                    takes_queue_offset(sys_flag), stored_flag, store_timestamp_pos(stored_flag),
-                    msg.prepared_transaction_offset, bool(properties), " ".join(msg.keys) if msg.keys else None,
-                    msg.tags or None, delay)

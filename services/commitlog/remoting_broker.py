@@ -31,7 +31,7 @@ from quarry.services.commitlog.errors import StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
 from quarry.services.commitlog.browse import search_offset_by_time
-from quarry.services.commitlog.store import AppendResult
+from quarry.services.commitlog.store import Appended
 from quarry.services.remoting import codes
 from quarry.services.remoting.command import RemotingCommand
 from quarry.services.remoting.server import Connection, Handler, RemotingError
@@ -113,9 +113,9 @@ class RemotingBroker:
         return self._send_response(req, results)
 
     @staticmethod
-    def _send_response(req: RemotingCommand, results: list[AppendResult]) -> RemotingCommand:
+    def _send_response(req: RemotingCommand, results: Appended) -> RemotingCommand:
         first = results[0]
-        code = codes.SUCCESS if all(r.flushed for r in results) else codes.FLUSH_DISK_TIMEOUT
+        code = codes.SUCCESS if results.flushed else codes.FLUSH_DISK_TIMEOUT
         return req.response(code, None, {
             "msgId": ",".join(r.offset_msg_id for r in results), "queueId": first.queue_id, "queueOffset": first.queue_offset,
             "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",

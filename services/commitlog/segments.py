@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from quarry.formats.record import BLANK_HEADER_SIZE, blank_record
 from quarry.formats.segment_walk import list_segments, segment_name
 
 
@@ -134,19 +133,11 @@ class SegmentQueue:
                 return seg
         return None
 
-    def segment_for_append(self, write_offset: int, record_size: int) -> tuple[Segment, int, bytes | None]:
-        """(segment, offset to write at, blank record to write first or None).
-
-        When the record does not fit before the segment's end with 8 bytes spare, the caller
-        writes the blank record at write_offset and the record at the next segment's start.
-        """
-        seg = self.find(write_offset)
-        if seg is None:
-            seg = self._create(write_offset)
-        remaining = seg.end - write_offset
-        if record_size + BLANK_HEADER_SIZE <= remaining:
-            return seg, write_offset, None
-        return self._create(seg.end), seg.end, blank_record(remaining)
+    def segment_at(self, offset: int) -> Segment:
+        """The segment holding `offset`; created if none does (a writable store's segments
+        start at multiples of the segment size, so the append knows every end in advance)."""
+        seg = self.find(offset)
+        return seg if seg is not None else self._create(offset - offset % self.segment_size)
 
     def _create(self, start: int) -> Segment:
         existing = self.find(start)

@@ -5,14 +5,14 @@ propagates: each protocol answers it in its own terms."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from quarry.services.commitlog import metrics
-from quarry.services.commitlog.append import AppendResult
+from quarry.services.commitlog.append import Appended
 from quarry.services.commitlog.errors import StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import MessageFields
 from quarry.services.commitlog.store import CommitLogStore
 
 
@@ -27,13 +27,15 @@ class SendPath:
         self.on_appended: Callable[[], None] = lambda: None  # wakes long-polling remoting pulls
         self.append_listeners: list[Callable[[], None]] = []  # more of the same (RocketMQ 5 receives), on the loop
 
-    async def append_flushed(self, msgs: list[NewMessage], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
-                             same_topic: bool = True) -> list[AppendResult]:
-        """Store, count, announce new topics and (SYNC, unless told otherwise) await the fsync."""
+    async def append_flushed(self, msgs: Sequence[MessageFields], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
+                             same_topic: bool = True, peer: tuple[str, int] | None = None) -> Appended:
+        """Store, count, announce new topics and (SYNC, unless told otherwise) await the fsync.
+        `msgs` are taken as they are (a request's own messages); `peer` is the born host of
+        those without one."""
         topics_before = len(self.store.topics)
         t0 = time.perf_counter()
         try:
-            results = self.store.append_many(msgs, same_topic=same_topic, wait_flush=False)
+            appended = self.store.append_many(msgs, same_topic=same_topic, wait_flush=False, peer=peer)
         except StoreError as exc:
             metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
             raise exc.prefixed(abort_prefix)
@@ -43,18 +45,16 @@ class SendPath:
         for listener in self.append_listeners:
             listener()
         if wait_flush:
-            await self.await_flushed(results)
+            await self.await_flushed(appended)
         metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)
-        metrics.SENT_MESSAGES.labels(results[0].topic).inc(len(results))
-        metrics.SENT_BYTES.inc(sum(r.size for r in results))
+        metrics.SENT_MESSAGES.labels(appended.rows[0][2]).inc(len(appended.rows))
+        metrics.SENT_BYTES.inc(appended.bytes)
         metrics.STORE_MAX_OFFSET.set(self.store.write_offset)
-        return results
+        return appended
 
-    async def await_flushed(self, results: list[AppendResult]) -> None:
-        """SYNC mode: return once the results are fsynced, or mark them not flushed at the timeout."""
-        if self.store.config.flush_mode != "SYNC" or not results:
+    async def await_flushed(self, appended: Appended) -> None:
+        """SYNC mode: return once the records are fsynced, or mark them not flushed at the timeout."""
+        if self.store.config.flush_mode != "SYNC" or not appended.rows:
             return
-        end = results[-1].physical_offset + results[-1].size
-        if not await await_flushed(self.store.flusher, self.flushed, end, self.store.config.sync_flush_timeout_ms / 1000.0):
-            for r in results:
-                r.flushed = False
+        if not await await_flushed(self.store.flusher, self.flushed, appended.end, self.store.config.sync_flush_timeout_ms / 1000.0):
+            appended.flushed = False

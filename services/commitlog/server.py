@@ -16,11 +16,11 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog import consume_status
-from quarry.services.commitlog.convert import peer_host, send_result, to_group_status, to_new_message, to_stored
+from quarry.services.commitlog.convert import peer_host, send_result, send_results, to_group_status, to_stored
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.sending import SendPath
-from quarry.services.commitlog.store import AppendResult, CommitLogStore
+from quarry.services.commitlog.store import Appended, CommitLogStore
 from quarry.services.status import rpc_errors
 
 log = logging.getLogger("quarry.commitlog")
@@ -49,30 +49,33 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.consumer_max_attempts = 17
 
     async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
-        (r,) = await self.sending.append_flushed([to_new_message(request.message, peer_host(context))])
-        return commitlog_pb2.SendMessageResponse(result=send_result(r, self.broker_name))
+        appended = await self.sending.append_flushed((request.message,), peer=peer_host(context))
+        return commitlog_pb2.SendMessageResponse(result=send_result(appended, self.broker_name))
 
     async def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendBatchResponse:
-        peer = peer_host(context)
-        msgs = [to_new_message(m, peer) for m in request.messages]
-        results = await self.sending.append_flushed(msgs, "SendBatch")
+        # The request's messages go to the store as they are: no object per message between
+        # the protobuf and the log bytes.
+        appended = await self.sending.append_flushed(request.messages, "SendBatch", peer=peer_host(context))
         response = commitlog_pb2.SendBatchResponse()
-        add, broker = response.results.add, self.broker_name  # filling in place: no SendResult copied per message
-        for r in results:
-            send_result(r, broker, add)
+        send_results(appended, self.broker_name, response.results.add)  # filled in place
         return response
 
     async def SendStream(self, request_iterator: AsyncIterator[commitlog_pb2.SendStreamRequest], context: grpc.aio.ServicerContext) -> commitlog_pb2.SendStreamResponse:
-        stored: list[AppendResult] = []
+        stored: list[Appended] = []
         peer = peer_host(context)
         i = 0
         async for req in request_iterator:
-            prefix = f"stream message {i} rejected ({len(stored)} stored before it): "
-            stored += await self.sending.append_flushed([to_new_message(req.message, peer)], "SendStream", prefix, wait_flush=False)
+            prefix = f"stream message {i} rejected ({i} stored before it): "
+            stored.append(await self.sending.append_flushed((req.message,), "SendStream", prefix, wait_flush=False, peer=peer))
             i += 1
-        # Nothing is acknowledged before the response: one fsync wait covers the whole stream.
-        await self.sending.await_flushed(stored)
-        return commitlog_pb2.SendStreamResponse(results=[send_result(r, self.broker_name) for r in stored])
+        response = commitlog_pb2.SendStreamResponse()
+        if stored:
+            # Nothing is acknowledged before the response: one fsync wait covers the whole stream.
+            await self.sending.await_flushed(stored[-1])
+            for appended in stored:
+                appended.flushed = stored[-1].flushed
+                send_results(appended, self.broker_name, response.results.add)
+        return response
 
     async def ViewMessage(self, request: commitlog_pb2.ViewMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.ViewMessageResponse:
         rec = self.store.read(request.physical_offset)

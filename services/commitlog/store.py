@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from quarry.formats.dispatch import DispatchInfo
 from quarry.formats.state_file import fsync_dir
 from quarry.formats.record import Record
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog import reads, retention
-from quarry.services.commitlog.append import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, AppendResult, Appender
+from quarry.services.commitlog.append import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, Appended, AppendResult, Appender
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.consumer_groups import ConsumerGroups
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
@@ -26,7 +26,7 @@ from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
 from quarry.services.commitlog.follow import Follower
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import MessageFields
 from quarry.services.commitlog.recovery import recover
 from quarry.services.commitlog.segments import SegmentQueue
 from quarry.services.commitlog.store_state import ABORT_FILE, StoreConfig, StoreState
@@ -35,7 +35,7 @@ from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.store")
 
-__all__ = ["AppendResult", "CommitLogStore", "StoreConfig", "StoreStatus", "MAX_BATCH_BYTES", "MAX_BATCH_MESSAGES"]
+__all__ = ["Appended", "AppendResult", "CommitLogStore", "StoreConfig", "StoreStatus", "MAX_BATCH_BYTES", "MAX_BATCH_MESSAGES"]
 
 
 @dataclass
@@ -129,30 +129,30 @@ class CommitLogStore:
         return self.state.recovered
 
     # -- append ---------------------------------------------------------------------------
-    def append(self, msg: NewMessage) -> AppendResult:
+    def append(self, msg: MessageFields) -> AppendResult:
         """Validate, store and (in SYNC mode) fsync one message."""
         return self.append_many([msg])[0]
 
-    def append_many(self, msgs: list[NewMessage], same_topic: bool = True, wait_flush: bool = True) -> list[AppendResult]:
+    def append_many(self, msgs: Sequence[MessageFields], same_topic: bool = True, wait_flush: bool = True,
+                    peer: tuple[str, int] | None = None) -> Appended:
         """Store messages in order with one write per segment touched; all or nothing on bad input.
+        A message whose born host has no IP was born at `peer` (the caller's address).
 
         In SYNC mode it returns once the messages are fsynced, unless wait_flush is False: the
         caller then waits itself with `flushing.await_flushed` (an event loop must not block),
-        marking results `flushed=False` on timeout."""
-        prepared = self._appender.prepare(msgs, same_topic)
+        marking the results not flushed on timeout."""
+        self._appender.check(msgs)
         with self.state.lock:
             try:
-                results = self._appender.append_locked(prepared)
+                appended = self._appender.append_locked(msgs, same_topic, peer)
             except DiskFull as exc:
                 self.disk_full = str(exc)  # health: NOT_SERVING until space returns (services/commitlog/health.py)
                 raise
             self.disk_full = ""
         if self.config.flush_mode == "SYNC" and wait_flush:
-            end = results[-1].physical_offset + results[-1].size
-            if not wait_flushed_blocking(self.flusher, end, self.config.sync_flush_timeout_ms / 1000.0):
-                for r in results:
-                    r.flushed = False
-        return results
+            if not wait_flushed_blocking(self.flusher, appended.end, self.config.sync_flush_timeout_ms / 1000.0):
+                appended.flushed = False
+        return appended
 
     def create_topic(self, topic: str, queues: int) -> bool:
         """Create a topic with `queues` queues unless it exists (RocketMQ creates a consumer
