@@ -155,6 +155,7 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
         cl_pid = b1.commitlog.proc.pid  # type: ignore[union-attr]
         b4 = cluster.brokers[f"broker-{len(FILE_COUNTS)}"]
         before = {"indexer": _rss_kib(b4.indexer.proc.pid), "commitlog": _rss_kib(b4.commitlog.proc.pid)}  # type: ignore[union-attr]
+        empty_ix = _rss_kib(ix_pid)  # broker-1's indexer with an empty index
         # Files per broker: broker-i keeps FILE_COUNTS[i] files of its own topic, so every file
         # count is asked in the same rounds (see _interleaved).
         cases: dict[tuple[int, str], tuple[str, list[str]]] = {}
@@ -172,6 +173,7 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{b.name}: key filters not built within 300 s")
                     threading.Event().wait(0.1)
+        one_file_ix = _rss_kib(ix_pid)  # the same indexer holding one small file (FILE_COUNTS[0] == 1)
         big = cluster.brokers[f"broker-{len(FILE_COUNTS)}"]
         after = {"indexer": _rss_kib(big.indexer.proc.pid), "commitlog": _rss_kib(big.commitlog.proc.pid)}  # type: ignore[union-attr]
         sent = FILE_COUNTS[-1] * keys_per_file
@@ -192,6 +194,10 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
             for k in ("RssAnon", "RssFile"):
                 out.append(Result(f"{svc} {k} per million indexed keys", (after[svc][k] - before[svc][k]) / 1024 / (sent / 1e6), "MiB",
                                   {"keys": sent, "keys_per_file": keys_per_file}))
+        # Absolute sizes: an indexer process with nothing indexed, with one small file, with 256.
+        for label, rss in (("empty index", empty_ix), ("1 file", one_file_ix), (f"{FILE_COUNTS[-1]} files", after["indexer"])):
+            out.append(Result(f"indexer RSS, {label}", rss["VmRSS"] / 1024, "MiB",
+                              {"RssAnon_MiB": round(rss["RssAnon"] / 1024, 1), "keys_per_file": keys_per_file}))
         # Brokers holding the topic: 10 files' worth of keys on each.
         for n in BROKER_COUNTS:
             topic = f"GrowthBrokers{n}"
