@@ -143,6 +143,9 @@ class LocalCluster:
     indexer_args: list[str] = field(default_factory=list)
     heartbeat_ms: int = 500
     env: dict[str, str] = field(default_factory=dict)  # extra environment of every process (TLS, ACL)
+    # Each indexer reads key queries' records from its commitlog's files (same host) instead
+    # of calling the commitlog (indexer --commitlog-store-dir).
+    indexer_reads_store: bool = False
 
     def start_router(self, *args: str, host: str = "127.0.0.1") -> ServiceProcess:
         self.router = ServiceProcess(
@@ -163,7 +166,8 @@ class LocalCluster:
         ).start()
         indexer = ServiceProcess(
             "indexer", ix_addr,
-            ["--index-dir", str(index_dir), "--commitlog", cl_addr, "--broker-name", name, *self.indexer_args, *(indexer_args or [])],
+            ["--index-dir", str(index_dir), "--commitlog", cl_addr, "--broker-name", name,
+             *(["--commitlog-store-dir", str(store_dir)] if self.indexer_reads_store else []), *self.indexer_args, *(indexer_args or [])],
             self.root / "logs" / f"{name}-indexer.log", env=dict(self.env),
         ).start()
         broker = BrokerProcesses(name, host, commitlog, indexer, store_dir, index_dir)

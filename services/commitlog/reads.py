@@ -5,6 +5,8 @@ written when they started (appends never rewrite a record).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from quarry.formats.dispatch import DispatchInfo, decode_dispatch
 from quarry.formats.record import (
     BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic,
@@ -36,22 +38,39 @@ def _read(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
     seg = state.segments.find(physical_offset)
     if seg is None:
         raise NotFound(f"no segment holds physical offset {physical_offset}")
-    head = seg.read(physical_offset, 8)
+    try:
+        return record_at(seg.read, seg.end, physical_offset, largest_record(state.config.max_message_size))
+    except DamagedRecord as exc:
+        cause = exc.__cause__
+        if isinstance(cause, CorruptRecordError):
+            state.report(str(cause), cause.offset)
+        raise
+
+
+def largest_record(max_message_size: int) -> int:
+    """The largest TOTALSIZE a record of this store can have: a corrupt TOTALSIZE must not make
+    a read allocate (up to) a whole segment."""
+    return max(max_message_size, 4 * 1024 * 1024) + 32767 + 127 + FIXED_SIZE + 24
+
+
+def record_at(read: Callable[[int, int], bytes], seg_end: int, physical_offset: int, largest: int) -> tuple[Record, bytes]:
+    """The record starting at physical_offset of a segment ending at seg_end, read with
+    read(offset, size), and its bytes: NotFound when no record starts there, DamagedRecord when
+    one does and fails its checks (the cause is the CorruptRecordError). The one rule for the
+    commitlog's own reads and for readers of its files (services/commitlog/log_files.py)."""
+    head = read(physical_offset, 8)
     if len(head) < 8:
         raise NotFound(f"no record starts at physical offset {physical_offset}")
     size, magic = read_size_and_magic(head, 0)
-    # A corrupt TOTALSIZE must not make us read (and allocate) up to a whole segment.
-    largest = max(state.config.max_message_size, 4 * 1024 * 1024) + 32767 + 127 + FIXED_SIZE + 24
-    if magic != MESSAGE_MAGIC or size <= 0 or size > seg.end - physical_offset or size > largest:
+    if magic != MESSAGE_MAGIC or size <= 0 or size > seg_end - physical_offset or size > largest:
         raise NotFound(f"no record starts at physical offset {physical_offset}")
-    data = seg.read(physical_offset, size)
+    data = read(physical_offset, size)
     try:
         return decode_record(data, 0, physical_offset=physical_offset), data
     except CorruptRecordError as exc:
         if "PHYSICALOFFSET" in exc.reason or "magic" in exc.reason:
             raise NotFound(f"no record starts at physical offset {physical_offset}") from None
-        state.report(str(exc), exc.offset)
-        raise DamagedRecord(f"record at physical offset {physical_offset} is corrupt: {exc.reason}") from None
+        raise DamagedRecord(f"record at physical offset {physical_offset} is corrupt: {exc.reason}") from exc
 
 
 def pull(state: StoreState, topic: str, queue_id: int, queue_offset: int, max_count: int) -> tuple[list[Record], int, int, int]:

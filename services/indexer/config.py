@@ -11,6 +11,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--bind", "QUARRY_INDEXER_BIND", "127.0.0.1:10921", "host:port to listen on")
     p.add_setting("--index-dir", "QUARRY_INDEX_DIR", "./var/index", "directory holding index/ and the checkpoint")
     p.add_setting("--commitlog", "QUARRY_COMMITLOG_ADDR", "127.0.0.1:10911", "this broker's commitlog address")
+    p.add_setting("--commitlog-store-dir", "QUARRY_COMMITLOG_STORE_DIR", "", "this broker's commitlog --store-dir, when on this host: key queries read the records from its segment files instead of calling the commitlog (one hop less); records not read cleanly there are still asked of the commitlog. Empty: always ask the commitlog")
     p.add_setting("--broker-name", "QUARRY_BROKER_NAME", "broker-a", "broker name")
     p.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile", int, minimum=1)
     p.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile (holds index-num - 1)", int, minimum=2)

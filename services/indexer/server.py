@@ -22,6 +22,8 @@ from quarry.channels import open_aio_channel
 from quarry.formats import scheduled
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
+from quarry.services.commitlog.convert import to_stored
+from quarry.services.commitlog.log_files import LogFiles
 from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoint, open_checkpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services.indexer import metrics
@@ -45,8 +47,10 @@ UNIQUE_KEY_DEFAULT_MAX_NUM = 32  # the RocketMQ broker's default for unique-key 
 class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
     """QueryMessage + GetIndexStatus."""
 
-    def __init__(self, broker_name: str, index: IndexStore, lock: threading.Lock, commitlog_addr: str, tailer: Tailer | None, checkpoint: IndexCheckpoint) -> None:
+    def __init__(self, broker_name: str, index: IndexStore, lock: threading.Lock, commitlog_addr: str, tailer: Tailer | None, checkpoint: IndexCheckpoint,
+                 log_files: LogFiles | None = None) -> None:
         self.broker_name = broker_name
+        self.log_files = log_files  # the commitlog's segment files, when on this host
         self.index = index
         self.lock = lock
         self.tailer = tailer
@@ -87,21 +91,31 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         if request.offsets_only:  # the caller reads the records (and checks their store times)
             response.physical_offsets.extend(offsets)
             return response
-        remaining = context.time_remaining()
-        try:
-            got = await self._commitlog.GetMessages(
-                commitlog_pb2.GetMessagesRequest(physical_offsets=offsets),
-                timeout=min(remaining, 5.0) if remaining is not None else 5.0,
-            )
-        except grpc.RpcError as exc:
-            # Never an empty success when the messages cannot be read.
-            raise Unavailable(f"commitlog of {self.broker_name} did not answer: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
-        for msg in got.messages:
-            msg.broker_name = self.broker_name
+        begin = request.begin_timestamp
         # The index narrows to whole seconds; each record's own store time decides.
-        response.messages.extend(m for m in got.messages if request.begin_timestamp <= m.store_timestamp <= end)
-        response.unreadable_entries = len(got.not_found) + len(got.damaged)
-        response.damaged_offsets.extend(got.damaged)
+        if self.log_files is not None:
+            records, rest = self.log_files.read(offsets)
+            found = {r.physical_offset: to_stored(r, self.broker_name) for r in records if begin <= r.store_timestamp <= end}
+        else:
+            found, rest = {}, offsets
+        if rest:  # not read from the files (or no files): the commitlog reads them
+            remaining = context.time_remaining()
+            try:
+                got = await self._commitlog.GetMessages(
+                    commitlog_pb2.GetMessagesRequest(physical_offsets=rest),
+                    timeout=min(remaining, 5.0) if remaining is not None else 5.0,
+                )
+            except grpc.RpcError as exc:
+                # Never an empty success when the messages cannot be read.
+                raise Unavailable(f"commitlog of {self.broker_name} did not answer: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
+            for msg in got.messages:
+                if begin <= msg.store_timestamp <= end:
+                    msg.broker_name = self.broker_name
+                    found[msg.commit_log_offset] = msg
+            response.unreadable_entries = len(got.not_found) + len(got.damaged)
+            response.damaged_offsets.extend(got.damaged)
+        # Newest index entry first, as the offsets came.
+        response.messages.extend(found[o] for o in offsets if o in found)
         return response
 
     async def GetIndexStatus(self, request: indexer_pb2.GetIndexStatusRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.GetIndexStatusResponse:
@@ -162,8 +176,18 @@ def tail_health(tailer: Tailer | None) -> str:
     return f"no Tail connection to the commitlog {tailer.commitlog_addr}: {tailer.state.last_error or 'connecting'}"
 
 
+def _log_files(store_dir: str) -> LogFiles | None:
+    """The commitlog's segment files for key queries to read (--commitlog-store-dir), or None."""
+    if not store_dir:
+        return None
+    if not (Path(store_dir) / "commitlog").is_dir():
+        raise StartupError(f"--commitlog-store-dir [env QUARRY_COMMITLOG_STORE_DIR]: {store_dir} holds no commitlog/ directory (give the commitlog's --store-dir, on this host)")
+    return LogFiles(Path(store_dir))
+
+
 async def _serve(args: argparse.Namespace) -> int:
     index_dir = Path(args.index_dir)
+    log_files = _log_files(args.commitlog_store_dir)  # a wrong directory stops the start
     checkpoint = open_checkpoint(index_dir, read_only=args.read_only)  # before anything is written there
     # Then the metrics port: a taken one stops the process before the index is opened.
     metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
@@ -197,7 +221,7 @@ async def _serve(args: argparse.Namespace) -> int:
         tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe).start()
     follower = IndexFollower(index, lock, args.follow_interval_ms).start() if args.follow_index else None
     metrics.TAIL_CONNECTED.set_function(lambda: 1.0 if tailer is not None and tailer.state.connected else 0.0)
-    servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint)
+    servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
                                      metrics=metrics.METRICS, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))

@@ -61,8 +61,11 @@ def env(request: pytest.FixtureRequest, cluster_factory) -> Iterator[Env]:  # ty
     # Tiny hash tables and files: keys share slots and the index spans several files.
     cluster = cluster_factory(commitlog_args=["--segment-size", str(1 << 20)], indexer_args=["--hash-slots", "7", "--index-num", "120", "--flush-interval-ms", "50"])
     cluster.heartbeat_ms = 100  # a silent broker goes missing after 300 ms
-    # BODIES: who reads the records of a key query (the router's --read-bodies-from).
-    cluster.start_router("--query-timeout-ms", "3000", "--broker-call-timeout-ms", "2000", "--read-bodies-from", getattr(request, "param", "indexer"))
+    # BODIES: who reads the records of a key query: the router's --read-bodies-from, and with
+    # "indexer-files" the indexers read them from their commitlog's files (--commitlog-store-dir).
+    bodies = getattr(request, "param", "indexer")
+    cluster.indexer_reads_store = bodies == "indexer-files"
+    cluster.start_router("--query-timeout-ms", "3000", "--broker-call-timeout-ms", "2000", "--read-bodies-from", bodies.split("-")[0])
     for name, host in HOSTS.items():
         cluster.add_broker(name, host)
     e = Env(cluster)
@@ -70,7 +73,7 @@ def env(request: pytest.FixtureRequest, cluster_factory) -> Iterator[Env]:  # ty
     e.close()
 
 
-BODIES = pytest.mark.parametrize("env", ["indexer", "commitlog"], indirect=True)
+BODIES = pytest.mark.parametrize("env", ["indexer", "indexer-files", "commitlog"], indirect=True)
 
 
 @BODIES
@@ -177,6 +180,12 @@ def test_a_dead_commitlog_costs_one_attempt_and_its_error_is_passed_through(env:
         env.send(b, b"d", keys=["dead"])
     env.cluster.wait_indexed()
     env.cluster.brokers["broker-b"].commitlog.kill()  # its indexer still answers, with an error
+    if env.cluster.indexer_reads_store:
+        # Its records are still on disk: the indexer reads them there without the commitlog...
+        whole = env.by_key("dead", timeout_ms=3000)
+        assert whole.complete and sorted(m.broker_name for m in whole.messages) == ["broker-a", "broker-b"]
+        segments = env.cluster.brokers["broker-b"].store_dir / "commitlog"
+        segments.rename(segments.with_name("commitlog.gone"))  # ...until they are not: the commitlog is asked
     result = env.by_key("dead", timeout_ms=3000)
     [failed] = [o for o in result.brokers if not o.answered]
     assert failed.broker_name == "broker-b" and failed.error_code == "UNAVAILABLE"
