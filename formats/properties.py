@@ -87,10 +87,12 @@ def message_properties(keys: Sequence[str], tags: str, unique_key: str, properti
 def stored_properties(keys: Sequence[str], tags: str, unique_key: str, properties: Sequence[Any],
                       field_prefix: str = "") -> tuple[bytes, str | None]:
     """message_properties, and the KEYS value as stored (None without keys): the send path
-    needs both for every message it takes."""
-    parts: list[str] = []
+    needs both for every message it takes (so this is written for speed: no list per call)."""
     joined = None
+    n = 0
+    text = ""
     if keys:
+        keys = list(keys)  # a protobuf repeated field is slow to scan twice
         joined = " ".join(keys)
         # Fast check: n non-empty keys without spaces join to exactly n-1 spaces.
         if joined.count(" ") != len(keys) - 1 or "" in keys:
@@ -99,11 +101,14 @@ def stored_properties(keys: Sequence[str], tags: str, unique_key: str, propertie
                     raise PropertyError(f"{field_prefix}keys[{i}]: must not be empty")
                 if " " in key:
                     raise PropertyError(f"{field_prefix}keys[{i}]: must not contain a space (KEYS are space-separated)")
-        parts.append("KEYS\x01" + joined)
+        text = "KEYS\x01" + joined
+        n = 1
     if tags:
-        parts.append("TAGS\x01" + tags)
+        text = f"{text}\x02TAGS\x01{tags}" if n else "TAGS\x01" + tags
+        n += 1
     if unique_key:
-        parts.append("UNIQ_KEY\x01" + unique_key)
+        text = f"{text}\x02UNIQ_KEY\x01{unique_key}" if n else "UNIQ_KEY\x01" + unique_key
+        n += 1
     pairs: Pairs = []
     if properties:
         pairs = [p if isinstance(p, tuple) else (p.name, p.value) for p in properties]
@@ -112,12 +117,13 @@ def stored_properties(keys: Sequence[str], tags: str, unique_key: str, propertie
                 raise PropertyError(f"{field_prefix}properties[{i}].name: {name} is set by its own field (keys, tags, unique_key)")
             if not name:
                 raise PropertyError(f"{field_prefix}properties[{i}].name: must not be empty")
-            parts.append(f"{name}\x01{value}")
-    text = PROPERTY_SEP.join(parts)
+        user = PROPERTY_SEP.join([f"{name}\x01{value}" for name, value in pairs])
+        text = f"{text}\x02{user}" if n else user
+        n += len(pairs)
     # With clean names and values each separator appears exactly once per pair.
-    if text.count(NAME_VALUE_SEP) != len(parts) or text.count(PROPERTY_SEP) != max(0, len(parts) - 1):
+    if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != max(0, n - 1):
         _raise_separator_error(list(keys), tags, unique_key, pairs, field_prefix)
-    encoded = text.encode("utf-8")
+    encoded = text.encode()
     if len(encoded) > MAX_PROPERTIES_BYTES:
         raise PropertyError(f"{field_prefix}properties: encoded properties are {len(encoded)} bytes, at most {MAX_PROPERTIES_BYTES}")
     return encoded, joined

@@ -21,9 +21,9 @@ from typing import Callable, Iterable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker
+from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, TrackedServer
 from quarry.services.log import log_event
 from quarry.services.metrics import ServiceMetrics, StartupError
 from quarry.services.security import aio_acl_interceptors, server_credentials
@@ -73,7 +73,10 @@ def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrati
         reg.add(server)  # type: ignore[arg-type]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [r.service_name for r in regs]
-    reflection.enable_server_reflection(names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
+    # The asyncio servicer, named: `server` may be the TrackedServer in front of the grpc.aio
+    # server, which enable_server_reflection would take for a thread-pool one.
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection.aio.ReflectionServicer(names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]), server)
     creds = server_credentials()
     try:
         port = server.add_secure_port(bind, creds) if creds is not None else server.add_insecure_port(bind)
@@ -133,9 +136,12 @@ async def start_aio_server(
     (coroutine handlers); return it serving (SERVING, or what `health_check` says). Call inside
     the event loop."""
     tracker = CallTracker(metrics or ServiceMetrics(name))
-    server = grpc.aio.server(options=_options(max_message_bytes), interceptors=[AioTrackingInterceptor(tracker), *aio_acl_interceptors()])
+    acl = aio_acl_interceptors()
+    # Calls are tracked by their handlers, wrapped as they are registered; only a server that
+    # needs interceptors anyway (ACL) tracks with one, first, so refused calls count too.
+    server = grpc.aio.server(options=_options(max_message_bytes), interceptors=[AioTrackingInterceptor(tracker), *acl] if acl else None)
     health_servicer = health.aio.HealthServicer()
-    port, names, tls = _register_and_bind(name, bind, server, registrations, health_servicer)
+    port, names, tls = _register_and_bind(name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer)
     await server.start()
     running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}",
                                service_names=names, tracker=tracker, health_check=health_check)

@@ -75,9 +75,10 @@ def send_results(appended: Appended, broker: str, add: Callable[..., Any]) -> No
 
 def send_result(appended: Appended, broker: str) -> common_pb2.SendResult:
     """The SendResult of a single send."""
-    out: list[common_pb2.SendResult] = []
-    send_results(appended, broker, lambda **fields: out.append(common_pb2.SendResult(**fields)))
-    return out[0]
+    at, _, topic, queue_id, queue_offset, _, _, unique_key = appended.rows[0][:8]
+    return common_pb2.SendResult(status=_SEND_OK if appended.flushed else _FLUSH_TIMEOUT, unique_key=unique_key or "",
+                                 offset_msg_id=f"{appended.id_prefix}{at:016X}", queue_id=queue_id, queue_offset=queue_offset,
+                                 physical_offset=at, topic=topic, broker_name=broker)
 
 
 def to_group_status(s: GroupStatus, online: bool) -> common_pb2.GroupConsumeStatus:

@@ -5,7 +5,7 @@ propagates: each protocol answers it in its own terms."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.append import Appended
@@ -14,6 +14,9 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
 from quarry.services.commitlog.message_input import MessageFields
 from quarry.services.commitlog.store import CommitLogStore
+
+
+_TOPICS_CACHED = 10_000
 
 
 class SendPath:
@@ -26,6 +29,10 @@ class SendPath:
         self.on_topic_created: Callable[[], None] = lambda: None
         self.on_appended: Callable[[], None] = lambda: None  # wakes long-polling remoting pulls
         self.append_listeners: list[Callable[[], None]] = []  # more of the same (RocketMQ 5 receives), on the loop
+        # Labelled metric children, resolved once: prometheus' labels() takes a lock and builds
+        # a key, a few microseconds on every send.
+        self._latency: dict[str, Any] = {}
+        self._sent: dict[str, Any] = {}
 
     async def append_flushed(self, msgs: Sequence[MessageFields], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
                              same_topic: bool = True, peer: tuple[str, int] | None = None) -> Appended:
@@ -46,8 +53,17 @@ class SendPath:
             listener()
         if wait_flush:
             await self.await_flushed(appended)
-        metrics.SEND_LATENCY.labels(rpc).observe(time.perf_counter() - t0)
-        metrics.SENT_MESSAGES.labels(appended.rows[0][2]).inc(len(appended.rows))
+        latency = self._latency.get(rpc)
+        if latency is None:
+            latency = self._latency[rpc] = metrics.SEND_LATENCY.labels(rpc)  # a few RPC names
+        latency.observe(time.perf_counter() - t0)
+        topic = appended.rows[0][2]
+        sent = self._sent.get(topic)
+        if sent is None:
+            sent = metrics.SENT_MESSAGES.labels(topic)
+            if len(self._sent) < _TOPICS_CACHED:
+                self._sent[topic] = sent
+        sent.inc(len(appended.rows))
         metrics.SENT_BYTES.inc(appended.bytes)
         metrics.STORE_MAX_OFFSET.set(self.store.write_offset)
         return appended
