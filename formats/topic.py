@@ -14,6 +14,22 @@ AUTO_CREATE_TOPIC_KEY = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 
+# The topics RocketMQ derives from a consumer group: where its messages are retried and where
+# they go after the last attempt.
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+# A group name is held to the topic rule and short enough that both derived topics stay valid.
+GROUP_MAX_BYTES = TOPIC_MAX_BYTES - max(len(RETRY_PREFIX), len(DLQ_PREFIX))
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
 class TopicError(ValueError):
     """A topic that breaks the naming rule; the message names the field and the rule."""
 
@@ -42,3 +58,12 @@ def is_valid_topic(topic: str) -> bool:
     except TopicError:
         return False
     return True
+
+
+def validate_group(group: str, field: str = "group") -> None:
+    """Raise TopicError unless group may name a consumer group: the topic characters, at most
+    GROUP_MAX_BYTES so that its %RETRY% and %DLQ% topics are valid topics."""
+    if not group:
+        raise TopicError(f"{field}: must not be empty")
+    if len(group.encode("utf-8")) > GROUP_MAX_BYTES or not TOPIC_PATTERN.fullmatch(group):
+        raise TopicError(f"{field}: {group!r} must match ^[%|a-zA-Z0-9_-]+$, at most {GROUP_MAX_BYTES} bytes (its {RETRY_PREFIX} and {DLQ_PREFIX} topics must be valid topics)")

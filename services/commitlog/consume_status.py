@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quarry.formats import tag_expression
+from quarry.formats.topic import dlq_topic
 from quarry.services.commitlog.consumer_groups import ConsumerGroups, GroupTopic
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 
@@ -35,7 +36,7 @@ def _pop_status(group: str, gt: GroupTopic, queue_id: int, offset: int, tag: str
         return s
     if offset in q.dead:
         s.state, s.dead_lettered_at_ms = DEAD_LETTERED, q.dead[offset]
-        s.note = f"forwarded to %DLQ%{group}"
+        s.note = f"forwarded to {dlq_topic(group)}"
         return s
     if offset in q.acked:
         s.state, s.consumed_at_ms = CONSUMED, q.acked[offset]

@@ -20,18 +20,13 @@ from quarry.formats import scheduled
 from quarry.formats.properties import SHARDING_KEY
 from quarry.formats.record import Record
 from quarry.formats.tag_expression import TagFilter
+from quarry.formats.topic import dlq_topic
 from quarry.services.commitlog.consumer_groups import ConsumerGroups, Pending
 from quarry.services.commitlog.errors import Expired, NotFound
 
-DLQ_PREFIX = "%DLQ%"
-RETRY_PREFIX = "%RETRY%"
 MAX_WAITING = 10_000  # waiting messages a queue may hold before its scan pauses (FIFO backlog)
 DLQ_HOLD_MS = 30_000  # a message being dead-lettered is held back this long meanwhile
 SCAN_CHUNK = 64
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 @dataclass

@@ -20,6 +20,7 @@ import grpc
 from quarry.channels import open_channel
 from quarry.formats import tag_expression
 from quarry.formats.java_hash import tags_code
+from quarry.formats.topic import retry_topic
 from quarry.formats.batch_body import batch_record_properties, decode_batch_body
 from quarry.formats.record import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_PREPARED,
@@ -43,7 +44,6 @@ log = logging.getLogger("quarry.commitlog.remoting")
 MAX_PULL_MSGS = 1024
 MAX_SUSPEND_MS = 30_000  # longest a pull is held waiting for new messages
 UNIQUE_KEY_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum, used for unique-key queries
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
 # SendMessageRequestHeaderV2's one-letter names.
 _V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag",
@@ -314,7 +314,7 @@ class RemotingBroker:
         created = False
         for group in groups:  # as RocketMQ's broker does: each consumer group gets its retry topic
             try:
-                created |= self.store.create_topic(RETRY_GROUP_TOPIC_PREFIX + group, self.retry_queues)
+                created |= self.store.create_topic(retry_topic(group), self.retry_queues)
             except StoreError:
                 pass  # read-only store or a group name that makes no topic: no retry topic
         if created:

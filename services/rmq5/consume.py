@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import time
 from typing import Any, AsyncIterator
 
@@ -22,7 +21,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from quarry.formats import tag_expression
 from quarry.formats.properties import BORN_HOST, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS, UNIQ_KEY
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transaction_type
-from quarry.formats.topic import TopicError, validate_topic
+from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate_topic
 from quarry.services.commitlog import pop
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_input import NewMessage
@@ -32,8 +31,6 @@ from quarry.services.rmq5.status import RmqError
 
 log = logging.getLogger("quarry.rmq5.consume")
 
-GROUP_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-GROUP_MAX = 255 - len(pop.DLQ_PREFIX)  # its dead-letter topic must stay a valid name
 MAX_BATCH = 32  # RocketMQ proxy's receive batch limit
 MIN_INVISIBLE_MS = 1_000  # RocketMQ's proxy asks 10 s; Quarry allows 1 s (tests, short jobs)
 MAX_INVISIBLE_MS = 12 * 3_600_000
@@ -53,10 +50,10 @@ def _ts(ms: int) -> timestamp_pb2.Timestamp:
 
 def check_group(group: v2.Resource, field: str = "group.name") -> str:
     name = group.name
-    if not name:
-        raise RmqError(Code.ILLEGAL_CONSUMER_GROUP, f"{field}: must not be empty")
-    if len(name.encode()) > 120 or not GROUP_PATTERN.fullmatch(name):
-        raise RmqError(Code.ILLEGAL_CONSUMER_GROUP, f"{field}: {name!r} must match ^[%|a-zA-Z0-9_-]+$, at most 120 bytes (its {pop.DLQ_PREFIX} topic must be a valid topic)")
+    try:
+        validate_group(name, field)
+    except TopicError as exc:
+        raise RmqError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
     if group.resource_namespace:
         raise RmqError(Code.BAD_REQUEST, f"{field.rsplit('.', 1)[0]}.resource_namespace: namespaces are not supported; leave it empty")
     return name
@@ -138,7 +135,7 @@ def dead_letter_copy(record: Record, group: str, attempts: int) -> NewMessage:
     keep = [(n, v) for n, v in record.properties_pairs if n not in ("KEYS", "TAGS", UNIQ_KEY, TIMER_DELIVER_MS)]
     keep += [("DLQ_ORIGIN_TOPIC", record.topic), ("DLQ_ORIGIN_MESSAGE_ID", record.unique_key or record.offset_msg_id),
              ("ORIGIN_MESSAGE_ID", record.offset_msg_id), ("RECONSUME_TIME", str(attempts))]
-    return NewMessage(pop.dlq_topic(group), record.body, record.keys, record.tags or "", record.unique_key or "", keep,
+    return NewMessage(dlq_topic(group), record.body, record.keys, record.tags or "", record.unique_key or "", keep,
                       record.flag, 0, record.born_timestamp, record.born_host, 0, attempts)
 
 
@@ -262,7 +259,7 @@ class Consumption:
 
     def _dead_letter(self, group: str, topic: str, queue_id: int, record: Record, attempts: int) -> None:
         """Append the DLQ copy (durably), then mark the message dead-lettered (worker thread)."""
-        dlq = pop.dlq_topic(group)
+        dlq = dlq_topic(group)
         if self.store.create_topic(dlq, 1):
             self.core.sending.on_topic_created()  # the router learns the topic (a thread-safe heartbeat)
         self.store.append_many([dead_letter_copy(record, group, attempts)], same_topic=True, wait_flush=False)
