@@ -173,14 +173,7 @@ def test_lookup_equals_walking_every_file(tmp_path: Path, files: int, built: boo
 
 def test_files_outside_the_window_are_not_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = _filled(tmp_path, 20)
-    walked: list[str] = []
-    real = IndexFile.select_phy_offsets
-
-    def spy(self: IndexFile, *a: object, **kw: object) -> list[int]:
-        walked.append(self.path.name)
-        return real(self, *a, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(IndexFile, "select_phy_offsets", spy)
+    walked = _count_walks(monkeypatch)
     newest = s.files[-1]
     s.query("T", "hot", 64, newest.header.begin_timestamp, newest.header.end_timestamp)
     assert walked and set(walked) <= {f.path.name for f in s.files[-2:]}
