@@ -271,7 +271,9 @@ class Appender:
                 seg_end += seg_size
             if buf is None:
                 buf_at = at
-                cap = min(seg_end - at, size * (n - i) + 4096)
+                # Room for the rest of the batch if its records are like this one (grown if not),
+                # never more than a segment or a batch can hold.
+                cap = min(seg_end - at, size * (n - i) + 4096, MAX_BATCH_BYTES)
                 buf = bytearray(max(cap, size))
                 cap = len(buf)
             p = at - buf_at
