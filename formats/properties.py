@@ -92,10 +92,15 @@ def stored_properties(keys: Sequence[str], tags: str, unique_key: str, propertie
     n = 0
     text = ""
     if keys:
-        keys = list(keys)  # a protobuf repeated field is slow to scan twice
-        joined = " ".join(keys)
-        # Fast check: n non-empty keys without spaces join to exactly n-1 spaces.
-        if joined.count(" ") != len(keys) - 1 or "" in keys:
+        if len(keys) == 1:  # the usual case: no join, one check
+            joined = keys[0]
+            bad = not joined or " " in joined
+        else:
+            keys = list(keys)  # a protobuf repeated field is slow to scan twice
+            joined = " ".join(keys)
+            # n non-empty keys without spaces join to exactly n-1 spaces.
+            bad = joined.count(" ") != len(keys) - 1 or "" in keys
+        if bad:
             for i, key in enumerate(keys):
                 if not key:
                     raise PropertyError(f"{field_prefix}keys[{i}]: must not be empty")
