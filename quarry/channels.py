@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from quarry.formats.addresses import split_host_port
-from quarry.signing import AioSigningInterceptor, SigningInterceptor
+from quarry.signing import AioSigningInterceptor, AioStreamSigningInterceptor, SigningInterceptor
 
 
 def parse_peer(peer: str) -> tuple[str, int]:
@@ -49,11 +49,12 @@ def _credentials(opts: list[tuple[str, Any]]) -> grpc.ChannelCredentials | None:
 
 def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
     """open_channel for asyncio callers (a service on grpc.aio calling another): same TLS and
-    ACL settings; create it inside the event loop that uses it."""
+    ACL settings (unary and server-streaming calls signed); create it inside the event loop
+    that uses it."""
     opts = list(options or [])
     creds = _credentials(opts)
     access, secret = os.environ.get("QUARRY_ACCESS_KEY"), os.environ.get("QUARRY_SECRET_KEY")
-    interceptors = [AioSigningInterceptor(access, secret)] if access and secret else None
+    interceptors: list[Any] | None = [AioSigningInterceptor(access, secret), AioStreamSigningInterceptor(access, secret)] if access and secret else None
     if creds is not None:
         return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)
     return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)

@@ -103,6 +103,11 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
         return continuation(signed, self._signed_items(call_signature, request_iterator))
 
 
+def _aio_signed(sync: SigningInterceptor, details: grpc.aio.ClientCallDetails, request: Any) -> grpc.aio.ClientCallDetails:
+    signed, _ = sync._details(details, request_digest(request.SerializeToString()))
+    return grpc.aio.ClientCallDetails(signed.method, signed.timeout, grpc.aio.Metadata(*signed.metadata or []), signed.credentials, signed.wait_for_ready)
+
+
 class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
     """SigningInterceptor for asyncio channels (unary calls: what the services call each other with)."""
 
@@ -110,6 +115,15 @@ class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
         self._sync = SigningInterceptor(access_key, secret_key)
 
     async def intercept_unary_unary(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
-        signed, _ = self._sync._details(details, request_digest(request.SerializeToString()))
-        return await continuation(grpc.aio.ClientCallDetails(signed.method, signed.timeout, grpc.aio.Metadata(*signed.metadata or []),
-                                                             signed.credentials, signed.wait_for_ready), request)
+        return await continuation(_aio_signed(self._sync, details, request), request)
+
+
+class AioStreamSigningInterceptor(grpc.aio.UnaryStreamClientInterceptor):
+    """The same for server-streaming calls (the indexer's Tail). A grpc.aio channel files each
+    interceptor under the first call kind it is an instance of, so this is a second object."""
+
+    def __init__(self, access_key: str, secret_key: str) -> None:
+        self._sync = SigningInterceptor(access_key, secret_key)
+
+    async def intercept_unary_stream(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+        return await continuation(_aio_signed(self._sync, details, request), request)

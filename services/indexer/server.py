@@ -3,8 +3,9 @@
 It validates, asks the index for offsets and reads those records from its commitlog in one
 call; it raises the services' errors, which services/status.py maps to status codes.
 Formats live in `formats/`, storage in `index_store`. It serves on grpc.aio (as the commitlog
-does): a query awaits its commitlog read on the event loop instead of holding a worker thread;
-the Tail stream is followed by the tailer's own thread, which shares the index under `lock`.
+does): a query awaits its commitlog read on the event loop instead of holding a worker thread.
+The Tail stream is followed by a task on the same loop (tailer.py); the index is shared under
+`lock` with the filter builder's thread and the flushes, which run off the loop.
 """
 from __future__ import annotations
 
@@ -230,7 +231,7 @@ async def _serve(args: argparse.Namespace) -> int:
         if follower is not None:
             follower.stop()
         if tailer is not None:
-            tailer.stop()  # flushes index, then checkpoint
+            tailer.stop()  # on the loop (this runs off it): flushes index, then checkpoint
         builder.stop()
         index.close()
 

@@ -1,11 +1,17 @@
 """Follow a commitlog's Tail stream and feed the index, reconnecting when the log is away.
 
+The stream is a grpc.aio call read by a task on the indexer's event loop, beside the query
+handlers: a synchronous channel would keep a `channel_spin` thread of its own, which gRPC's
+shared poller woke on every query the indexer served (as it did grpc.aio's poller), for
+nothing. Indexing a batch runs on the loop; flushing (msync, fsync) runs off it.
+
 Order matters for crash safety: the index is flushed before the checkpoint that covers
 it is written, so after a crash the checkpoint never claims more than the index holds;
 whatever the index holds beyond the checkpoint is skipped on re-delivery.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -13,14 +19,15 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import grpc
+from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
 
-from quarry.channels import open_channel
-from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
-
+from quarry.channels import open_aio_channel
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.tailer")
+
+STOP_TIMEOUT_S = 15.0
 
 
 class IndexSink(Protocol):
@@ -50,7 +57,9 @@ class _Disconnected(Exception):
 
 
 class Tailer:
-    """A thread that tails `commitlog_addr` from the checkpoint and indexes every record."""
+    """A task on the event loop that tails `commitlog_addr` from the checkpoint and indexes
+    every record. `lock` is shared with the threads that also touch the index (the filter
+    builder, flushes) and the query handlers."""
 
     def __init__(
         self,
@@ -69,64 +78,74 @@ class Tailer:
         self.flush_interval_s = flush_interval_ms / 1000.0
         self.lock = lock or threading.Lock()
         self.on_batch = on_batch
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tailer", daemon=True)
-        self._channel: grpc.Channel | None = None
-        self._call: grpc.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._wake: asyncio.Event | None = None  # ends a backoff pause when stopping
         self._last_flush = time.monotonic()
         self._last_expiry = 0.0
         self._dirty = False
-        self.caught_up = threading.Condition()
 
     def start(self) -> "Tailer":
-        self._thread.start()
+        """Start tailing; call inside the event loop that serves the indexer."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task = self._loop.create_task(self._run(), name="tailer")
         return self
 
-    def _run(self) -> None:
-        retrying = Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, _Disconnected) and not self._stop.is_set()),
+    async def _run(self) -> None:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, _Disconnected) and not self._stopping),
             wait=wait_exponential_jitter(initial=0.05, max=2.0, jitter=0.1),
-            sleep=self._stop.wait,
+            sleep=self._pause,
             reraise=True,
         )
         try:
-            retrying(self._tail_once)
-        except _Disconnected:
+            await retrying(self._tail_once)
+        except (_Disconnected, asyncio.CancelledError):
             pass  # stopping
         finally:
-            self._flush(force=True)
+            await self._flush(force=True)
 
-    def _tail_once(self) -> None:
-        if self._stop.is_set():
-            return
-        self._channel = open_channel(self.commitlog_addr)
-        stub = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
+    async def _pause(self, seconds: float) -> None:
+        """The backoff between attempts, cut short by stop()."""
+        assert self._wake is not None
         try:
-            self._call = stub.Tail(commitlog_pb2.TailRequest(from_offset=self.state.next_offset, max_batch=1024))
-            for response in self._call:  # type: ignore[union-attr]
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _tail_once(self) -> None:
+        if self._stopping:
+            return
+        channel = open_aio_channel(self.commitlog_addr)
+        stub = commitlog_pb2_grpc.CommitLogServiceStub(channel)
+        try:
+            call = stub.Tail(commitlog_pb2.TailRequest(from_offset=self.state.next_offset, max_batch=1024))
+            async for response in call:
                 if not self.state.connected:
                     self.state.connected = True
                     self.state.last_error = ""
                     log_event(log, "tail connected", commitlog=self.commitlog_addr, from_offset=self.state.next_offset)
-                self._apply(response)
-                self._expire(stub)
+                await self._apply(response)
+                await self._expire(stub)
             raise _Disconnected("stream ended")
-        except grpc.RpcError as exc:
-            if self._stop.is_set():
+        except grpc.aio.AioRpcError as exc:
+            if self._stopping:
                 return
-            code = exc.code()  # type: ignore[attr-defined]
+            code = exc.code()
             if code == grpc.StatusCode.OUT_OF_RANGE:
-                self._skip_to_min_offset(stub, exc)
-            self._disconnected(f"{code.name}: {exc.details()}")  # type: ignore[attr-defined]
+                await self._skip_to_min_offset(stub)
+            self._disconnected(f"{code.name}: {exc.details()}")
             raise _Disconnected(str(exc)) from exc
         finally:
-            self._channel.close()
+            await channel.close()
 
-    def _skip_to_min_offset(self, stub: commitlog_pb2_grpc.CommitLogServiceStub, exc: grpc.RpcError) -> None:
+    async def _skip_to_min_offset(self, stub: commitlog_pb2_grpc.CommitLogServiceStub) -> None:
         """The checkpoint fell below the log's minimum (segments expired): resume from the minimum."""
         try:
-            status = stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=2)
-        except grpc.RpcError:
+            status = await stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=2)
+        except grpc.aio.AioRpcError:
             return
         if self.state.next_offset < status.min_offset:
             log_event(log, "checkpoint below commitlog minimum; expired records skipped", logging.WARNING, checkpoint=self.state.next_offset, min_offset=status.min_offset)
@@ -138,7 +157,7 @@ class Tailer:
         self.state.connected = False
         self.state.last_error = why
 
-    def _apply(self, response: commitlog_pb2.TailResponse) -> None:
+    async def _apply(self, response: commitlog_pb2.TailResponse) -> None:
         with self.lock:
             if response.records:
                 self.index.index_records(response.records)
@@ -148,38 +167,48 @@ class Tailer:
             self._dirty = self._dirty or bool(response.records)
         if self.on_batch is not None:
             self.on_batch(len(response.records), self.state)
-        self._flush()
-        with self.caught_up:
-            self.caught_up.notify_all()
+        await self._flush()
 
-    def _expire(self, stub: commitlog_pb2_grpc.CommitLogServiceStub) -> None:
+    async def _expire(self, stub: commitlog_pb2_grpc.CommitLogServiceStub) -> None:
         """Drop IndexFiles that only cover expired segments (checked once a minute)."""
         if time.monotonic() - self._last_expiry < 60 or not hasattr(self.index, "delete_below"):
             return
         self._last_expiry = time.monotonic()
         try:
-            status = stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=2)
-        except grpc.RpcError:
+            status = await stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=2)
+        except grpc.aio.AioRpcError:
             return
         with self.lock:
             self.index.delete_below(status.min_offset)  # type: ignore[attr-defined]
 
-    def _flush(self, force: bool = False) -> None:
+    async def _flush(self, force: bool = False) -> None:
         if not self._dirty or (not force and time.monotonic() - self._last_flush < self.flush_interval_s):
             return
-        with self.lock:
-            self.index.flush()
-            self.checkpoint.save(self.state.next_offset, self.state.last_store_timestamp)
-            self._dirty = False
+        # msync and fsync off the loop; the task waits, so nothing is indexed meanwhile and the
+        # checkpoint saved is the one the flushed index covers.
+        await asyncio.to_thread(self._flush_then_checkpoint, self.state.next_offset, self.state.last_store_timestamp)
+        self._dirty = False
         self._last_flush = time.monotonic()
 
-    def wait_until(self, offset: int, timeout_s: float) -> bool:
-        """Block until next_offset >= offset or the timeout; True when reached."""
-        with self.caught_up:
-            return self.caught_up.wait_for(lambda: self.state.next_offset >= offset, timeout=timeout_s)
+    def _flush_then_checkpoint(self, offset: int, timestamp: int) -> None:
+        with self.lock:
+            self.index.flush()
+            self.checkpoint.save(offset, timestamp)
+
+    async def aclose(self) -> None:
+        """End the stream, flush the index, then save the checkpoint (on the loop)."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), STOP_TIMEOUT_S)
+            except (asyncio.CancelledError, TimeoutError):
+                pass
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._call is not None:
-            self._call.cancel()  # type: ignore[union-attr]
-        self._thread.join(timeout=10)
+        """aclose from another thread (the server's on_stop runs off the loop); waits for it."""
+        if self._loop is None or self._loop.is_closed():
+            return
+        asyncio.run_coroutine_threadsafe(self.aclose(), self._loop).result(timeout=STOP_TIMEOUT_S + 5)
