@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -226,6 +227,10 @@ async def _serve(args: argparse.Namespace) -> int:
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
                                      metrics=metrics.METRICS, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
+    # Start-up's objects (modules, descriptors, the opened index) live as long as the process:
+    # frozen, a full collection no longer walks them with the loop stalled (as the commitlog).
+    gc.collect()
+    gc.freeze()
 
     def _stop() -> None:
         if follower is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import time
 from typing import Awaitable
@@ -273,6 +274,11 @@ async def _serve(args: argparse.Namespace) -> int:
         remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
                                   RemotingAcl(accounts) if accounts is not None else None)
         await remoting.start(args.remoting_bind)
+    # What start-up built (modules, protobuf descriptors) lives as long as the process: frozen,
+    # a full collection under load no longer walks it (~20 ms with the loop stalled), as the
+    # commitlog does.
+    gc.collect()
+    gc.freeze()
 
     def _before_grace() -> None:
         rmq5.close()  # open Telemetry streams end, so they do not hold the grace period
