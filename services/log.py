@@ -13,7 +13,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 class _KeyValueFormatter(logging.Formatter):
@@ -75,3 +75,27 @@ def configure_logging(fmt: str = "kv", level: str = "INFO") -> None:
 def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **kv: Any) -> None:
     """Log one event with key=value fields."""
     logger.log(level, event, extra={"kv": kv})
+
+
+class FailureReport:
+    """The state of a step a background thread repeats (flush, follow a writer's files): a
+    failure is logged when it starts and the recovery when it ends, not on every round, and
+    `failing` holds the current error for health checks ("" while the step works)."""
+
+    def __init__(self, logger: logging.Logger, failed: str, recovered: str) -> None:
+        self.logger, self.failed, self.recovered = logger, failed, recovered
+        self.failing = ""
+
+    def run(self, step: Callable[[], Any]) -> bool:
+        """Run one round of the step; never raises. True when it succeeded."""
+        try:
+            step()
+        except Exception as exc:  # the thread must live on: its next round may succeed
+            if not self.failing:
+                log_event(self.logger, self.failed, logging.ERROR, error=repr(exc))
+            self.failing = repr(exc)
+            return False
+        if self.failing:
+            log_event(self.logger, self.recovered, previous_error=self.failing)
+        self.failing = ""
+        return True

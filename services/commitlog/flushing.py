@@ -17,7 +17,7 @@ from typing import Callable
 from quarry.services.commitlog.checkpoint import StoreCheckpoint, save_checkpoint
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.store_state import StoreState
-from quarry.services.log import log_event
+from quarry.services.log import FailureReport, log_event
 from quarry.services.commitlog.metrics import FLUSH_SECONDS
 
 log = logging.getLogger("quarry.store")
@@ -38,7 +38,7 @@ class Flusher:
         # One flush at a time: the flusher thread, close() and callers of store.flush() may
         # overlap, and two overlapping flushes could write the checkpoint out of order.
         self._flushing = threading.Lock()
-        self.failing = ""  # the error of the last flush round, "" once one succeeds
+        self._rounds = FailureReport(log, "flush failed", "flush recovered")
 
     def alive(self) -> bool:
         """The flushing thread runs (False before start, after stop, or if it died)."""
@@ -65,21 +65,18 @@ class Flusher:
                 break  # close() does the last flush itself
             # Nothing may end this thread: without it the durable end never moves again
             # (SYNC sends time out, tailers see nothing new).
-            try:
-                self.flush()
-                if self.failing:
-                    log_event(log, "flush recovered", previous_error=self.failing)
-                self.failing = ""
-            except Exception as exc:
-                if not self.failing:
-                    log_event(log, "flush failed", logging.ERROR, error=repr(exc))
-                self.failing = repr(exc)
+            self._rounds.run(self.flush)
             if time.monotonic() - last_retention > RETENTION_EVERY_S:
                 last_retention = time.monotonic()
                 try:
                     self._retention()
                 except Exception as exc:
                     log_event(log, "retention failed", logging.ERROR, error=repr(exc))
+
+    @property
+    def failing(self) -> str:
+        """The error of the last flush round, "" once one succeeds."""
+        return self._rounds.failing
 
     def flush(self, clean: bool = False) -> int:
         """fsync everything written so far; wake waiters. Returns the flushed offset."""

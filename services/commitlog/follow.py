@@ -25,7 +25,7 @@ from quarry.formats.record import BLANK_HEADER_SIZE, CorruptRecordError, Record,
 from quarry.formats.segment_walk import list_segments, probe
 from quarry.services.commitlog.segments import Segment
 from quarry.services.commitlog.store_state import StoreState
-from quarry.services.log import log_event
+from quarry.services.log import FailureReport, log_event
 
 log = logging.getLogger("quarry.follow")
 
@@ -53,7 +53,7 @@ class Follower:
         self._stuck_at: tuple[int, float] | None = None  # (offset, since) of a record not yet whole
         self._reported: set[int] = set()
         self._retired: list[Segment] = []  # segments the writer deleted, closed one round later
-        self.failing = ""
+        self._rounds = FailureReport(log, "following failed; retrying", "following recovered")
         self._queues_refreshed = 0.0
 
     # -- the thread -------------------------------------------------------------------------
@@ -75,15 +75,12 @@ class Follower:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             # Nothing may end this thread: without it the store stops moving.
-            try:
-                self.poll()
-                if self.failing:
-                    log_event(log, "following recovered", previous_error=self.failing)
-                self.failing = ""
-            except Exception as exc:
-                if not self.failing:
-                    log_event(log, "following failed; retrying", logging.ERROR, error=repr(exc))
-                self.failing = repr(exc)
+            self._rounds.run(self.poll)
+
+    @property
+    def failing(self) -> str:
+        """The error of the last round, "" once one succeeds."""
+        return self._rounds.failing
 
     # -- one round ---------------------------------------------------------------------------
     def poll(self) -> int:

@@ -14,7 +14,7 @@ import threading
 from quarry.formats.index_file import IndexFile, IndexFileError, file_size
 from quarry.formats.index_keys import INDEX_FILE_NAME
 from quarry.services.indexer.index_store import IndexStore
-from quarry.services.log import log_event
+from quarry.services.log import FailureReport, log_event
 
 log = logging.getLogger("quarry.index.follow")
 
@@ -61,7 +61,7 @@ class IndexFollower:
         self.interval_s = interval_ms / 1000.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="index-follower", daemon=True)
-        self.failing = ""
+        self._rounds = FailureReport(log, "following the broker's index failed; retrying", "following the broker's index recovered")
 
     def start(self) -> "IndexFollower":
         self._thread.start()
@@ -69,14 +69,16 @@ class IndexFollower:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                with self.lock:
-                    refresh(self.index)
-                self.failing = ""
-            except Exception as exc:  # the thread must live on: the broker's files keep changing
-                if not self.failing:
-                    log_event(log, "following the broker's index failed; retrying", logging.ERROR, error=repr(exc))
-                self.failing = repr(exc)
+            self._rounds.run(self._refresh)  # the thread lives on: the broker's files keep changing
+
+    def _refresh(self) -> None:
+        with self.lock:
+            refresh(self.index)
+
+    @property
+    def failing(self) -> str:
+        """The error of the last round, "" once one succeeds."""
+        return self._rounds.failing
 
     def stop(self) -> None:
         self._stop.set()
