@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import grpc
 
@@ -171,6 +172,12 @@ def serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _under(lock: threading.Lock, read: Callable[[], int]) -> int:
+    """A gauge read from the metrics thread: the index's file list changes under `lock`."""
+    with lock:
+        return read()
+
+
 def tail_health(tailer: Tailer | None) -> str:
     """"" while the Tail stream is connected (or there is none: read-only), else why not."""
     if tailer is None or tailer.state.connected:
@@ -207,7 +214,7 @@ async def _serve(args: argparse.Namespace) -> int:
     # until its filter is published, so the indexer serves at once.
     builder = FilterBuilder(index, lock).start()
     metrics.KEY_FILTER_BYTES.set_function(index.key_filter.memory_bytes)
-    metrics.KEY_FILTER_PENDING.set_function(lambda: len(index.filter_pending()))
+    metrics.KEY_FILTER_PENDING.set_function(lambda: _under(lock, lambda: len(index.filter_pending())))
     tailer = None
     if not args.read_only:
         start = checkpoint.offset

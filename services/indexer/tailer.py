@@ -127,8 +127,15 @@ class Tailer:
                     self.state.connected = True
                     self.state.last_error = ""
                     log_event(log, "tail connected", commitlog=self.commitlog_addr, from_offset=self.state.next_offset)
-                await self._apply(response)
-                await self._expire(stub)
+                try:
+                    await self._apply(response)
+                    await self._expire(stub)
+                except Exception as exc:  # a full disk, a damaged IndexFile: the task must live on
+                    # Not counted as connected while indexing fails (health says why); the
+                    # batch is asked for again after a pause, from the last offset indexed.
+                    self._disconnected(f"indexing failed: {exc!r}")
+                    raise _Disconnected(repr(exc)) from exc
+            self._disconnected("stream ended")
             raise _Disconnected("stream ended")
         except grpc.aio.AioRpcError as exc:
             if self._stopping:
@@ -153,7 +160,8 @@ class Tailer:
 
     def _disconnected(self, why: str) -> None:
         if self.state.connected or self.state.last_error != why:
-            log_event(log, "tail disconnected; reconnecting with backoff", logging.WARNING, commitlog=self.commitlog_addr, error=why)
+            level = logging.ERROR if why.startswith("indexing failed") else logging.WARNING
+            log_event(log, "tail disconnected; reconnecting with backoff", level, commitlog=self.commitlog_addr, error=why)
         self.state.connected = False
         self.state.last_error = why
 
