@@ -15,14 +15,13 @@ import os
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import grpc
 
 from bench.ceiling import EchoCeiling, Stats, drive
 from bench.commitlog import _OPTIONS, _msg
-from bench.runner import Result, source_tree, tree_python
+from bench.runner import Result, source_tree, tree_python, wait_for_commitlog
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import free_port
 
@@ -44,17 +43,8 @@ def _start(tree: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
         args += ["--remoting-bind", f"127.0.0.1:{free_port()}"]  # older trees have no remoting port
     proc = subprocess.Popen(args, cwd=d, stdout=open(d / "log", "wb"), stderr=subprocess.STDOUT)
     address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with grpc.insecure_channel(address) as ch:
-                commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=1)
-            return proc, address
-        except grpc.RpcError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"commitlog of {tree} did not start: {(d / 'log').read_text()[-2000:]}") from None
-            time.sleep(0.1)
+    wait_for_commitlog(proc, address, d / "log")
+    return proc, address
 
 
 async def _batches(address: str, batch: commitlog_pb2.SendBatchRequest, calls: int) -> Stats:

@@ -63,6 +63,26 @@ def tree_python(tree: Path) -> str:
     return str(tree / ".venv" / "bin" / "python")
 
 
+def wait_for_commitlog(proc: subprocess.Popen[bytes], address: str, log_path: Path, timeout_s: float = 60.0) -> None:
+    """Block until the commitlog process at `address` answers; kill it and raise (with the end of
+    its log) if it exits or does not answer in time."""
+    import grpc
+
+    from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with grpc.insecure_channel(address) as ch:
+                commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=1)
+            return
+        except grpc.RpcError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"commitlog at {address} did not start: {log_path.read_text()[-2000:]}") from None
+            time.sleep(0.1)
+
+
 def command_line(name: str, argv: list[str]) -> str:
     return shlex.join([".venv/bin/python", "-m", "bench", name, *argv])
 

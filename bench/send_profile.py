@@ -21,7 +21,7 @@ import grpc
 
 from bench.ceiling import drive
 from bench.commitlog import _OPTIONS, _msg
-from bench.runner import BENCH_DIR, REPO_DIR, Result
+from bench.runner import BENCH_DIR, REPO_DIR, Result, wait_for_commitlog
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import free_port
 
@@ -37,17 +37,7 @@ def _profile(load: str, calls: int, root: Path) -> Path:
          "--store-dir", str(root / load), "--flush-mode", "ASYNC", "--segment-size", str(1 << 30), "--remoting-bind", f"127.0.0.1:{free_port()}"],
         cwd=REPO_DIR, stdout=open(root / f"{load}.log", "wb"), stderr=subprocess.STDOUT)
     address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with grpc.insecure_channel(address) as ch:
-                commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=1)
-            break
-        except grpc.RpcError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"commitlog did not start: {(root / f'{load}.log').read_text()[-2000:]}") from None
-            time.sleep(0.1)
+    wait_for_commitlog(proc, address, root / f"{load}.log")
     raw.unlink(missing_ok=True)
 
     async def go() -> None:
