@@ -3,6 +3,7 @@ cluster, a router and a broker serving TLS under a throwaway CA, and the check t
 message is found again through the router by its id, each key and its queue offset."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,20 @@ def tls_cluster(root: Path, monkeypatch: pytest.MonkeyPatch, router_host: str, b
     c = LocalCluster(root=root / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env=env)
     with c.running({"broker-a": broker_host}, router_host=router_host):
         yield c, pki
+
+
+@contextmanager
+def acl_cluster(root: Path, monkeypatch: pytest.MonkeyPatch, accounts: list[dict], router_host: str, broker_host: str) -> Iterator[LocalCluster]:  # type: ignore[type-arg]
+    """A router and one broker enforcing these accounts plus an admin `ops` (`ops-secret`), whose
+    keys sign the indexer's calls and the test's own quarry.v1 calls (the admin client)."""
+    acl = root / "acl.json"
+    acl.write_text(json.dumps({"accounts": [*accounts, {"access_key": "ops", "secret_key": "ops-secret", "admin": True}]}))
+    ops = {"QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"}
+    for k, v in ops.items():
+        monkeypatch.setenv(k, v)
+    c = LocalCluster(root=root / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env={"QUARRY_ACL_FILE": str(acl), **ops})
+    with c.running({"broker-a": broker_host}, router_host=router_host):
+        yield c
 
 
 def found_everywhere(admin: AdminClient, topic: str, message_id: str, offset: int, keys: tuple[str, ...]) -> Found:

@@ -16,7 +16,7 @@ from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
 from quarry.clients.admin import AdminClient
 from scripts.launcher import LocalCluster
 from tests.e2e.conftest import wait_until
-from tests.e2e.rmq5_sdk import client_config
+from tests.e2e.rmq5_sdk import acl_cluster, client_config
 
 MAX_ATTEMPTS = 3
 
@@ -302,22 +302,15 @@ def test_bad_consumer_requests_answer_in_band_naming_the_field(cluster: LocalClu
         assert status.code == code and words in status.message, (status, code, words)
 
 
-def test_acl_consumer_needs_query_permission(tmp_path: Path) -> None:
+def test_acl_consumer_needs_query_permission(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rocketmq import Credentials
     from rocketmq.v5.exception import ForbiddenException
 
-    acl = tmp_path / "acl.json"
-    acl.write_text(json.dumps({"accounts": [
+    accounts = [
         {"access_key": "reader", "secret_key": "reader-secret", "topics": {"CsAcl": ["publish", "query"]}},
         {"access_key": "writer", "secret_key": "writer-secret", "topics": {"CsAcl": ["publish"]}},
-        {"access_key": "ops", "secret_key": "ops-secret", "admin": True},
-    ]}))
-    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env={"QUARRY_ACL_FILE": str(acl)})
-    try:
-        c.env.update({"QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"})  # the indexer's calls
-        c.start_router(host="127.0.0.64")
-        c.add_broker("broker-a", "127.0.0.65")
-        assert c.router is not None
+    ]
+    with acl_cluster(tmp_path, monkeypatch, accounts, "127.0.0.64", "127.0.0.65") as c:
 
         def config(ak: str):  # type: ignore[no-untyped-def]
             return client_config(c, Credentials(ak, f"{ak}-secret"))
@@ -345,5 +338,3 @@ def test_acl_consumer_needs_query_permission(tmp_path: Path) -> None:
             assert got.message_id == mid and got.body == b"guarded"
         finally:
             reader.shutdown()
-    finally:
-        c.stop()

@@ -16,7 +16,7 @@ import pytest
 from quarry.clients.admin import AdminClient
 from quarry.v1 import common_pb2
 from scripts.launcher import LocalCluster
-from tests.e2e.rmq5_sdk import found_everywhere, tls_cluster
+from tests.e2e.rmq5_sdk import acl_cluster, found_everywhere, tls_cluster
 
 NODE_DIR = Path(__file__).parent / "node"
 
@@ -59,18 +59,8 @@ def test_node_sdk_sends_are_found_by_id_key_and_offset(node_sdk: Path, cluster: 
 
 
 def test_node_sdk_signs_with_mqv2_hmac_sha1(node_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    acl = tmp_path / "acl.json"
-    acl.write_text(json.dumps({"accounts": [
-        {"access_key": "nodeapp", "secret_key": "node-secret", "topics": {"NodeAcl": ["publish"]}},
-        {"access_key": "ops", "secret_key": "ops-secret", "admin": True},
-    ]}))
-    for k, v in {"QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"}.items():
-        monkeypatch.setenv(k, v)  # the indexers' and this test's quarry.v1 calls
-    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"],
-                     env={"QUARRY_ACL_FILE": str(acl), "QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"})
-    try:
-        c.start_router(host="127.0.0.64")
-        c.add_broker("broker-a", "127.0.0.65")
+    accounts = [{"access_key": "nodeapp", "secret_key": "node-secret", "topics": {"NodeAcl": ["publish"]}}]
+    with acl_cluster(tmp_path, monkeypatch, accounts, "127.0.0.64", "127.0.0.65") as c:
         assert c.router is not None
         (r,) = _send(node_sdk, c.router.address, "NodeAcl", 1, "signed", "acl", {"RMQ_ACCESS_KEY": "nodeapp", "RMQ_SECRET_KEY": "node-secret"})
         with AdminClient(c.router.address) as admin:
@@ -78,8 +68,6 @@ def test_node_sdk_signs_with_mqv2_hmac_sha1(node_sdk: Path, tmp_path: Path, monk
         bad = subprocess.run(["node", str(node_sdk), c.router.address, "NodeAcl", "1"], capture_output=True, text=True, timeout=120,
                              env={**os.environ, "RMQ_ACCESS_KEY": "nodeapp", "RMQ_SECRET_KEY": "wrong"})
         assert bad.returncode != 0 and "40100" in bad.stderr and "bad signature for access key 'nodeapp'" in bad.stderr
-    finally:
-        c.stop()
 
 
 def test_node_sdk_over_tls(node_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ from scripts.launcher import LocalCluster
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.transaction import HALF_TOPIC
 from tests.e2e.conftest import wait_until
-from tests.e2e.rmq5_sdk import client_config, found_everywhere, tls_cluster
+from tests.e2e.rmq5_sdk import acl_cluster, client_config, found_everywhere, tls_cluster
 
 LIMIT = 64 * 1024
 
@@ -154,17 +154,9 @@ def test_body_over_the_limit_is_refused_with_the_limit_named(cluster: LocalClust
         assert route_here.status.code == Code.ILLEGAL_ACCESS_POINT
 
 
-def test_acl_forbidden_topic_and_bad_secret(tmp_path: Path) -> None:
-    acl = tmp_path / "acl.json"
-    acl.write_text(json.dumps({"accounts": [
-        {"access_key": "alice", "secret_key": "alice-secret", "topics": {"SdkAcl": ["publish", "query"], "Payroll": ["query"]}},
-        {"access_key": "ops", "secret_key": "ops-secret", "admin": True},
-    ]}))
-    c = LocalCluster(root=tmp_path / "c", indexer_args=["--hash-slots", "101", "--index-num", "1000"], env={"QUARRY_ACL_FILE": str(acl)})
-    try:
-        c.env.update({"QUARRY_ACCESS_KEY": "ops", "QUARRY_SECRET_KEY": "ops-secret"})  # the indexer's calls
-        c.start_router(host="127.0.0.54")
-        c.add_broker("broker-a", "127.0.0.55")
+def test_acl_forbidden_topic_and_bad_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    accounts = [{"access_key": "alice", "secret_key": "alice-secret", "topics": {"SdkAcl": ["publish", "query"], "Payroll": ["query"]}}]
+    with acl_cluster(tmp_path, monkeypatch, accounts, "127.0.0.54", "127.0.0.55") as c:
         p = _producer(c, ("SdkAcl",), Credentials("alice", "alice-secret"))
         try:
             ok = p.send(_message("SdkAcl", b"allowed", keys=("acl-ok",)))
@@ -183,16 +175,9 @@ def test_acl_forbidden_topic_and_bad_secret(tmp_path: Path) -> None:
         with grpc.insecure_channel(c.brokers["broker-a"].commitlog.address) as ch:
             r = service_grpc.MessagingServiceStub(ch).SendMessage(service.SendMessageRequest(), timeout=5)
             assert r.status.code == Code.UNAUTHORIZED and "authorization" in r.status.message
-        import os
-        os.environ["QUARRY_ACCESS_KEY"], os.environ["QUARRY_SECRET_KEY"] = "ops", "ops-secret"
-        try:
-            assert c.router is not None
-            with AdminClient(c.router.address) as admin:
-                found_everywhere(admin, "SdkAcl", ok.message_id, ok.offset, ("acl-ok",))
-        finally:
-            del os.environ["QUARRY_ACCESS_KEY"], os.environ["QUARRY_SECRET_KEY"]
-    finally:
-        c.stop()
+        assert c.router is not None
+        with AdminClient(c.router.address) as admin:  # signed as ops (acl_cluster)
+            found_everywhere(admin, "SdkAcl", ok.message_id, ok.offset, ("acl-ok",))
 
 
 _TLS_SEND = """
