@@ -133,7 +133,7 @@ class Tailer:
                 except Exception as exc:  # a full disk, a damaged IndexFile: the task must live on
                     # Not counted as connected while indexing fails (health says why); the
                     # batch is asked for again after a pause, from the last offset indexed.
-                    self._disconnected(f"indexing failed: {exc!r}")
+                    self._disconnected(f"indexing failed: {exc!r}", logging.ERROR)
                     raise _Disconnected(repr(exc)) from exc
             self._disconnected("stream ended")
             raise _Disconnected("stream ended")
@@ -158,9 +158,8 @@ class Tailer:
             log_event(log, "checkpoint below commitlog minimum; expired records skipped", logging.WARNING, checkpoint=self.state.next_offset, min_offset=status.min_offset)
             self.state.next_offset = status.min_offset
 
-    def _disconnected(self, why: str) -> None:
+    def _disconnected(self, why: str, level: int = logging.WARNING) -> None:
         if self.state.connected or self.state.last_error != why:
-            level = logging.ERROR if why.startswith("indexing failed") else logging.WARNING
             log_event(log, "tail disconnected; reconnecting with backoff", level, commitlog=self.commitlog_addr, error=why)
         self.state.connected = False
         self.state.last_error = why
