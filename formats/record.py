@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import functools
 import struct
-import zlib
 from dataclasses import dataclass, field
 
+from quarry.formats.crc import crc32
 from quarry.formats.offset_msg_id import create as create_offset_msg_id
 from quarry.formats.offset_msg_id import ip_bytes, java_host_address
 from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs, properties_map
@@ -69,7 +69,7 @@ class CorruptRecordError(ValueError):
 
 def body_crc(body: bytes) -> int:
     """BODYCRC: CRC32 of the stored body & 0x7FFFFFFF (0 for an empty body)."""
-    return zlib.crc32(body) & 0x7FFFFFFF if body else 0
+    return crc32(body) & 0x7FFFFFFF if body else 0
 
 
 def transaction_type(sys_flag: int) -> int:

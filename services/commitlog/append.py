@@ -13,12 +13,12 @@ from __future__ import annotations
 import errno
 import logging
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from quarry.formats import offset_msg_id
 from quarry.formats.consume_queue import CQ_UNIT
+from quarry.formats.crc import crc32
 from quarry.formats.dispatch import tags_code
 from quarry.formats.java_hash import tags_code as java_tags_code
 from quarry.formats.properties import DELAY, PropertyError, stored_properties
@@ -127,7 +127,6 @@ class Appender:
         tag_codes = self._tag_codes
         store_b = self._store_b
         store_flag = SYSFLAG_STOREHOST_V6 if len(store_b) == 20 else 0
-        crc32 = zlib.crc32
         now = int(time.time() * 1000)
 
         rows: list[tuple] = []  # type: ignore[type-arg]
