@@ -26,6 +26,11 @@ def _msg(i: int) -> common_pb2.MessageInput:
     return common_pb2.MessageInput(topic="BenchTopic", body=BODY, keys=[f"order-{i}"], unique_key=f"{i:032X}", queue_id=-1)
 
 
+def _batch(size: int) -> commitlog_pb2.SendBatchRequest:
+    """A batch as Quarry's producer sends it: answered with compact results (SendResultColumns)."""
+    return commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(size)], compact_results=True)
+
+
 def _sizes(address: str, request: object, method: str) -> int:
     """The serialized size of the answer to one `request` (for the ceiling's response)."""
     with grpc.insecure_channel(address, options=_OPTIONS) as ch:
@@ -72,7 +77,7 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path, echo: EchoCeiling
                 figs.append(_drive_sends(proc.address, c, calls))
                 ceils.append(echo.measure(single.ByteSize(), resp_bytes, c, calls))
             results += compare("single send", _median(figs), _median(ceils), params)
-        batch = commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(args.batch_size)])
+        batch = _batch(args.batch_size)
         batch_resp = _sizes(proc.address, batch, "SendBatch")
         figs, ceils = [], []
         for _ in range(args.rounds):

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 
 from bench.ceiling import EchoCeiling, Stats, drive
-from bench.commitlog import _OPTIONS, _msg
+from bench.commitlog import _OPTIONS, _batch, _msg
 from bench.runner import Result, source_tree, tree_python, wait_for_commitlog
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import free_port
@@ -69,7 +69,7 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--single", type=int, default=1000, help="single sends per round at concurrency 1 (twice that at 16)")
     args = p.parse_args(argv)
     trees = {name: source_tree(path) for name, path in (t.split("=", 1) for t in args.trees)}
-    batch = commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(args.batch_size)])
+    batch = _batch(args.batch_size)  # a tree that predates compact_results answers in full
     single = commitlog_pb2.SendMessageRequest(message=_msg(0))
     loads = {"batched send": (args.batches, args.batch_size), "single send c1": (args.single, 1), "single send c16": (args.single * 2, 1)}
     runs: dict[tuple[str, str], list[tuple[Stats, float]]] = {(n, w): [] for n in [*trees, "echo"] for w in loads}

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 
 from bench.ceiling import drive
-from bench.commitlog import _OPTIONS, _msg
+from bench.commitlog import _OPTIONS, _batch, _msg
 from bench.runner import BENCH_DIR, REPO_DIR, Result, wait_for_commitlog
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import free_port
@@ -44,7 +44,7 @@ def _profile(load: str, calls: int, root: Path) -> Path:
         async with grpc.aio.insecure_channel(address, options=_OPTIONS) as ch:
             stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
             if load == "batched":
-                batch = commitlog_pb2.SendBatchRequest(messages=[_msg(i) for i in range(500)])
+                batch = _batch(500)
                 await drive(lambda _i: stub.SendBatch(batch, timeout=60), 5, 2, warmup=0)  # warm: imports, first segment
                 proc.send_signal(signal.SIGUSR1)  # start-up and warm-up samples are written, then subtracted
                 await drive(lambda _i: stub.SendBatch(batch, timeout=60), calls, 2, warmup=0)

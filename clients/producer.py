@@ -20,6 +20,7 @@ import grpc
 from quarry.channels import open_channel
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from quarry.clients.batch_results import batch_send_results
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError, from_rpc_error
 from quarry.clients.model import MessageQueue, SendResult
 from quarry.clients.routers import RouterPool
@@ -172,7 +173,9 @@ class Producer:
                 if len(msgs) == 1:
                     results = [stub.SendMessage(commitlog_pb2.SendMessageRequest(message=msgs[0]), timeout=self.timeout_s).result]
                 else:
-                    results = list(stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs), timeout=self.timeout_s).results)
+                    # The compact answer: ~10 bytes a message instead of ~100, and less work for the broker.
+                    response = stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs, compact_results=True), timeout=self.timeout_s)
+                    results = batch_send_results(response, msgs)
             except grpc.RpcError as exc:
                 err = from_rpc_error(exc)
                 if isinstance(err, UnavailableError):

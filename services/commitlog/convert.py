@@ -13,7 +13,7 @@ from quarry.channels import parse_peer
 from quarry.formats import scheduled
 from quarry.formats.addresses import split_host_port
 from quarry.formats.record import Record
-from quarry.v1 import common_pb2
+from quarry.v1 import commitlog_pb2, common_pb2
 from quarry.services.commitlog.append import Appended
 from quarry.services.commitlog.consume_status import GroupStatus
 
@@ -71,6 +71,24 @@ def send_results(appended: Appended, broker: str, add: Callable[..., Any]) -> No
         at = row[0]
         add(status=status, unique_key=row[7] or "", offset_msg_id=f"{prefix}{at:016X}", queue_id=row[3], queue_offset=row[4],
             physical_offset=at, topic=row[2], broker_name=broker)
+
+
+def send_result_columns(appended: Appended, broker: str, store_host: tuple[str, int], out: commitlog_pb2.SendResultColumns) -> None:
+    """The batch's SendResults as columns, filled into `out` (the contract's
+    SendResultColumns: each message's SendResult is rebuilt from them and its own unique key,
+    as clients.batch_results does). No object per message: three column copies of the rows."""
+    rows = appended.rows
+    out.status = _SEND_OK if appended.flushed else _FLUSH_TIMEOUT
+    out.broker_name = broker
+    out.store_host.ip, out.store_host.port = store_host
+    cols = list(zip(*rows))  # DispatchInfo's field order (append.Appended), one tuple per field
+    topics = cols[2]
+    out.topic = topics[0]
+    if topics.count(topics[0]) != len(topics):
+        out.topics.extend(topics)
+    out.physical_offsets.extend(cols[0])
+    out.queue_ids.extend(cols[3])
+    out.queue_offsets.extend(cols[4])
 
 
 def send_result(appended: Appended, broker: str) -> common_pb2.SendResult:

@@ -16,7 +16,7 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog import consume_status
-from quarry.services.commitlog.convert import peer_host, send_result, send_results, to_group_status, to_stored
+from quarry.services.commitlog.convert import peer_host, send_result, send_result_columns, send_results, to_group_status, to_stored
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.sending import SendPath
@@ -57,7 +57,10 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         # the protobuf and the log bytes.
         appended = await self.sending.append_flushed(request.messages, "SendBatch", peer=peer_host(context))
         response = commitlog_pb2.SendBatchResponse()
-        send_results(appended, self.broker_name, response.results.add)  # filled in place
+        if request.compact_results:
+            send_result_columns(appended, self.broker_name, self.store.config.store_host, response.compact)
+        else:
+            send_results(appended, self.broker_name, response.results.add)  # filled in place
         return response
 
     async def SendStream(self, request_iterator: AsyncIterator[commitlog_pb2.SendStreamRequest], context: grpc.aio.ServicerContext) -> commitlog_pb2.SendStreamResponse:

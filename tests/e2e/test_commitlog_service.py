@@ -8,6 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from quarry.clients.batch_results import batch_send_results
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests.e2e.conftest import Launch
 
@@ -43,6 +44,23 @@ def test_send_view_get_pull_and_status(commitlog) -> None:  # type: ignore[no-un
     assert status.max_offset > streamed[-1].physical_offset and status.min_offset == 0
     assert len(status.segments) > 1 and status.topics[0].topic == "T" and status.topics[0].queue_count == 4
     assert status.flush_mode == commitlog_pb2.FLUSH_MODE_ASYNC and not status.read_only
+
+
+def test_compact_batch_answer_rebuilds_what_is_stored(commitlog) -> None:  # type: ignore[no-untyped-def]
+    """compact_results: columns instead of one SendResult per message; each rebuilt result
+    points at the record stored for its message, as a full answer's would."""
+    stub, _ = commitlog
+    msgs = [_msg(i, queue_id=i % 2) for i in range(30)]
+    answer = stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs, compact_results=True), timeout=10)
+    assert not answer.results and answer.compact.store_host.ip == "127.0.0.2"
+    rebuilt = batch_send_results(answer, msgs)
+    stored = stub.GetMessages(commitlog_pb2.GetMessagesRequest(physical_offsets=[r.physical_offset for r in rebuilt]), timeout=5).messages
+    assert [(r.offset_msg_id, r.unique_key, r.queue_id, r.queue_offset, r.topic) for r in rebuilt] == \
+        [(m.offset_msg_id, m.unique_key, m.queue_id, m.queue_offset, m.topic) for m in stored]
+    assert [m.unique_key for m in stored] == [f"UK{i:06d}" for i in range(30)]
+    # Without the flag, the answer is as it always was.
+    full = stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs[:3]), timeout=10)
+    assert len(full.results) == 3 and not full.HasField("compact") and full.results[0].offset_msg_id.startswith("7F000002")
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,15 @@ def test_new_topics_spread_over_the_brokers_that_create_topics(cluster_factory) 
         assert {(r.message_queue.broker_name, r.message_queue.queue_id) for r in sent} == {(b, q) for b in ("broker-a", "broker-b") for q in range(4)}
         wait_until(lambda: sorted(b.broker_name for b in admin.topic_route("FreshTopic").brokers) == ["broker-a", "broker-b"], what="FreshTopic routed on both brokers")
 
+        # A batch goes to one queue and is answered compactly; each rebuilt SendResult finds its message by id.
+        with Producer(router.address) as p_batch:
+            batch = p_batch.send_batch("FreshTopic", [b"batch %d" % i for i in range(5)], keys=[f"bk{i}" for i in range(5)])
+        assert len({(r.message_queue.broker_name, r.message_queue.queue_id) for r in batch}) == 1
+        assert [r.queue_offset - batch[0].queue_offset for r in batch] == list(range(5))
+        for i, r in enumerate(batch):
+            found = admin.query_by_id(r.offset_msg_id).messages
+            assert [(m.body, m.unique_key, m.queue_offset, m.broker_name) for m in found] == [(b"batch %d" % i, r.msg_id, r.queue_offset, r.message_queue.broker_name)]
+
         # CLI runs (one message each) start at a random queue, not all at broker-a queue 0.
         placed = set()
         for i in range(6):

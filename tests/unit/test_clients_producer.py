@@ -33,6 +33,22 @@ class Broker(commitlog_pb2_grpc.CommitLogServiceServicer):
             queue_id=request.message.queue_id, queue_offset=5, topic=request.message.topic, broker_name=self.name))
 
 
+    def SendBatch(self, request, context):  # type: ignore[no-untyped-def]
+        """Answers as a broker that knows compact_results does, unless `self.old` (one that predates it)."""
+        self.seen.append(request)
+        if self.fail is not None:
+            context.abort(self.fail, f"{self.name} says no")
+        n = len(request.messages)
+        if request.compact_results and not getattr(self, "old", False):
+            return commitlog_pb2.SendBatchResponse(compact=commitlog_pb2.SendResultColumns(
+                status=common_pb2.SEND_STATUS_SEND_OK, broker_name=self.name, store_host=common_pb2.HostAddress(ip="127.0.0.1", port=10911),
+                topic=request.messages[0].topic, physical_offsets=[100 * i for i in range(n)], queue_ids=[m.queue_id for m in request.messages],
+                queue_offsets=list(range(7, 7 + n))))
+        return commitlog_pb2.SendBatchResponse(results=[common_pb2.SendResult(
+            status=common_pb2.SEND_STATUS_SEND_OK, unique_key=m.unique_key, offset_msg_id=f"7F00000100002A9F{100 * i:016X}", queue_id=m.queue_id,
+            queue_offset=7 + i, physical_offset=100 * i, topic=m.topic, broker_name=self.name) for i, m in enumerate(request.messages)])
+
+
 class Router(router_pb2_grpc.QueryRouterServiceServicer):
     def __init__(self, brokers: dict[str, str]) -> None:
         self.brokers = brokers
@@ -160,3 +176,17 @@ def test_a_new_topic_goes_to_the_brokers_that_create_topics_with_at_most_four_qu
     finally:
         for s in (s1, s2, s3):
             s.stop(0)
+
+
+@pytest.mark.parametrize("old_broker", [False, True])
+def test_a_batch_asks_for_the_compact_answer_and_reads_either(world, old_broker: bool) -> None:  # type: ignore[no-untyped-def]
+    router, _, up = world
+    up.old = old_broker
+    with Producer(router) as p:
+        sent = p.send_batch("T", [b"a", b"b", b"c"], keys=["k1", None, "k3"])
+        # The batch went to broker-b (broker-a is down) and asked for columns.
+    request = next(r for r in up.seen if isinstance(r, commitlog_pb2.SendBatchRequest))
+    assert request.compact_results
+    assert [(r.send_status, r.msg_id, r.offset_msg_id, r.queue_offset, r.message_queue.broker_name) for r in sent] == [
+        ("SEND_OK", m.unique_key, f"7F00000100002A9F{100 * i:016X}", 7 + i, "broker-b") for i, m in enumerate(request.messages)]
+    assert all(r.raw is not None and r.raw.topic == "T" and r.raw.physical_offset == 100 * i for i, r in enumerate(sent))
