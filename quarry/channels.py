@@ -47,6 +47,11 @@ def _credentials(opts: list[tuple[str, Any]]) -> grpc.ChannelCredentials | None:
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=_read("QUARRY_TLS_CLIENT_KEY"), certificate_chain=_read("QUARRY_TLS_CLIENT_CERT"))
 
 
+def signs_calls() -> bool:
+    """Whether channels opened here sign every call (an ACL account is configured)."""
+    return bool(os.environ.get("QUARRY_ACCESS_KEY") and os.environ.get("QUARRY_SECRET_KEY"))
+
+
 def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
     """open_channel for asyncio callers (a service on grpc.aio calling another): same TLS and
     ACL settings (unary and server-streaming calls signed); create it inside the event loop

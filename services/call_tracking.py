@@ -20,7 +20,9 @@ import grpc
 from quarry.services.metrics import ServiceMetrics
 
 # Long-lived streams a client keeps open while it lives: cancelled at stop, not waited for.
-_NOT_WAITED = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/Telemetry")
+# (The calls a MultiplexService stream carries are each counted and waited for on their own.)
+_NOT_WAITED = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/Telemetry",
+               "/quarry.v1.MultiplexService/")
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 # Bounds the per-method caches below: the methods a server registers, plus room for the
 # handlers an ACL interceptor makes per refused call (past the bound they are not cached).
@@ -163,11 +165,15 @@ class TrackedServer:
     def __init__(self, server: grpc.aio.Server, tracker: CallTracker) -> None:
         self._server = server
         self.tracker = tracker
+        # Every registered method's own (untracked) handler, by full name: what a
+        # MultiplexService stream runs for the calls it carries (services/multiplex.py).
+        self.registered: dict[str, grpc.RpcMethodHandler] = {}
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._server.add_generic_rpc_handlers(tuple(_TrackedGenericHandler(h, self.tracker) for h in handlers))
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.registered.update({f"/{service}/{name}": h for name, h in handlers.items()})
         self._server.add_registered_method_handlers(  # type: ignore[attr-defined]
             service, {name: tracked_handler(self.tracker, f"/{service}/{name}", h) for name, h in handlers.items()})
 

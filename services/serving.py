@@ -26,7 +26,10 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, TrackedServer
 from quarry.services.log import log_event
 from quarry.services.metrics import ServiceMetrics, StartupError
+from quarry.services.multiplex import SERVICE as MULTIPLEX_SERVICE
+from quarry.services.multiplex import MultiplexServicer
 from quarry.services.security import aio_acl_interceptors, server_credentials
+from quarry.v1 import multiplex_pb2_grpc
 
 log = logging.getLogger("quarry.serving")
 
@@ -71,6 +74,10 @@ def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrati
     regs = list(registrations)
     for reg in regs:
         reg.add(server)  # type: ignore[arg-type]
+    if isinstance(server, TrackedServer):  # ACL off: the services' unary calls may also come multiplexed
+        multiplexer = MultiplexServicer(server.registered, server.tracker)
+        multiplex_pb2_grpc.add_MultiplexServiceServicer_to_server(multiplexer, server)  # type: ignore[arg-type]
+        regs.append(Registration(lambda _s: None, MULTIPLEX_SERVICE))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [r.service_name for r in regs]
     # The asyncio servicer, named: `server` may be the TrackedServer in front of the grpc.aio

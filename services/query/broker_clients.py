@@ -1,11 +1,15 @@
 """grpc.aio stubs to brokers' commitlogs and indexers: one channel and one stub per address,
 made on first use and reused by every query (creating either per query costs more than the
-call). Used on the router's event loop only, which is also where the channels are made."""
+call). Used on the router's event loop only, which is also where the channels are made.
+
+Unary calls go multiplexed over one stream per address (quarry/multiplex.py) unless the
+router signs its calls (ACL: each call signed on its own) or was told not to."""
 from __future__ import annotations
 
 import grpc
 
-from quarry.channels import open_aio_channel
+from quarry.channels import open_aio_channel, signs_calls
+from quarry.multiplex import MultiplexedChannel
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
 
 _OPTIONS = [
@@ -19,15 +23,17 @@ _OPTIONS = [
 class BrokerClients:
     """Cached channels and stubs keyed by address."""
 
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
+    def __init__(self, multiplexed: bool = True) -> None:
+        self.multiplexed = multiplexed and not signs_calls()
+        self._channels: dict[str, grpc.aio.Channel | MultiplexedChannel] = {}
         self._commitlogs: dict[str, commitlog_pb2_grpc.CommitLogServiceStub] = {}
         self._indexers: dict[str, indexer_pb2_grpc.IndexerServiceStub] = {}
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
+    def _channel(self, address: str) -> grpc.aio.Channel | MultiplexedChannel:
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = open_aio_channel(address, options=_OPTIONS)
+            plain = open_aio_channel(address, options=_OPTIONS)
+            ch = self._channels[address] = MultiplexedChannel(plain) if self.multiplexed else plain
         return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:

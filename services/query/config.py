@@ -18,6 +18,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--clock-skew-ms", "QUARRY_CLOCK_SKEW_MS", 3_600_000, "producer/broker clock skew tolerated by unique-key queries", int, minimum=0)
     p.add_setting("--fallback-window-ms", "QUARRY_FALLBACK_WINDOW_MS", 7 * 24 * 3_600_000, "window searched when a unique key's time cannot be trusted", int, minimum=1)
     p.add_setting("--read-bodies-from", "QUARRY_READ_BODIES_FROM", "indexer", "key and unique-key queries: the indexers answer with the records they read from their commitlogs (indexer), or with offsets and the router reads the records from each commitlog (commitlog); the answers are the same", choices=("indexer", "commitlog"))
+    p.add_setting("--broker-calls", "QUARRY_BROKER_CALLS", "multiplexed", "how the router calls brokers: its unary calls to each address coalesced over one stream (multiplexed; plain unary calls to a broker that does not offer the stream, and always with ACL on), or one gRPC call each (unary)", choices=("multiplexed", "unary"))
     p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body, announced to RocketMQ 5 SDKs (set it as the commitlogs')", int, minimum=1)
     add_remoting_settings(p, "QUARRY_ROUTER_REMOTING_BIND", "127.0.0.1:9877", "the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients")
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)

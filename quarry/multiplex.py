@@ -1,0 +1,239 @@
+"""Unary calls multiplexed over one stream (quarry.v1.MultiplexService), the caller's side.
+
+A unary gRPC call costs its client and its server some 0.15-0.3 ms of CPU each on a small
+machine, whatever it carries; the router makes one to three of them per query. Over one
+long-lived stream per broker address, calls started while a frame is being written go
+together in the next frame, and the server answers the same way: at 16 queries in flight
+the cost per call falls to a fraction. The semantics stay those of the unary call: each call
+has its own deadline, and its own status code and details.
+
+`MultiplexedChannel` wraps a grpc.aio channel for the generated stubs: their unary-unary
+calls go over the stream, every other kind over the channel itself. A server that does not
+offer the stream (an older one, or one with ACL on) answers UNIMPLEMENTED and the channel
+makes plain unary calls from then on, the calls already waiting included: nothing ran.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any, Awaitable, Callable, Generic, TypeVar
+
+import grpc
+
+from quarry.v1 import multiplex_pb2
+
+METHOD = "/quarry.v1.MultiplexService/Calls"
+# A frame carries at most this many payload bytes unless one call alone is bigger: a batch
+# of big answers is not held back until all of them are serialized into one message.
+FRAME_BYTES = 4 << 20
+# What a server that does not carry the stream answers when it is opened: make unary calls.
+_NOT_OFFERED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+Item = TypeVar("Item")
+
+
+class MultiplexError(grpc.RpcError):
+    """A multiplexed call's failure, read as a unary call's (`code()`, `details()`)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def status_of(number: int) -> grpc.StatusCode:
+    """The StatusCode of a code number (UNKNOWN for a number gRPC does not define)."""
+    return _CODES.get(number, grpc.StatusCode.UNKNOWN)
+
+
+class FrameWriter(Generic[Item]):
+    """Coalesces items into frames on one stream: the first item starts a writer task; items
+    that arrive while it writes go together in its next frame. Both sides use it."""
+
+    def __init__(self, write: Callable[[list[Item]], Awaitable[None]], size: Callable[[Item], int],
+                 on_error: Callable[[BaseException], None]) -> None:
+        self._write = write
+        self._size = size
+        self._on_error = on_error
+        self._queue: list[Item] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def send(self, item: Item) -> None:
+        self._queue.append(item)
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def drained(self) -> None:
+        """Return once every item sent so far is written (or the stream failed)."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                frame, used = [], 0
+                for item in self._queue:
+                    n = self._size(item)
+                    if frame and used + n > FRAME_BYTES:
+                        break
+                    frame.append(item)
+                    used += n
+                del self._queue[:len(frame)]
+                await self._write(frame)
+        except BaseException as exc:  # the stream is gone: its reader reports it to the callers
+            self._queue.clear()
+            self._on_error(exc)
+        finally:
+            self._task = None
+
+
+class _Stream:
+    """One open Calls stream and the calls waiting for their answers on it."""
+
+    def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None]) -> None:
+        self._call = channel.stream_stream(METHOD, request_serializer=multiplex_pb2.CallsRequest.SerializeToString,
+                                           response_deserializer=multiplex_pb2.CallsResponse.FromString)()
+        self._on_not_offered = on_not_offered
+        self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
+        self.failed: BaseException | None = None
+        self._ids = itertools.count(1)
+        self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
+            self._write, lambda r: len(r.payload), lambda exc: self._call.cancel())
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
+        await self._call.write(multiplex_pb2.CallsRequest(requests=requests))
+
+    def start(self, method: str, payload: bytes, timeout_s: float | None) -> tuple[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]]:
+        call_id = next(self._ids)
+        answer: asyncio.Future[multiplex_pb2.MultiplexedResponse] = asyncio.get_running_loop().create_future()
+        self.waiting[call_id] = answer
+        timeout_ms = 0 if timeout_s is None else max(1, min(int(timeout_s * 1000), 0xFFFFFFFF))
+        self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, method=method, payload=payload, timeout_ms=timeout_ms))
+        return call_id, answer
+
+    async def _read(self) -> None:
+        failure: BaseException
+        try:
+            while True:
+                frame = await self._call.read()
+                if frame is grpc.aio.EOF:
+                    # The server ended the stream (it is stopping): what waits was not answered.
+                    failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, "stream removed: the server closed the multiplexed stream")
+                    break
+                waiting = self.waiting
+                for response in frame.responses:
+                    answer = waiting.pop(response.id, None)
+                    if answer is not None and not answer.done():
+                        answer.set_result(response)
+        except grpc.RpcError as exc:
+            code = exc.code()  # type: ignore[attr-defined]
+            if code in _NOT_OFFERED:
+                self._on_not_offered()
+            failure = MultiplexError(code, exc.details() or "")  # type: ignore[attr-defined]
+        except asyncio.CancelledError:
+            failure = MultiplexError(grpc.StatusCode.CANCELLED, "channel closed")
+        except Exception as exc:  # a frame that does not parse: the stream cannot be trusted
+            self._call.cancel()
+            failure = MultiplexError(grpc.StatusCode.INTERNAL, f"multiplexed stream broken: {type(exc).__name__}: {exc}")
+        self.failed = failure
+        waiting, self.waiting = self.waiting, {}
+        for answer in waiting.values():
+            if not answer.done():
+                answer.set_exception(failure)
+
+    def close(self) -> None:
+        self._reader.cancel()
+        self._call.cancel()
+
+
+class _UnaryOverStream:
+    """What a generated stub holds for one unary method: calls it over the stream."""
+
+    def __init__(self, channel: "MultiplexedChannel", method: str, serialize: Callable[[Any], bytes],
+                 deserialize: Callable[[bytes], Any], plain: Any) -> None:
+        self._channel = channel
+        self._method = method
+        self._serialize = serialize
+        self._deserialize = deserialize
+        self._plain = plain  # the channel's own multicallable, for a server without the stream
+
+    def __call__(self, request: Any, *, timeout: float | None = None, **kwargs: Any) -> Awaitable[Any]:
+        if kwargs or not self._channel.multiplexing:
+            return self._plain(request, timeout=timeout, **kwargs)  # type: ignore[no-any-return]
+        return self._call(request, timeout)
+
+    async def _call(self, request: Any, timeout: float | None) -> Any:
+        channel = self._channel
+        payload = self._serialize(request)
+        stream = channel.stream()
+        call_id, answer = stream.start(self._method, payload, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            if timeout is None:
+                response = await answer
+            else:
+                response = await asyncio.wait_for(answer, timeout)
+        except asyncio.TimeoutError:
+            raise MultiplexError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        except MultiplexError as exc:
+            if channel.multiplexing or exc.code() not in _NOT_OFFERED:
+                raise
+            # The server does not carry the stream, so the call never ran: make it unary.
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise MultiplexError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            return await self._plain(request, timeout=left)
+        finally:
+            stream.waiting.pop(call_id, None)
+        if response.code:
+            raise MultiplexError(status_of(response.code), response.details)
+        return self._deserialize(response.payload)
+
+
+class MultiplexedChannel:
+    """A grpc.aio channel as the generated stubs see it, with its unary-unary calls carried
+    over one Calls stream (opened on first use, opened again after it fails). Use it on the
+    loop that made it."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.channel = channel
+        self.multiplexing = True
+        self._stream: _Stream | None = None
+
+    def stream(self) -> _Stream:
+        stream = self._stream
+        if stream is None or stream.failed is not None:
+            stream = self._stream = _Stream(self.channel, self._not_offered)
+        return stream
+
+    def _not_offered(self) -> None:
+        self.multiplexing = False
+
+    def unary_unary(self, method: str, request_serializer: Callable[[Any], bytes] | None = None,
+                    response_deserializer: Callable[[bytes], Any] | None = None, **kwargs: Any) -> _UnaryOverStream:
+        plain = self.channel.unary_unary(method, request_serializer=request_serializer, response_deserializer=response_deserializer, **kwargs)
+        return _UnaryOverStream(self, method, request_serializer or bytes, response_deserializer or bytes, plain)
+
+    def unary_stream(self, *args: Any, **kwargs: Any) -> Any:
+        return self.channel.unary_stream(*args, **kwargs)
+
+    def stream_unary(self, *args: Any, **kwargs: Any) -> Any:
+        return self.channel.stream_unary(*args, **kwargs)
+
+    def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
+        return self.channel.stream_stream(*args, **kwargs)
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        await self.channel.close()

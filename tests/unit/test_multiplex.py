@@ -1,0 +1,230 @@
+"""MultiplexService: unary calls carried over one stream answer exactly as the unary calls do,
+each with its own deadline and status, counted in the server's metrics as unary calls are;
+a server without the stream gets plain unary calls; a lost stream is opened again."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from quarry.multiplex import MultiplexedChannel
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.server import CommitLogServicer
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.metrics import ServiceMetrics
+from quarry.services.serving import Registration, RunningAioServer, start_aio_server
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
+from tests.servicers import BIND, EventLoopThread, on_loop
+
+COMMITLOG = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
+INDEXER = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
+
+
+class Commitlog:
+    """A real commitlog servicer over a store in a temporary directory, served by the services'
+    own start-up code (so with the MultiplexService, ACL being off)."""
+
+    def __init__(self, root: Path) -> None:
+        self.store = CommitLogStore(StoreConfig(store_dir=root, store_host=("127.0.0.1", 10911), segment_size=1 << 20))
+        self.metrics = ServiceMetrics("commitlog-multiplex-test")
+        self.running: RunningAioServer | None = None
+
+    async def start(self, bind: str = BIND) -> str:
+        flushed = FlushSignal(asyncio.get_running_loop())
+        self.store.add_flush_listener(flushed.fire)
+        servicer = CommitLogServicer(self.store, "broker-a", threading.Event(), flushed)
+        self.running = await start_aio_server("commitlog", bind, [
+            Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), COMMITLOG)], metrics=self.metrics)
+        return self.running.address
+
+    def calls(self, method: str, code: str) -> float:
+        return self.metrics.registry.get_sample_value(
+            "quarry_rpc_requests_total", {"service": COMMITLOG, "method": method, "code": code}) or 0.0
+
+
+@pytest.fixture
+def commitlog(tmp_path: Path) -> Iterator[tuple[Commitlog, str]]:
+    service = Commitlog(tmp_path / "store")
+    address = on_loop(service.start())
+    try:
+        yield service, address
+    finally:
+        assert service.running is not None
+        on_loop(service.running.server.stop(0))
+        service.store.close()
+
+
+def _send(address: str, n: int) -> list[common_pb2.SendResult]:
+    async def go() -> list[common_pb2.SendResult]:
+        async with grpc.aio.insecure_channel(address) as ch:
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+            msgs = [common_pb2.MessageInput(topic="MuxTopic", body=f"body-{i}".encode(), keys=[f"k{i}"], queue_id=-1) for i in range(n)]
+            return list((await stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs), timeout=10)).results)
+    return on_loop(go())  # type: ignore[no-any-return]
+
+
+def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+    async def poll() -> None:
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                await asyncio.sleep(0.01)
+    on_loop(poll())
+
+
+async def _outcome(call: Any) -> tuple[str, Any]:
+    try:
+        return "OK", await call
+    except grpc.RpcError as exc:
+        return exc.code().name, exc.details()  # type: ignore[attr-defined]
+
+
+def test_carried_calls_answer_as_unary_calls_do_and_are_counted_as_theirs(commitlog: tuple[Commitlog, str]) -> None:
+    service, address = commitlog
+    sent = _send(address, 40)
+
+    async def go() -> tuple[list[Any], list[Any], bool]:
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(address))
+        plain = grpc.aio.insecure_channel(address)
+        try:
+            over_stream = commitlog_pb2_grpc.CommitLogServiceStub(mux)  # type: ignore[arg-type]
+            unary = commitlog_pb2_grpc.CommitLogServiceStub(plain)
+            # Asked all at once: the calls share frames, each answer goes to its own caller.
+            requests = [commitlog_pb2.ViewMessageRequest(physical_offset=r.physical_offset) for r in sent]
+            requests += [commitlog_pb2.ViewMessageRequest(physical_offset=1 << 40), commitlog_pb2.PullMessagesRequest(topic="MuxTopic", queue_id=-1)]
+
+            def call(stub: Any, r: Any) -> Any:
+                method = stub.ViewMessage if isinstance(r, commitlog_pb2.ViewMessageRequest) else stub.PullMessages
+                return _outcome(method(r, timeout=10))
+            multiplexed = await asyncio.gather(*(call(over_stream, r) for r in requests))
+            plain_answers = await asyncio.gather(*(call(unary, r) for r in requests))
+            return multiplexed, plain_answers, mux.multiplexing
+        finally:
+            await mux.close()
+            await plain.close()
+
+    multiplexed, plain_answers, still_multiplexing = on_loop(go())
+    assert still_multiplexing
+    assert multiplexed == plain_answers
+    assert [m.message.body for _, m in multiplexed[:40]] == [f"body-{i}".encode() for i in range(40)]
+    assert [code for code, _ in multiplexed[40:]] == [plain_answers[40][0], "INVALID_ARGUMENT"]
+    assert plain_answers[40][0] != "OK"
+    # Each carried call is counted under its own method and code, as the unary ones are (a
+    # unary call is counted when gRPC reports it terminated, which may follow its answer).
+    _wait_for(lambda: service.calls("ViewMessage", "OK") >= 80 and service.calls("PullMessages", "INVALID_ARGUMENT") >= 2)
+    assert service.calls("ViewMessage", "OK") == 80
+    assert service.calls("PullMessages", "INVALID_ARGUMENT") == 2
+
+
+def test_only_the_quarry_services_unary_methods_are_carried(commitlog: tuple[Commitlog, str]) -> None:
+    _, address = commitlog
+
+    async def go() -> list[tuple[str, Any]]:
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(address))
+        try:
+            ident = lambda b: b  # noqa: E731
+            health = mux.unary_unary("/grpc.health.v1.Health/Check", request_serializer=ident, response_deserializer=ident)
+            absent = mux.unary_unary(f"/{INDEXER}/QueryMessage", request_serializer=ident, response_deserializer=ident)
+            return [await _outcome(health(b"", timeout=5)), await _outcome(absent(b"", timeout=5))]
+        finally:
+            await mux.close()
+
+    (health_code, health_details), (absent_code, _) = on_loop(go())
+    assert health_code == "UNIMPLEMENTED" and "not carried" in health_details
+    assert absent_code == "UNIMPLEMENTED"
+
+
+def test_a_server_without_the_stream_gets_plain_unary_calls(tmp_path: Path) -> None:
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path / "store", store_host=("127.0.0.1", 10911), segment_size=1 << 20))
+
+    async def go() -> tuple[tuple[str, Any], tuple[str, Any], bool]:
+        flushed = FlushSignal(asyncio.get_running_loop())
+        server = grpc.aio.server()  # a server of an older Quarry: the commitlog service only
+        commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(store, "broker-a", threading.Event(), flushed), server)
+        port = server.add_insecure_port(BIND)
+        await server.start()
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
+        try:
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(mux)  # type: ignore[arg-type]
+            first = await asyncio.gather(*(_outcome(stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=5)) for _ in range(3)))
+            refused = await _outcome(stub.ViewMessage(commitlog_pb2.ViewMessageRequest(physical_offset=1 << 40), timeout=5))
+            return first[0], refused, mux.multiplexing
+        finally:
+            await mux.close()
+            await server.stop(0)
+
+    try:
+        (code, status), (refused_code, _), multiplexing = on_loop(go())
+    finally:
+        store.close()
+    assert code == "OK" and status.broker_name == "broker-a" and status.max_offset == 0
+    assert refused_code != "OK"
+    assert not multiplexing
+
+
+class _SlowIndexer(indexer_pb2_grpc.IndexerServiceServicer):
+    """An indexer that answers a query only once told to: a broker slower than its caller."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: Any) -> indexer_pb2.QueryMessageResponse:
+        self.started.set()
+        if request.key == "slow":
+            await self.release.wait()
+        return indexer_pb2.QueryMessageResponse(physical_offsets=[len(request.key)])
+
+
+def test_a_call_past_its_deadline_fails_alone_and_the_stream_goes_on() -> None:
+    async def go() -> tuple[tuple[str, Any], tuple[str, Any]]:
+        slow = _SlowIndexer()
+        running = await start_aio_server("indexer", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(slow, s), INDEXER)])
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            late = await _outcome(stub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="T", key="slow"), timeout=0.2))
+            quick = await _outcome(stub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="T", key="quick"), timeout=5))
+            return late, quick
+        finally:
+            slow.release.set()
+            await mux.close()
+            await running.server.stop(0)
+
+    (late_code, _), (quick_code, quick) = on_loop(go())
+    assert late_code == "DEADLINE_EXCEEDED"
+    assert quick_code == "OK" and list(quick.physical_offsets) == [5]
+
+
+def test_calls_waiting_on_a_lost_stream_fail_and_the_next_call_opens_a_new_one() -> None:
+    async def go() -> tuple[tuple[str, Any], tuple[str, Any]]:
+        slow = _SlowIndexer()
+        running = await start_aio_server("indexer", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(slow, s), INDEXER)])
+        port = running.port
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
+        again: RunningAioServer | None = None
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            waiting = asyncio.ensure_future(_outcome(stub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="T", key="slow"), timeout=10)))
+            await asyncio.wait_for(slow.started.wait(), 10)
+            await running.server.stop(0)  # the broker goes away with the call in flight
+            lost = await asyncio.wait_for(waiting, 10)
+            again = await start_aio_server("indexer", f"127.0.0.1:{port}", [
+                Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(_SlowIndexer(), s), INDEXER)])
+            after = await _outcome(stub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="T", key="back"), timeout=10, wait_for_ready=True))
+            after_stream = await _outcome(stub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="T", key="backagain"), timeout=10))
+            assert mux.multiplexing
+            return lost, after_stream if after[0] == "OK" else after
+        finally:
+            slow.release.set()
+            await mux.close()
+            if again is not None:
+                await again.server.stop(0)
+
+    (lost_code, _), (after_code, after) = on_loop(go())
+    assert lost_code in ("UNAVAILABLE", "CANCELLED")
+    assert after_code == "OK" and list(after.physical_offsets) == [9]
