@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 import grpc
 
+from quarry.channels import signs_calls
 from quarry.v1 import multiplex_pb2
 
 METHOD = "/quarry.v1.MultiplexService/Calls"
@@ -248,3 +249,9 @@ class MultiplexedChannel:
             self._stream.close()
             self._stream = None
         await self.channel.close()
+
+
+def multiplexed(channel: grpc.aio.Channel) -> "grpc.aio.Channel | MultiplexedChannel":
+    """`channel` with its unary calls multiplexed, unless this process signs its calls (ACL:
+    each call is signed and checked on its own, so it stays a call of its own)."""
+    return channel if signs_calls() else MultiplexedChannel(channel)

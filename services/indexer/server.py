@@ -21,6 +21,7 @@ from typing import Callable
 import grpc
 
 from quarry.channels import open_aio_channel
+from quarry.multiplex import multiplexed
 
 from quarry.formats import scheduled
 from quarry.formats.topic import TopicError, validate_topic
@@ -58,7 +59,8 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         self.lock = lock
         self.tailer = tailer
         self.checkpoint = checkpoint
-        self._channel = open_aio_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)])
+        # Its GetMessages calls (a key query's records) travel multiplexed, as the router's do.
+        self._channel = multiplexed(open_aio_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)]))
         self._commitlog = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
 
     async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.QueryMessageResponse:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import grpc
 
-from quarry.channels import open_aio_channel, signs_calls
-from quarry.multiplex import MultiplexedChannel
+from quarry.channels import open_aio_channel
+from quarry.multiplex import MultiplexedChannel, multiplexed
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
 
 _OPTIONS = [
@@ -24,7 +24,7 @@ class BrokerClients:
     """Cached channels and stubs keyed by address."""
 
     def __init__(self, multiplexed: bool = True) -> None:
-        self.multiplexed = multiplexed and not signs_calls()
+        self.multiplexed = multiplexed
         self._channels: dict[str, grpc.aio.Channel | MultiplexedChannel] = {}
         self._commitlogs: dict[str, commitlog_pb2_grpc.CommitLogServiceStub] = {}
         self._indexers: dict[str, indexer_pb2_grpc.IndexerServiceStub] = {}
@@ -33,7 +33,7 @@ class BrokerClients:
         ch = self._channels.get(address)
         if ch is None:
             plain = open_aio_channel(address, options=_OPTIONS)
-            ch = self._channels[address] = MultiplexedChannel(plain) if self.multiplexed else plain
+            ch = self._channels[address] = multiplexed(plain) if self.multiplexed else plain
         return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
