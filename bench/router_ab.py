@@ -1,0 +1,95 @@
+"""The router's broker calls, A/B in one run: one cluster of three brokers, two routers over
+it, one making its broker calls multiplexed (`--broker-calls multiplexed`, the default), the
+other one gRPC call each (`unary`); both driven by the same client, the same queries, rounds
+interleaved (A then B, then B then A, ...) so load on the shared machine falls on both alike.
+Besides rate and latency, the CPU time per query of the router and of the six broker
+processes (utime + stime from /proc), which other load disturbs far less than a rate does.
+
+`.venv/bin/python -m bench router_ab [--messages N] [--queries N] [--cycles N]`
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import grpc
+
+from bench.ceiling import Stats
+from bench.commitlog_ab import _cpu_s
+from bench.router import HOSTS, _drive, _load, _requests
+from bench.runner import Result
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
+from scripts.launcher import LocalCluster, ServiceProcess, free_port
+
+MODES = ("multiplexed", "unary")
+
+
+def _static_brokers(cluster: LocalCluster) -> str:
+    """The cluster's brokers as --static-brokers names them (for the second router)."""
+    items = []
+    for name, b in cluster.brokers.items():
+        with grpc.insecure_channel(b.commitlog.address) as ch:
+            status = commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10)
+        items.append(f"{name}={b.commitlog.address},{b.indexer.address},{status.store_host.ip}:{status.store_host.port}")
+    return ";".join(items)
+
+
+def run(argv: list[str]) -> list[Result]:
+    p = argparse.ArgumentParser(prog="python -m bench router_ab")
+    p.add_argument("--messages", type=int, default=30_000)
+    p.add_argument("--queries", type=int, default=400, help="queries per kind, concurrency and router in each cycle")
+    p.add_argument("--cycles", type=int, default=3)
+    args = p.parse_args(argv)
+    out: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
+        root = Path(tmp)
+        cluster = LocalCluster(root=root, indexer_args=["--index-num", str(max(1000, args.messages))], indexer_reads_store=True)
+        unary: ServiceProcess | None = None
+        try:
+            cluster.start_router("--broker-calls", "multiplexed")
+            for name, host in HOSTS.items():
+                cluster.add_broker(name, host)
+            samples = _load(cluster, args.messages, 500)
+            cluster.wait_indexed(timeout_s=600)
+            unary = ServiceProcess("router", f"127.0.0.1:{free_port('127.0.0.1')}",
+                                   ["--broker-calls", "unary", "--static-brokers", _static_brokers(cluster), "--remoting-bind", "off"],
+                                   root / "logs" / "router-unary.log").start()
+            assert cluster.router is not None and cluster.router.proc is not None and unary.proc is not None
+            routers = {"multiplexed": cluster.router, "unary": unary}
+            broker_pids = [p.proc.pid for b in cluster.brokers.values() for p in (b.commitlog, b.indexer) if p.proc is not None]
+            kinds = _requests(samples)
+            work = {"by id": kinds["by id"], "by key": kinds["by key"], "mixed": [r for quad in zip(*kinds.values()) for r in quad]}
+            stats: dict[tuple[str, int, str], list[tuple[Stats, float, float]]] = {}
+            for cycle in range(args.cycles):
+                for concurrency in (1, 16):
+                    for kind, reqs in work.items():
+                        for mode in (MODES if cycle % 2 == 0 else MODES[::-1]):
+                            router = routers[mode]
+                            assert router.proc is not None
+                            r0, b0 = _cpu_s(router.proc.pid), sum(_cpu_s(pid) for pid in broker_pids)
+                            s, _, _ = _drive(router.address, reqs, args.queries, concurrency)
+                            r1, b1 = _cpu_s(router.proc.pid), sum(_cpu_s(pid) for pid in broker_pids)
+                            done = args.queries + min(50, args.queries)  # _drive's warm-up calls run too
+                            stats.setdefault((kind, concurrency, mode), []).append((s, (r1 - r0) / done * 1e6, (b1 - b0) / done * 1e6))
+            for (kind, concurrency, mode), runs in stats.items():
+                params = {"brokers": 3, "messages": args.messages, "cycles": args.cycles, "concurrency": concurrency, "broker_calls": mode}
+                out += [
+                    Result(f"A/B {kind} rate", statistics.median(s.rate for s, _, _ in runs), "queries/s", params),
+                    Result(f"A/B {kind} p50", statistics.median(s.p50_ms for s, _, _ in runs), "ms", params),
+                    Result(f"A/B {kind} p99", statistics.median(s.p99_ms for s, _, _ in runs), "ms", params),
+                    Result(f"A/B {kind} router CPU per query", statistics.median(r for _, r, _ in runs), "us", params),
+                    Result(f"A/B {kind} brokers' CPU per query", statistics.median(b for _, _, b in runs), "us", params),
+                ]
+            for kind in work:
+                for concurrency in (1, 16):
+                    mux, plain = stats[(kind, concurrency, "multiplexed")], stats[(kind, concurrency, "unary")]
+                    ratio = statistics.median(s.rate for s, _, _ in mux) / statistics.median(s.rate for s, _, _ in plain)
+                    out.append(Result(f"A/B {kind} rate, multiplexed / unary", ratio, "x",
+                                      {"brokers": 3, "messages": args.messages, "cycles": args.cycles, "concurrency": concurrency}))
+        finally:
+            if unary is not None:
+                unary.stop()
+            cluster.stop()
+    return out
