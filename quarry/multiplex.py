@@ -25,9 +25,13 @@ from quarry.channels import signs_calls
 from quarry.v1 import multiplex_pb2
 
 METHOD = "/quarry.v1.MultiplexService/Calls"
-# A frame carries at most this many payload bytes unless one call alone is bigger: a batch
-# of big answers is not held back until all of them are serialized into one message.
-FRAME_BYTES = 4 << 20
+# A frame carries at most this many bytes unless one call alone is bigger: a batch of big
+# answers is not held back until all of them are serialized into one message, and a frame of
+# several stays under any receiver's limit (gRPC's default is 4 MiB).
+FRAME_BYTES = 1 << 20
+# The stream's metadata key by which a caller names the largest message it takes.
+MAX_RECEIVE_KEY = "quarry-max-receive-bytes"
+GRPC_DEFAULT_MAX_RECEIVE = 4 << 20
 # What a server that does not carry the stream answers when it is opened: make unary calls.
 _NOT_OFFERED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
@@ -62,18 +66,24 @@ def status_of(number: int) -> grpc.StatusCode:
 
 class FrameWriter(Generic[Item]):
     """Coalesces items into frames on one stream: the first item starts a writer task; items
-    that arrive while it writes go together in its next frame. Both sides use it."""
+    that arrive while it writes go together in its next frame. Both sides use it. An item's
+    `written` callback runs once its frame is written, or dropped because the stream failed."""
 
     def __init__(self, write: Callable[[list[Item]], Awaitable[None]], size: Callable[[Item], int],
                  on_error: Callable[[BaseException], None]) -> None:
         self._write = write
         self._size = size
         self._on_error = on_error
-        self._queue: list[Item] = []
+        self._queue: list[tuple[Item, Callable[[], None] | None]] = []
         self._task: asyncio.Task[None] | None = None
 
-    def send(self, item: Item) -> None:
-        self._queue.append(item)
+    @property
+    def backlog(self) -> int:
+        """Items waiting for a frame."""
+        return len(self._queue)
+
+    def send(self, item: Item, written: Callable[[], None] | None = None) -> None:
+        self._queue.append((item, written))
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
 
@@ -87,34 +97,46 @@ class FrameWriter(Generic[Item]):
             for _ in range(_GATHER_TURNS):
                 await asyncio.sleep(0)
             while self._queue:
-                frame, used = [], 0
-                for item in self._queue:
+                taken, used = 0, 0
+                for item, _ in self._queue:
                     n = self._size(item)
-                    if frame and used + n > FRAME_BYTES:
+                    if taken and used + n > FRAME_BYTES:
                         break
-                    frame.append(item)
+                    taken += 1
                     used += n
-                del self._queue[:len(frame)]
-                await self._write(frame)
+                frame = self._queue[:taken]
+                del self._queue[:taken]
+                try:
+                    await self._write([item for item, _ in frame])
+                finally:
+                    _run_callbacks(frame)
         except BaseException as exc:  # the stream is gone: its reader reports it to the callers
-            self._queue.clear()
+            dropped, self._queue = self._queue, []
+            _run_callbacks(dropped)
             self._on_error(exc)
         finally:
             self._task = None
 
 
+def _run_callbacks(items: list[tuple[Any, Callable[[], None] | None]]) -> None:
+    for _, written in items:
+        if written is not None:
+            written()
+
+
 class _Stream:
     """One open Calls stream and the calls waiting for their answers on it."""
 
-    def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None]) -> None:
+    def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None], max_receive_bytes: int) -> None:
         self._call = channel.stream_stream(METHOD, request_serializer=multiplex_pb2.CallsRequest.SerializeToString,
-                                           response_deserializer=multiplex_pb2.CallsResponse.FromString)()
+                                           response_deserializer=multiplex_pb2.CallsResponse.FromString)(
+            metadata=((MAX_RECEIVE_KEY, str(max_receive_bytes)),))
         self._on_not_offered = on_not_offered
         self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
         self.failed: BaseException | None = None
         self._ids = itertools.count(1)
         self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
-            self._write, lambda r: len(r.payload), lambda exc: self._call.cancel())
+            self._write, lambda r: r.ByteSize(), lambda exc: self._call.cancel())
         self._reader = asyncio.ensure_future(self._read())
 
     async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
@@ -127,6 +149,11 @@ class _Stream:
         timeout_ms = 0 if timeout_s is None else max(1, min(int(timeout_s * 1000), 0xFFFFFFFF))
         self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, method=method, payload=payload, timeout_ms=timeout_ms))
         return call_id, answer
+
+    def cancel(self, call_id: int) -> None:
+        """Tell the server the caller gave up on `call_id` (it cancels the call)."""
+        if self.failed is None:
+            self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, cancel=True))
 
     async def _read(self) -> None:
         failure: BaseException
@@ -205,7 +232,8 @@ class _UnaryOverStream:
         finally:
             if timer is not None:
                 timer.cancel()
-            stream.waiting.pop(call_id, None)
+            if stream.waiting.pop(call_id, None) is not None:
+                stream.cancel(call_id)  # no answer came: timed out or cancelled here
         if response.code:
             raise MultiplexError(status_of(response.code), response.details)
         return self._deserialize(response.payload)
@@ -216,15 +244,16 @@ class MultiplexedChannel:
     over one Calls stream (opened on first use, opened again after it fails). Use it on the
     loop that made it."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, max_receive_bytes: int = GRPC_DEFAULT_MAX_RECEIVE) -> None:
         self.channel = channel
+        self.max_receive_bytes = max_receive_bytes  # the channel's own limit, told to the server
         self.multiplexing = True
         self._stream: _Stream | None = None
 
     def stream(self) -> _Stream:
         stream = self._stream
         if stream is None or stream.failed is not None:
-            stream = self._stream = _Stream(self.channel, self._not_offered)
+            stream = self._stream = _Stream(self.channel, self._not_offered, self.max_receive_bytes)
         return stream
 
     def _not_offered(self) -> None:
@@ -251,7 +280,8 @@ class MultiplexedChannel:
         await self.channel.close()
 
 
-def multiplexed(channel: grpc.aio.Channel) -> "grpc.aio.Channel | MultiplexedChannel":
-    """`channel` with its unary calls multiplexed, unless this process signs its calls (ACL:
-    each call is signed and checked on its own, so it stays a call of its own)."""
-    return channel if signs_calls() else MultiplexedChannel(channel)
+def multiplexed(channel: grpc.aio.Channel, max_receive_bytes: int) -> "grpc.aio.Channel | MultiplexedChannel":
+    """`channel` (whose largest message received is `max_receive_bytes`) with its unary calls
+    multiplexed, unless this process signs its calls (ACL: each call is signed and checked on
+    its own, so it stays a call of its own)."""
+    return channel if signs_calls() else MultiplexedChannel(channel, max_receive_bytes)

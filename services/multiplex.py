@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from quarry.multiplex import FrameWriter
+from quarry.multiplex import GRPC_DEFAULT_MAX_RECEIVE, MAX_RECEIVE_KEY, FrameWriter
 from quarry.services.call_tracking import CallTracker
 from quarry.services.log import log_event
 from quarry.v1 import multiplex_pb2, multiplex_pb2_grpc
@@ -70,66 +70,134 @@ class CallContext:
         return False
 
 
-class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
-    """Runs each carried call as its own task; answers go back coalesced into frames."""
+# A stream's calls running at once; past it the server reads no further frame until one ends
+# (a caller cannot make a server hold more work than this per stream). Answers waiting for
+# a frame are bounded the same way.
+MAX_CALLS_IN_FLIGHT = 512
+_METHOD_ECHO = 200  # characters of an unknown method's name quoted back
 
-    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler], tracker: CallTracker) -> None:
+
+class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
+    """Runs each carried call as its own task; answers go back coalesced into frames. A call
+    is counted as ended (and shutdown stops waiting for it) once its answer is written."""
+
+    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler], tracker: CallTracker, max_send_bytes: int) -> None:
         self._handlers = {m: h for m, h in handlers.items()
                           if m.startswith(_CARRIED) and not m.startswith(f"/{SERVICE}/")
                           and not h.request_streaming and not h.response_streaming}
         self._tracker = tracker
+        self._max_send = max_send_bytes
+        self.stopping = False
+
+    def stop(self) -> None:
+        """The server is stopping: calls that arrive from now on are answered UNAVAILABLE (as
+        a new unary call is refused); those running are finished and answered."""
+        self.stopping = True
 
     async def Calls(self, request_iterator: AsyncIterator[multiplex_pb2.CallsRequest], context: grpc.aio.ServicerContext) -> None:
         async def write(responses: list[multiplex_pb2.MultiplexedResponse]) -> None:
             await context.write(multiplex_pb2.CallsResponse(responses=responses))
 
-        writer: FrameWriter[multiplex_pb2.MultiplexedResponse] = FrameWriter(write, lambda r: len(r.payload), lambda exc: None)
-        running: set[asyncio.Task[None]] = set()
+        writer: FrameWriter[multiplex_pb2.MultiplexedResponse] = FrameWriter(write, lambda r: r.ByteSize(), lambda exc: None)
+        limit = min(self._max_send, _caller_limit(context))
+        running: dict[int, asyncio.Task[None]] = {}
+        room = asyncio.Event()
+        room.set()
+
+        def ended(call_id: int) -> None:
+            running.pop(call_id, None)
+            if len(running) < MAX_CALLS_IN_FLIGHT:
+                room.set()
+
         try:
             async for frame in request_iterator:
                 for request in frame.requests:
-                    task = asyncio.ensure_future(self._answer(request, context, writer))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
+                    if request.cancel:
+                        task = running.get(request.id)
+                        if task is not None:
+                            task.cancel()
+                        continue
+                    if self.stopping:
+                        writer.send(multiplex_pb2.MultiplexedResponse(
+                            id=request.id, code=grpc.StatusCode.UNAVAILABLE.value[0], details="stream removed: the server is stopping"))
+                        continue
+                    task = asyncio.ensure_future(self._answer(request, context, writer, limit))
+                    running[request.id] = task
+                    task.add_done_callback(lambda _t, call_id=request.id: ended(call_id))
+                    if len(running) >= MAX_CALLS_IN_FLIGHT:
+                        room.clear()
+                        await room.wait()
+                if writer.backlog >= MAX_CALLS_IN_FLIGHT:
+                    await writer.drained()
             # The caller is done writing: answer what it asked, then end the stream.
             if running:
-                await asyncio.wait(list(running))
+                await asyncio.wait(list(running.values()))
             await writer.drained()
         finally:
-            for task in running:
+            for task in list(running.values()):
                 task.cancel()
 
     async def _answer(self, request: multiplex_pb2.MultiplexedRequest, stream: grpc.aio.ServicerContext,
-                      writer: FrameWriter[multiplex_pb2.MultiplexedResponse]) -> None:
+                      writer: FrameWriter[multiplex_pb2.MultiplexedResponse], limit: int) -> None:
         method = request.method
         handler = self._handlers.get(method)
         if handler is None:
             writer.send(multiplex_pb2.MultiplexedResponse(
-                id=request.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0], details=f"method {method!r} is not carried by this server's {SERVICE}"))
+                id=request.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0],
+                details=f"method {method[:_METHOD_ECHO]!r} is not carried by this server's {SERVICE}"))
             return
         token = self._tracker.begin(method)
         code, details, payload = grpc.StatusCode.OK, "", b""
         context = CallContext(stream, request.timeout_ms)
+        deadline: asyncio.Timeout | None = None
         try:
             message = handler.request_deserializer(request.payload)  # type: ignore[misc]
             if request.timeout_ms:
-                async with asyncio.timeout(request.timeout_ms / 1000.0):
+                deadline = asyncio.timeout(request.timeout_ms / 1000.0)
+                async with deadline:
                     response = await handler.unary_unary(message, context)  # type: ignore[misc]
             else:
                 response = await handler.unary_unary(message, context)  # type: ignore[misc]
             payload = handler.response_serializer(response)  # type: ignore[misc]
         except _Aborted as exc:
             code, details = exc.code, exc.details
-        except TimeoutError:
-            code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+        except TimeoutError as exc:
+            if deadline is not None and deadline.expired():
+                code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+            else:  # the handler's own TimeoutError (a socket's, say): unexpected, as for a unary call
+                code, details = _unexpected(method, exc)
         except asyncio.CancelledError:
             self._tracker.end(token, "CANCELLED")
             raise
-        except Exception as exc:  # as grpc answers a unary handler's unexpected error
-            log_event(log, "carried call failed", method=method, error=f"{type(exc).__name__}: {exc}", level=logging.ERROR)
-            code, details = grpc.StatusCode.UNKNOWN, f"Unexpected error in handler: {type(exc).__name__}: {exc}"
+        except Exception as exc:
+            code, details = _unexpected(method, exc)
         else:
             if context.code() not in (None, grpc.StatusCode.OK):  # set_code without abort
                 code, details, payload = context.code(), context.details(), b""  # type: ignore[assignment]
-        self._tracker.end(token, code.name)
-        writer.send(multiplex_pb2.MultiplexedResponse(id=request.id, code=code.value[0], details=details, payload=payload))
+        if len(payload) + _ENVELOPE_BYTES > limit:
+            # As gRPC answers a unary call whose response exceeds the sender's or the receiver's limit.
+            code, details, payload = grpc.StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(payload)} vs. {limit - _ENVELOPE_BYTES})", b""
+        name = code.name
+        writer.send(multiplex_pb2.MultiplexedResponse(id=request.id, code=code.value[0], details=details, payload=payload),
+                    lambda: self._tracker.end(token, name))
+
+
+# What a frame holding one answer adds to its payload: ids, code, lengths (details are short).
+_ENVELOPE_BYTES = 1024
+
+
+def _caller_limit(context: grpc.aio.ServicerContext) -> int:
+    """The largest message the caller takes (its stream's metadata), gRPC's default if unsaid."""
+    for key, value in context.invocation_metadata() or ():
+        if key == MAX_RECEIVE_KEY:
+            try:
+                return max(0, int(value))
+            except ValueError:
+                break
+    return GRPC_DEFAULT_MAX_RECEIVE
+
+
+def _unexpected(method: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """As grpc answers a unary handler's unexpected error (and logs it)."""
+    log_event(log, "carried call failed", method=method, error=f"{type(exc).__name__}: {exc}", level=logging.ERROR)
+    return grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}"

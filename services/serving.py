@@ -68,14 +68,15 @@ def _options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 
 def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrations: Iterable[Registration],
-                       health_servicer: object) -> tuple[int, list[str], bool]:
+                       health_servicer: object, max_message_bytes: int) -> tuple[int, list[str], bool, MultiplexServicer | None]:
     """Add the servicers, health and reflection; bind with TLS when configured. Returns
-    (port, service names, TLS on)."""
+    (port, service names, TLS on, the MultiplexService when offered)."""
     regs = list(registrations)
     for reg in regs:
         reg.add(server)  # type: ignore[arg-type]
+    multiplexer = None
     if isinstance(server, TrackedServer):  # ACL off: the services' unary calls may also come multiplexed
-        multiplexer = MultiplexServicer(server.registered, server.tracker)
+        multiplexer = MultiplexServicer(server.registered, server.tracker, max_message_bytes)
         multiplex_pb2_grpc.add_MultiplexServiceServicer_to_server(multiplexer, server)  # type: ignore[arg-type]
         regs.append(Registration(lambda _s: None, MULTIPLEX_SERVICE))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -91,7 +92,7 @@ def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrati
         port = 0
     if port == 0:
         raise StartupError(f"--bind {bind}: cannot listen there (address in use, or not an address of this host)")
-    return port, names, creds is not None
+    return port, names, creds is not None, multiplexer
 
 
 @dataclass
@@ -105,6 +106,7 @@ class RunningAioServer:
     service_names: list[str] = field(default_factory=list)
     tracker: CallTracker | None = None
     health_check: HealthCheck | None = None
+    multiplexer: MultiplexServicer | None = None
     _monitor: "asyncio.Task[None] | None" = None
 
     async def set_serving(self, serving: bool) -> None:
@@ -148,14 +150,28 @@ async def start_aio_server(
     # needs interceptors anyway (ACL) tracks with one, first, so refused calls count too.
     server = grpc.aio.server(options=_options(max_message_bytes), interceptors=[AioTrackingInterceptor(tracker), *acl] if acl else None)
     health_servicer = health.aio.HealthServicer()
-    port, names, tls = _register_and_bind(name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer)
+    port, names, tls, multiplexer = _register_and_bind(
+        name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer, max_message_bytes)
     await server.start()
     running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}",
-                               service_names=names, tracker=tracker, health_check=health_check)
+                               service_names=names, tracker=tracker, health_check=health_check, multiplexer=multiplexer)
     await running.set_serving(health_check is None or not _evaluate(health_check))
     log_event(log, "server started", service=name, address=running.address, tls=tls)
     running.monitor_health(name)
     return running
+
+
+async def stop_server(running: RunningAioServer, grace_s: float) -> None:
+    """Take no new call (carried ones included), let those in flight finish within the grace
+    period, then stop."""
+    if running.multiplexer is not None:
+        running.multiplexer.stop()  # no new carried calls either
+    stopping = asyncio.ensure_future(running.server.stop(grace_s))  # no new calls from here
+    # grpc would also wait the whole grace for clients that merely hold idle connections:
+    # once no call is in flight, end those at once.
+    if running.tracker is None or await asyncio.to_thread(running.tracker.wait_idle, grace_s):
+        await running.server.stop(None)
+    await stopping
 
 
 async def aio_wait_for_termination(
@@ -179,12 +195,7 @@ async def aio_wait_for_termination(
     await running.set_serving(False)
     if before_stop is not None:
         before_stop()
-    stopping = asyncio.ensure_future(running.server.stop(grace_s))  # no new calls from here
-    # grpc would also wait the whole grace for clients that merely hold idle connections:
-    # once no call is in flight, end those at once.
-    if running.tracker is None or await asyncio.to_thread(running.tracker.wait_idle, grace_s):
-        await running.server.stop(None)
-    await stopping
+    await stop_server(running, grace_s)
     try:
         await asyncio.to_thread(on_stop)
     finally:

@@ -47,6 +47,9 @@ DEFAULT_MAX_NUM = 64
 UNIQUE_KEY_DEFAULT_MAX_NUM = 32  # the RocketMQ broker's default for unique-key queries
 
 
+_MAX_RECEIVE = 128 * 1024 * 1024  # a page of records read from the commitlog
+
+
 @rpc_errors
 class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
     """QueryMessage + GetIndexStatus."""
@@ -60,7 +63,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         self.tailer = tailer
         self.checkpoint = checkpoint
         # Its GetMessages calls (a key query's records) travel multiplexed, as the router's do.
-        self._channel = multiplexed(open_aio_channel(commitlog_addr, options=[("grpc.max_receive_message_length", 128 * 1024 * 1024)]))
+        self._channel = multiplexed(open_aio_channel(commitlog_addr, options=[("grpc.max_receive_message_length", _MAX_RECEIVE)]), _MAX_RECEIVE)
         self._commitlog = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
 
     async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.QueryMessageResponse:

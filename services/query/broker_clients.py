@@ -12,8 +12,9 @@ from quarry.channels import open_aio_channel
 from quarry.multiplex import MultiplexedChannel, multiplexed
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
 
+_MAX_RECEIVE = 128 * 1024 * 1024
 _OPTIONS = [
-    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
+    ("grpc.max_receive_message_length", _MAX_RECEIVE),
     # Re-resolve quickly after a broker restarts at the same address.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
@@ -33,7 +34,7 @@ class BrokerClients:
         ch = self._channels.get(address)
         if ch is None:
             plain = open_aio_channel(address, options=_OPTIONS)
-            ch = self._channels[address] = multiplexed(plain) if self.multiplexed else plain
+            ch = self._channels[address] = multiplexed(plain, _MAX_RECEIVE) if self.multiplexed else plain
         return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:

@@ -17,7 +17,8 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.metrics import ServiceMetrics
-from quarry.services.serving import Registration, RunningAioServer, start_aio_server
+from quarry.services.multiplex import MAX_CALLS_IN_FLIGHT
+from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
 from tests.servicers import BIND, EventLoopThread, on_loop
 
@@ -167,23 +168,144 @@ def test_a_server_without_the_stream_gets_plain_unary_calls(tmp_path: Path) -> N
 
 
 class _SlowIndexer(indexer_pb2_grpc.IndexerServiceServicer):
-    """An indexer that answers a query only once told to: a broker slower than its caller."""
+    """An indexer whose answer depends on the key: "slow" waits until released, "big" is a
+    large answer, "timeout" raises the handler's own TimeoutError; any other key answers its
+    length at once. It records how many queries ran at once and which were cancelled."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.started = asyncio.Event()
+        self.running = 0
+        self.most_running = 0
+        self.cancelled = 0
 
     async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: Any) -> indexer_pb2.QueryMessageResponse:
         self.started.set()
-        if request.key == "slow":
-            await self.release.wait()
-        return indexer_pb2.QueryMessageResponse(physical_offsets=[len(request.key)])
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            if request.key == "slow":
+                await self.release.wait()
+            if request.key == "big":
+                return indexer_pb2.QueryMessageResponse(physical_offsets=range(1 << 40, (1 << 40) + 300_000))
+            if request.key == "timeout":
+                raise TimeoutError("a socket of the handler's own timed out")
+            return indexer_pb2.QueryMessageResponse(physical_offsets=[len(request.key)])
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.running -= 1
+
+
+async def _slow_indexer(max_message_bytes: int = 128 << 20) -> tuple[_SlowIndexer, RunningAioServer]:
+    slow = _SlowIndexer()
+    running = await start_aio_server("indexer", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(slow, s), INDEXER)],
+                                     max_message_bytes=max_message_bytes)
+    return slow, running
+
+
+def _query(key: str) -> indexer_pb2.QueryMessageRequest:
+    return indexer_pb2.QueryMessageRequest(topic="T", key=key)
+
+
+def test_an_answer_too_large_fails_alone_as_the_unary_call_does() -> None:
+    async def go() -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        _, running = await _slow_indexer(max_message_bytes=1 << 20)  # the answer to "big" is ~1.5 MB
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        plain = grpc.aio.insecure_channel(running.address)
+        try:
+            keys = ["a", "big", "abc", "timeout"]
+            carried = await asyncio.gather(*(_outcome(indexer_pb2_grpc.IndexerServiceStub(mux).QueryMessage(_query(k), timeout=10)) for k in keys))  # type: ignore[arg-type]
+            unary = await asyncio.gather(*(_outcome(indexer_pb2_grpc.IndexerServiceStub(plain).QueryMessage(_query(k), timeout=10)) for k in keys))
+            return carried, unary
+        finally:
+            await mux.close()
+            await plain.close()
+            await running.server.stop(0)
+
+    carried, unary = on_loop(go())
+    assert [c for c, _ in carried] == [c for c, _ in unary] == ["OK", "RESOURCE_EXHAUSTED", "OK", "UNKNOWN"]
+    assert [list(a.physical_offsets) for c, a in carried if c == "OK"] == [[1], [3]]
+    assert "larger than max" in carried[1][1] and "TimeoutError" in carried[3][1]
+
+
+def test_a_caller_that_gives_up_cancels_the_call_on_the_server() -> None:
+    async def go() -> tuple[str, int, int]:
+        slow, running = await _slow_indexer()
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            # No deadline of its own: only the caller's cancellation can end it.
+            call = asyncio.ensure_future(stub.QueryMessage(_query("slow")))
+            await asyncio.wait_for(slow.started.wait(), 10)
+            call.cancel()
+            async with asyncio.timeout(10):
+                while slow.cancelled == 0:
+                    await asyncio.sleep(0.01)
+            code, _ = await _outcome(stub.QueryMessage(_query("after"), timeout=10))
+            return code, slow.cancelled, slow.running
+        finally:
+            slow.release.set()
+            await mux.close()
+            await running.server.stop(0)
+
+    code, cancelled, still_running = on_loop(go())
+    assert (code, cancelled, still_running) == ("OK", 1, 0)
+
+
+def test_a_stream_runs_a_bounded_number_of_calls_at_once_and_answers_all() -> None:
+    async def go() -> tuple[list[str], int]:
+        slow, running = await _slow_indexer()
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            calls = [asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"), timeout=30))) for _ in range(MAX_CALLS_IN_FLIGHT + 88)]
+            async with asyncio.timeout(10):
+                while slow.running < MAX_CALLS_IN_FLIGHT:
+                    await asyncio.sleep(0.01)
+            seen = slow.most_running
+            slow.release.set()
+            return [code for code, _ in await asyncio.gather(*calls)], seen
+        finally:
+            slow.release.set()
+            await mux.close()
+            await running.server.stop(0)
+
+    codes, most = on_loop(go())
+    assert most == MAX_CALLS_IN_FLIGHT
+    assert codes == ["OK"] * (MAX_CALLS_IN_FLIGHT + 88)
+
+
+def test_a_stopping_server_finishes_the_calls_it_runs_and_refuses_new_ones() -> None:
+    async def go() -> tuple[tuple[str, Any], tuple[str, Any]]:
+        slow, running = await _slow_indexer()
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            in_flight = asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"), timeout=30)))
+            await asyncio.wait_for(slow.started.wait(), 10)
+            stopping = asyncio.ensure_future(stop_server(running, grace_s=20))
+            async with asyncio.timeout(10):
+                while not (running.multiplexer and running.multiplexer.stopping):
+                    await asyncio.sleep(0.01)
+            late = await _outcome(stub.QueryMessage(_query("late"), timeout=10))
+            slow.release.set()
+            finished = await in_flight
+            await asyncio.wait_for(stopping, 20)
+            return finished, late
+        finally:
+            slow.release.set()
+            await mux.close()
+
+    (finished_code, finished), (late_code, late_details) = on_loop(go())
+    assert finished_code == "OK" and list(finished.physical_offsets) == [4]
+    assert late_code == "UNAVAILABLE" and late_details.startswith("stream removed")
 
 
 def test_a_call_past_its_deadline_fails_alone_and_the_stream_goes_on() -> None:
     async def go() -> tuple[tuple[str, Any], tuple[str, Any]]:
-        slow = _SlowIndexer()
-        running = await start_aio_server("indexer", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(slow, s), INDEXER)])
+        slow, running = await _slow_indexer()
         mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
         try:
             stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
@@ -202,8 +324,7 @@ def test_a_call_past_its_deadline_fails_alone_and_the_stream_goes_on() -> None:
 
 def test_calls_waiting_on_a_lost_stream_fail_and_the_next_call_opens_a_new_one() -> None:
     async def go() -> tuple[tuple[str, Any], tuple[str, Any]]:
-        slow = _SlowIndexer()
-        running = await start_aio_server("indexer", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(slow, s), INDEXER)])
+        slow, running = await _slow_indexer()
         port = running.port
         mux = MultiplexedChannel(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
         again: RunningAioServer | None = None
