@@ -114,7 +114,7 @@ def stored_properties(keys: Sequence[str], tags: str, unique_key: str, propertie
     if unique_key:
         text = f"{text}\x02UNIQ_KEY\x01{unique_key}" if n else "UNIQ_KEY\x01" + unique_key
         n += 1
-    pairs: Pairs = []
+    pairs: Sequence[tuple[str, str]] = ()
     if properties:
         pairs = [p if isinstance(p, tuple) else (p.name, p.value) for p in properties]
         for i, (name, value) in enumerate(pairs):
@@ -125,8 +125,15 @@ def stored_properties(keys: Sequence[str], tags: str, unique_key: str, propertie
         user = PROPERTY_SEP.join([f"{name}\x01{value}" for name, value in pairs])
         text = f"{text}\x02{user}" if n else user
         n += len(pairs)
-    # With clean names and values each separator appears exactly once per pair.
-    if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != max(0, n - 1):
+    if pairs:
+        # With clean names and values each separator appears exactly once per pair.
+        bad = text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n - 1
+    else:
+        # Only keys, tags and unique key (the usual message): none may hold a separator, which
+        # two `in` tests over the three tell in a quarter of the time of counting them in the text.
+        plain = f"{joined or ''}{tags}{unique_key}"
+        bad = NAME_VALUE_SEP in plain or PROPERTY_SEP in plain
+    if bad:
         _raise_separator_error(list(keys), tags, unique_key, pairs, field_prefix)
     encoded = text.encode()
     if len(encoded) > MAX_PROPERTIES_BYTES:
@@ -134,7 +141,7 @@ def stored_properties(keys: Sequence[str], tags: str, unique_key: str, propertie
     return encoded, joined
 
 
-def _raise_separator_error(keys: list[str], tags: str, unique_key: str, properties: Pairs, field_prefix: str) -> None:
+def _raise_separator_error(keys: list[str], tags: str, unique_key: str, properties: Sequence[tuple[str, str]], field_prefix: str) -> None:
     """Name the field holding a \\x01 or \\x02."""
     fields = [(f"keys[{i}]", k) for i, k in enumerate(keys)] + [("tags", tags), ("unique_key", unique_key)]
     for name, text in fields:
