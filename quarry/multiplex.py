@@ -33,6 +33,8 @@ FRAME_BYTES = 1 << 20
 MAX_RECEIVE_KEY = "quarry-max-receive-bytes"
 GRPC_DEFAULT_MAX_RECEIVE = 4 << 20
 # What a server that does not carry the stream answers when it is opened: make unary calls.
+# How long plain unary calls are made to a server that did not offer the stream.
+ASK_AGAIN_AFTER_S = 300.0
 _NOT_OFFERED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 # Turns of the event loop a writer lets pass before it takes its first frame, so that calls
@@ -247,8 +249,20 @@ class MultiplexedChannel:
     def __init__(self, channel: grpc.aio.Channel, max_receive_bytes: int = GRPC_DEFAULT_MAX_RECEIVE) -> None:
         self.channel = channel
         self.max_receive_bytes = max_receive_bytes  # the channel's own limit, told to the server
-        self.multiplexing = True
+        self._unary_until: float | None = None  # set while the server is taken not to offer the stream
         self._stream: _Stream | None = None
+
+    @property
+    def multiplexing(self) -> bool:
+        """Whether calls go over the stream now (not for a while after the server said it does
+        not offer it: a server upgraded meanwhile is asked again later)."""
+        until = self._unary_until
+        if until is None:
+            return True
+        if time.monotonic() < until:
+            return False
+        self._unary_until = None
+        return True
 
     def stream(self) -> _Stream:
         stream = self._stream
@@ -257,7 +271,7 @@ class MultiplexedChannel:
         return stream
 
     def _not_offered(self) -> None:
-        self.multiplexing = False
+        self._unary_until = time.monotonic() + ASK_AGAIN_AFTER_S
 
     def unary_unary(self, method: str, request_serializer: Callable[[Any], bytes] | None = None,
                     response_deserializer: Callable[[bytes], Any] | None = None, **kwargs: Any) -> _UnaryOverStream:
