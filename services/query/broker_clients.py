@@ -6,6 +6,8 @@ Unary calls go multiplexed over one stream per address (quarry/multiplex.py) unl
 router signs its calls (ACL: each call signed on its own) or was told not to."""
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from quarry.channels import open_aio_channel
@@ -21,6 +23,11 @@ _OPTIONS = [
 ]
 
 
+# A channel to an address no registered broker has any more is closed once unused this long
+# (a query that began before the change may still be using it).
+PRUNE_IDLE_S = 60.0
+
+
 class BrokerClients:
     """Cached channels and stubs keyed by address."""
 
@@ -29,6 +36,7 @@ class BrokerClients:
         self._channels: dict[str, grpc.aio.Channel | MultiplexedChannel] = {}
         self._commitlogs: dict[str, commitlog_pb2_grpc.CommitLogServiceStub] = {}
         self._indexers: dict[str, indexer_pb2_grpc.IndexerServiceStub] = {}
+        self._used: dict[str, float] = {}  # address -> when a stub was last handed out (monotonic)
 
     def _channel(self, address: str) -> grpc.aio.Channel | MultiplexedChannel:
         ch = self._channels.get(address)
@@ -38,16 +46,36 @@ class BrokerClients:
         return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
+        self._used[address] = time.monotonic()
         stub = self._commitlogs.get(address)
         if stub is None:
             stub = self._commitlogs[address] = commitlog_pb2_grpc.CommitLogServiceStub(self._channel(address))
         return stub
 
     def indexer(self, address: str) -> indexer_pb2_grpc.IndexerServiceStub:
+        self._used[address] = time.monotonic()
         stub = self._indexers.get(address)
         if stub is None:
             stub = self._indexers[address] = indexer_pb2_grpc.IndexerServiceStub(self._channel(address))
         return stub
+
+    @property
+    def addresses(self) -> list[str]:
+        """The addresses a channel is open to."""
+        return list(self._channels)
+
+    async def prune(self, keep: set[str], idle_s: float = PRUNE_IDLE_S) -> list[str]:
+        """Close the channels (and, multiplexed, their streams) of addresses not in `keep` that
+        have not been used for `idle_s`: a broker that moved or was forgotten. Returns them."""
+        now = time.monotonic()
+        gone = [a for a in self._channels if a not in keep and now - self._used.get(a, 0.0) >= idle_s]
+        for address in gone:
+            channel = self._channels.pop(address)
+            self._commitlogs.pop(address, None)
+            self._indexers.pop(address, None)
+            self._used.pop(address, None)
+            await channel.close()
+        return gone
 
     async def close(self) -> None:
         channels = list(self._channels.values())

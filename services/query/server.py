@@ -22,7 +22,7 @@ from quarry.services.security import configured_accounts
 from quarry.services.query import metrics
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
-from quarry.services.query.broker_clients import BrokerClients
+from quarry.services.query.broker_clients import PRUNE_IDLE_S, BrokerClients
 from quarry.services.query.browse import browse_topic, search_offset
 from quarry.services.errors import InvalidArgument, NotFound, ServiceError
 from quarry.services.query.queries import Answer, Queries, QuerySettings, Scan
@@ -238,6 +238,16 @@ def _count_brokers(registry: BrokerRegistry, missing: bool) -> float:
     return float(sum(1 for b in registry.known() if b.missing == missing))
 
 
+async def _prune_channels(registry: BrokerRegistry, clients: BrokerClients, every_s: float = PRUNE_IDLE_S) -> None:
+    """Now and then, close the channels of addresses no registered broker has any more (each
+    holds a connection and, multiplexed, a stream)."""
+    while True:
+        await asyncio.sleep(every_s)
+        keep = {a for b in registry.known() for a in (b.commitlog_addr, b.indexer_addr) if a}
+        for address in await clients.prune(keep):
+            log_event(log, "broker channel closed", address=address, reason="no registered broker has this address")
+
+
 async def _serve(args: argparse.Namespace) -> int:
     """Everything on one event loop (grpc.aio): the queries' broker calls are coroutines
     gathered by the fan-out, Telemetry streams are tasks, and the NameServer port is served
@@ -274,6 +284,7 @@ async def _serve(args: argparse.Namespace) -> int:
         remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
                                   RemotingAcl(accounts) if accounts is not None else None)
         await remoting.start(args.remoting_bind)
+    pruning = asyncio.get_running_loop().create_task(_prune_channels(registry, clients))
     # What start-up built (modules, protobuf descriptors) lives as long as the process: frozen,
     # a full collection under load no longer walks it (~20 ms with the loop stalled), as the
     # commitlog does.
@@ -286,6 +297,7 @@ async def _serve(args: argparse.Namespace) -> int:
             remoting.stop_accepting()
 
     await aio_wait_for_termination(running, "router", on_stop=lambda: None, before_stop=_before_grace, grace_s=args.shutdown_grace_ms / 1000.0)
+    pruning.cancel()
     if remoting is not None:
         await remoting.close()
     await clients.close()

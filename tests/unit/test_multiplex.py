@@ -353,3 +353,4 @@ def test_calls_waiting_on_a_lost_stream_fail_and_the_next_call_opens_a_new_one()
     (lost_code, _), (after_code, after) = on_loop(go())
     assert lost_code in ("UNAVAILABLE", "CANCELLED")
     assert after_code == "OK" and list(after.physical_offsets) == [9]
+
