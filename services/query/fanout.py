@@ -98,7 +98,14 @@ class FanOut:
                 return [self._late(key, timeout_s, started)]
         tasks = {key: asyncio.ensure_future(self._one(key, call, deadline, per_call_s)) for key, call in calls.items()}
         if tasks:
-            await asyncio.wait(tasks.values(), timeout=timeout_s + 0.05)
+            try:
+                await asyncio.wait(tasks.values(), timeout=timeout_s + 0.05)
+            except asyncio.CancelledError:
+                # The query was cancelled (its client gave up): so are its broker calls, which
+                # would otherwise run on to their own deadlines.
+                for task in tasks.values():
+                    task.cancel()
+                raise
         outcomes = []
         for key, task in tasks.items():
             if task.done():

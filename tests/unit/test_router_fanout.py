@@ -128,3 +128,32 @@ def test_an_ipv6_peer_is_read_as_grpc_escapes_it() -> None:
     assert parse_peer("ipv6:%5B::1%5D:45678") == ("::1", 45678)  # what grpcio reports for [::1]
     assert parse_peer("ipv6:%5Bfe80::1%25eth0%5D:7") == ("fe80::1", 7)
     assert parse_peer("ipv4:127.0.0.1:5") == ("127.0.0.1", 5)
+
+
+def test_a_cancelled_query_cancels_its_broker_calls() -> None:
+    async def go() -> list[str]:
+        ended: list[str] = []
+        started = asyncio.Event()
+
+        def hanging(name: str):  # type: ignore[no-untyped-def]
+            async def call(timeout: float) -> None:
+                started.set()
+                try:
+                    await asyncio.sleep(timeout)
+                    ended.append(f"{name} ran to its deadline")
+                except asyncio.CancelledError:
+                    ended.append(f"{name} cancelled")
+                    raise
+            return call
+
+        query = asyncio.ensure_future(FanOut().run({"a": hanging("a"), "b": hanging("b")}, timeout_s=30, per_call_s=30))
+        await asyncio.wait_for(started.wait(), 10)
+        query.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await query
+        async with asyncio.timeout(10):
+            while len(ended) < 2:
+                await asyncio.sleep(0.01)
+        return sorted(ended)
+
+    assert asyncio.run(go()) == ["a cancelled", "b cancelled"]
