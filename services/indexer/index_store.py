@@ -68,6 +68,7 @@ class IndexStore:
     last_update_timestamp: int = 0
     last_update_phy_offset: int = -1
     rebuild_from: int | None = None  # set when corrupt files were set aside: tail from here
+    _unsynced: list[IndexFile] = field(default_factory=list)  # sealed since the last flush
     # Which sealed files may hold a key (see key_filter). A query walks the candidates it
     # names and every file in `unfiltered`: the file being written and sealed files whose
     # column is not built yet (on open, all of them), so answers never wait for the filter.
@@ -139,7 +140,9 @@ class IndexStore:
         end_phy, end_ts = 0, 0
         if self.files:
             end_phy, end_ts = self.files[-1].header.end_phy_offset, self.files[-1].header.end_timestamp
-            self.files[-1].flush()
+            # Sealed: its header now, its fsync with the next flush (off the loop, no lock).
+            self.files[-1].write_header()
+            self._unsynced.append(self.files[-1])
         now = int(time.time() * 1000)
         name = index_file_name(now)
         while (self.directory / name).exists() or (self.files and name <= self.files[-1].path.name):
@@ -329,8 +332,23 @@ class IndexStore:
         return dropped
 
     def flush(self) -> None:
-        for f in self.files[-2:]:
-            f.flush()
+        """Headers written and every file with entries not yet on disk fsynced."""
+        for f in self.prepare_flush():
+            f.sync()
+
+    def prepare_flush(self) -> list[IndexFile]:
+        """The fast half of a flush, under the caller's lock: write the headers of the files
+        holding entries not yet on disk (the one being written, and those sealed since the last
+        flush) and return them; their `sync` (the disk write) needs no lock, and nothing may
+        index into them until it is done if the flush is to cover what the caller checkpoints."""
+        held = set(self._seq)
+        targets = [f for f in self._unsynced if f in held]
+        self._unsynced.clear()
+        if self.files and self.files[-1] not in targets:
+            targets.append(self.files[-1])
+        for f in targets:
+            f.write_header()
+        return targets
 
     def close(self) -> None:
         for f in list(self.files):

@@ -34,7 +34,11 @@ class IndexSink(Protocol):
     """What the tailer writes to (quarry.services.indexer.index_store.IndexStore)."""
 
     def index_records(self, records: Sequence[common_pb2.DispatchRecord]) -> None: ...
-    def flush(self) -> None: ...
+    def prepare_flush(self) -> Sequence["Syncable"]: ...
+
+
+class Syncable(Protocol):
+    def sync(self) -> None: ...
 
 
 class CheckpointSink(Protocol):
@@ -198,9 +202,14 @@ class Tailer:
         self._last_flush = time.monotonic()
 
     def _flush_then_checkpoint(self, offset: int, timestamp: int) -> None:
+        # Headers under the lock (queries read them); the disk writes without it, so queries
+        # on the loop do not wait for them. The tail task awaits this: nothing is indexed
+        # meanwhile, so the checkpoint saved is the one the synced files cover.
         with self.lock:
-            self.index.flush()
-            self.checkpoint.save(offset, timestamp)
+            files = self.index.prepare_flush()
+        for f in files:
+            f.sync()
+        self.checkpoint.save(offset, timestamp)
 
     async def aclose(self) -> None:
         """End the stream, flush the index, then save the checkpoint (on the loop)."""

@@ -7,6 +7,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from quarry.formats.record import SYSFLAG_TRANSACTION_ROLLBACK
 from quarry.services.indexer.checkpoint import IndexCheckpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
@@ -198,3 +200,58 @@ def test_open_checkpoint_migrates_quarrys_old_file_and_refuses_a_foreign_one(tmp
     with pytest.raises(ForeignStoreError, match="not a Quarry checkpoint"):
         open_checkpoint(foreign)
     assert (foreign / "checkpoint").read_bytes() == bytes(4096) and sorted(p.name for p in foreign.iterdir()) == ["checkpoint"]
+
+
+def test_a_flush_syncs_every_file_sealed_since_the_last_and_the_current_one(tmp_path: Path, monkeypatch: "pytest.MonkeyPatch") -> None:
+    from quarry.formats.index_file import IndexFile
+
+    synced: list[str] = []
+    monkeypatch.setattr(IndexFile, "sync", lambda self: synced.append(self.path.name))
+    s = _store(tmp_path)
+    for i in range(30):  # 9 entries a file: four files, three of them sealed
+        s.index_record(D(i * 100, keys="k", store_timestamp=1_700_000_000_000 + i))
+    names = [f.path.name for f in s.files]
+    s.flush()
+    assert synced == names  # nothing rolled was left out (the old flush covered the last two)
+    synced.clear()
+    s.flush()
+    assert synced == names[-1:]
+    s.close()
+
+
+def test_the_tailers_flush_writes_to_disk_without_holding_the_index_lock(tmp_path: Path, monkeypatch: "pytest.MonkeyPatch") -> None:
+    import threading
+
+    from quarry.formats.index_file import IndexFile
+    from quarry.services.indexer.tailer import Tailer
+
+    lock = threading.Lock()
+    in_sync, release = threading.Event(), threading.Event()
+    real_sync = IndexFile.sync
+
+    def slow_sync(self: IndexFile) -> None:  # a disk that takes its time
+        in_sync.set()
+        assert release.wait(10)
+        real_sync(self)
+
+    monkeypatch.setattr(IndexFile, "sync", slow_sync)
+    s = _store(tmp_path)
+    for i in range(5):
+        s.index_record(D(i * 100, keys="k", store_timestamp=1_700_000_000_000 + i))
+    checkpoint = IndexCheckpoint(tmp_path / "ckpt")
+    tailer = Tailer("127.0.0.1:1", s, checkpoint, 0, lock=lock)  # not started: only its flush is used
+    flushing = threading.Thread(target=tailer._flush_then_checkpoint, args=(500, 1_700_000_000_004))
+    flushing.start()
+    try:
+        assert in_sync.wait(10)
+        # A query takes the lock while the disk write is under way.
+        assert lock.acquire(timeout=5), "the flush held the index lock during its disk write"
+        try:
+            assert s.query("T", "k", 64, 0, 2**62) == [400, 300, 200, 100, 0]
+        finally:
+            lock.release()
+    finally:
+        release.set()
+        flushing.join(10)
+    assert IndexCheckpoint(tmp_path / "ckpt").offset == 500  # read back from the file
+    s.close()

@@ -28,8 +28,8 @@ class _Sink:
             raise OSError(errno.ENOSPC, "No space left on device")
         self.offsets += [r.physical_offset for r in records]
 
-    def flush(self) -> None:
-        pass
+    def prepare_flush(self) -> list[Any]:
+        return []
 
 
 class _Checkpoint:
