@@ -98,9 +98,11 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         async def write(responses: list[multiplex_pb2.MultiplexedResponse]) -> None:
             await context.write(multiplex_pb2.CallsResponse(responses=responses))
 
-        writer: FrameWriter[multiplex_pb2.MultiplexedResponse] = FrameWriter(write, lambda r: r.ByteSize(), lambda exc: None)
-        limit = min(self._max_send, _caller_limit(context))
         running: dict[int, asyncio.Task[None]] = {}
+        # Gather answers while other calls run (the one being answered is still counted).
+        writer: FrameWriter[multiplex_pb2.MultiplexedResponse] = FrameWriter(
+            write, lambda r: r.ByteSize(), lambda exc: None, lambda: len(running) > 1)
+        limit = min(self._max_send, _caller_limit(context))
         room = asyncio.Event()
         room.set()
 
