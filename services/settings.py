@@ -132,8 +132,10 @@ def add_remoting_settings(p: EnvArgumentParser, env: str, default: str, port: st
 
 def add_process_settings(p: EnvArgumentParser) -> None:
     """Settings every service process has: --log-format / --log-level (configure_logging takes
-    them) and --shutdown-grace-ms (how long a stop waits for calls in flight)."""
+    them), --event-loop (services/event_loop.py) and --shutdown-grace-ms (how long a stop
+    waits for calls in flight)."""
     p.add_setting("--log-format", "QUARRY_LOG_FORMAT", "kv", "log line format: kv (key=value) or json", str.lower, ["kv", "json"])
     p.add_setting("--log-level", "QUARRY_LOG_LEVEL", "INFO", "log level", str.upper, ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    p.add_setting("--event-loop", "QUARRY_EVENT_LOOP", "uvloop", "the process's event loop: uvloop (libuv, faster per call) or asyncio's own", str.lower, ["uvloop", "asyncio"])
     p.add_setting("--shutdown-grace-ms", "QUARRY_SHUTDOWN_GRACE_MS", 5000,
                   "on SIGTERM, longest wait for calls in flight before they are cancelled (an idle service exits at once)", int, minimum=0)

@@ -19,6 +19,7 @@ from quarry.services.commitlog.remoting_port import start_remoting
 from quarry.services.commitlog.segments import StoreLayoutError
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.rmq5.auth import Authenticator
@@ -35,7 +36,7 @@ log = logging.getLogger("quarry.commitlog")
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
-        asyncio.run(_serve(args))
+        event_loop.run(_serve(args), args.event_loop)
     except (StartupError, StoreLayoutError) as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2

@@ -10,7 +10,6 @@ The Tail stream is followed by a task on the same loop (tailer.py); the index is
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import threading
@@ -34,6 +33,7 @@ from quarry.services.indexer import metrics
 from quarry.services.indexer.filter_builder import FilterBuilder
 from quarry.services.indexer.index_follow import IndexFollower
 from quarry.services.indexer.tailer import Tailer, TailState
+from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.errors import InvalidArgument, Unavailable
@@ -171,7 +171,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
-        return asyncio.run(_serve(args))
+        return event_loop.run(_serve(args), args.event_loop)
     except (ForeignStoreError, StartupError) as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2

@@ -20,6 +20,7 @@ from quarry.services.remoting.acl import RemotingAcl
 from quarry.services.remoting.server import RemotingServer
 from quarry.services.security import configured_accounts
 from quarry.services.query import metrics
+from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.query.broker_clients import PRUNE_IDLE_S, BrokerClients
@@ -228,7 +229,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
-        return asyncio.run(_serve(args))
+        return event_loop.run(_serve(args), args.event_loop)
     except StartupError as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2
