@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from quarry.services.event_loop import CHOICES as EVENT_LOOPS
+
 
 class StartupError(Exception):
     """A setting that cannot be honoured at start (the message is the one line an operator
@@ -136,6 +138,6 @@ def add_process_settings(p: EnvArgumentParser) -> None:
     waits for calls in flight)."""
     p.add_setting("--log-format", "QUARRY_LOG_FORMAT", "kv", "log line format: kv (key=value) or json", str.lower, ["kv", "json"])
     p.add_setting("--log-level", "QUARRY_LOG_LEVEL", "INFO", "log level", str.upper, ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
-    p.add_setting("--event-loop", "QUARRY_EVENT_LOOP", "uvloop", "the process's event loop: uvloop (libuv, faster per call) or asyncio's own", str.lower, ["uvloop", "asyncio"])
+    p.add_setting("--event-loop", "QUARRY_EVENT_LOOP", "uvloop", "the process's event loop: uvloop (libuv, faster per call) or asyncio's own", str.lower, list(EVENT_LOOPS))
     p.add_setting("--shutdown-grace-ms", "QUARRY_SHUTDOWN_GRACE_MS", 5000,
                   "on SIGTERM, longest wait for calls in flight before they are cancelled (an idle service exits at once)", int, minimum=0)
