@@ -47,9 +47,15 @@ def _credentials(opts: list[tuple[str, Any]]) -> grpc.ChannelCredentials | None:
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=_read("QUARRY_TLS_CLIENT_KEY"), certificate_chain=_read("QUARRY_TLS_CLIENT_CERT"))
 
 
+def _account() -> tuple[str, str] | None:
+    """The ACL account (access key, secret key) calls are signed with, when configured."""
+    access, secret = os.environ.get("QUARRY_ACCESS_KEY"), os.environ.get("QUARRY_SECRET_KEY")
+    return (access, secret) if access and secret else None
+
+
 def signs_calls() -> bool:
     """Whether channels opened here sign every call (an ACL account is configured)."""
-    return bool(os.environ.get("QUARRY_ACCESS_KEY") and os.environ.get("QUARRY_SECRET_KEY"))
+    return _account() is not None
 
 
 def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
@@ -58,8 +64,8 @@ def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None)
     that uses it."""
     opts = list(options or [])
     creds = _credentials(opts)
-    access, secret = os.environ.get("QUARRY_ACCESS_KEY"), os.environ.get("QUARRY_SECRET_KEY")
-    interceptors: list[Any] | None = [AioSigningInterceptor(access, secret), AioStreamSigningInterceptor(access, secret)] if access and secret else None
+    account = _account()
+    interceptors: list[Any] | None = [AioSigningInterceptor(*account), AioStreamSigningInterceptor(*account)] if account else None
     if creds is not None:
         return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)
     return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
@@ -68,15 +74,7 @@ def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None)
 def open_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
     """A channel to `address` with the deployment's TLS and ACL settings (see module doc)."""
     opts = list(options or [])
-    ca = _read("QUARRY_TLS_CA")
-    if ca is not None:
-        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=_read("QUARRY_TLS_CLIENT_KEY"), certificate_chain=_read("QUARRY_TLS_CLIENT_CERT"))
-        if os.environ.get("QUARRY_TLS_SERVER_NAME"):
-            opts.append(("grpc.ssl_target_name_override", os.environ["QUARRY_TLS_SERVER_NAME"]))
-        channel = grpc.secure_channel(address, creds, options=opts)
-    else:
-        channel = grpc.insecure_channel(address, options=opts)
-    access, secret = os.environ.get("QUARRY_ACCESS_KEY"), os.environ.get("QUARRY_SECRET_KEY")
-    if access and secret:
-        return grpc.intercept_channel(channel, SigningInterceptor(access, secret))
-    return channel
+    creds = _credentials(opts)
+    channel = grpc.secure_channel(address, creds, options=opts) if creds is not None else grpc.insecure_channel(address, options=opts)
+    account = _account()
+    return grpc.intercept_channel(channel, SigningInterceptor(*account)) if account else channel
