@@ -66,9 +66,6 @@ class CallContext:
     def details(self) -> str:
         return self._details
 
-    def cancelled(self) -> bool:
-        return False
-
 
 # A stream's calls running at once; past it the server reads no further frame until one ends
 # (a caller cannot make a server hold more work than this per stream). Answers waiting for

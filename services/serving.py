@@ -78,9 +78,8 @@ def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrati
     if isinstance(server, TrackedServer):  # ACL off: the services' unary calls may also come multiplexed
         multiplexer = MultiplexServicer(server.registered, server.tracker, max_message_bytes)
         multiplex_pb2_grpc.add_MultiplexServiceServicer_to_server(multiplexer, server)  # type: ignore[arg-type]
-        regs.append(Registration(lambda _s: None, MULTIPLEX_SERVICE))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = [r.service_name for r in regs]
+    names = [r.service_name for r in regs] + ([MULTIPLEX_SERVICE] if multiplexer is not None else [])
     # The asyncio servicer, named: `server` may be the TrackedServer in front of the grpc.aio
     # server, which enable_server_reflection would take for a thread-pool one.
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(

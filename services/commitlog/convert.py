@@ -62,10 +62,15 @@ def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
     )
 
 
+def _status(appended: Appended) -> int:
+    """SEND_OK, or FLUSH_DISK_TIMEOUT when a SYNC store did not fsync the records in time."""
+    return _SEND_OK if appended.flushed else _FLUSH_TIMEOUT
+
+
 def send_results(appended: Appended, broker: str, add: Callable[..., Any]) -> None:
     """The wire's SendResult of each stored message, made by `add` (a repeated field's add,
     which fills a response in place: a batch answers thousands of these)."""
-    status = _SEND_OK if appended.flushed else _FLUSH_TIMEOUT
+    status = _status(appended)
     prefix = appended.id_prefix
     for row in appended.rows:  # DispatchInfo's field order (append.Appended)
         at = row[0]
@@ -78,7 +83,7 @@ def send_result_columns(appended: Appended, broker: str, store_host: tuple[str, 
     SendResultColumns: each message's SendResult is rebuilt from them and its own unique key,
     as clients.batch_results does). No object per message: three column copies of the rows."""
     rows = appended.rows
-    out.status = _SEND_OK if appended.flushed else _FLUSH_TIMEOUT
+    out.status = _status(appended)
     out.broker_name = broker
     out.store_host.ip, out.store_host.port = store_host
     cols = list(zip(*rows))  # DispatchInfo's field order (append.Appended), one tuple per field
@@ -94,7 +99,7 @@ def send_result_columns(appended: Appended, broker: str, store_host: tuple[str, 
 def send_result(appended: Appended, broker: str) -> common_pb2.SendResult:
     """The SendResult of a single send."""
     at, _, topic, queue_id, queue_offset, _, _, unique_key = appended.rows[0][:8]
-    return common_pb2.SendResult(status=_SEND_OK if appended.flushed else _FLUSH_TIMEOUT, unique_key=unique_key or "",
+    return common_pb2.SendResult(status=_status(appended), unique_key=unique_key or "",
                                  offset_msg_id=f"{appended.id_prefix}{at:016X}", queue_id=queue_id, queue_offset=queue_offset,
                                  physical_offset=at, topic=topic, broker_name=broker)
 

@@ -7,6 +7,7 @@ router signs its calls (ACL: each call signed on its own) or was told not to."""
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 import grpc
 
@@ -46,17 +47,17 @@ class BrokerClients:
         return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
-        self._used[address] = time.monotonic()
-        stub = self._commitlogs.get(address)
-        if stub is None:
-            stub = self._commitlogs[address] = commitlog_pb2_grpc.CommitLogServiceStub(self._channel(address))
-        return stub
+        return self._stub(self._commitlogs, commitlog_pb2_grpc.CommitLogServiceStub, address)
 
     def indexer(self, address: str) -> indexer_pb2_grpc.IndexerServiceStub:
+        return self._stub(self._indexers, indexer_pb2_grpc.IndexerServiceStub, address)
+
+    def _stub(self, stubs: dict[str, Any], make: Callable[[Any], Any], address: str) -> Any:
+        """The cached stub for `address` (made on first use), noting that it is in use."""
         self._used[address] = time.monotonic()
-        stub = self._indexers.get(address)
+        stub = stubs.get(address)
         if stub is None:
-            stub = self._indexers[address] = indexer_pb2_grpc.IndexerServiceStub(self._channel(address))
+            stub = stubs[address] = make(self._channel(address))
         return stub
 
     @property
