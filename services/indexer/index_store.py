@@ -331,16 +331,11 @@ class IndexStore:
             log_event(log, "index file expired with its segments", file=f.path.name, end_phy_offset=f.header.end_phy_offset, log_min_offset=min_phy_offset)
         return dropped
 
-    def flush(self) -> None:
-        """Headers written and every file with entries not yet on disk fsynced."""
-        for f in self.prepare_flush():
-            f.sync()
-
     def prepare_flush(self) -> list[IndexFile]:
-        """The fast half of a flush, under the caller's lock: write the headers of the files
-        holding entries not yet on disk (the one being written, and those sealed since the last
-        flush) and return them; their `sync` (the disk write) needs no lock, and nothing may
-        index into them until it is done if the flush is to cover what the caller checkpoints."""
+        """The fast half of a flush (the tailer's), under the caller's lock: write the headers of
+        the files holding entries not yet on disk (the one being written, and those sealed since
+        the last flush) and return them; their `sync` (the disk write) needs no lock, and nothing
+        may index into them until it is done if the flush is to cover what the caller checkpoints."""
         held = set(self._seq)
         targets = [f for f in self._unsynced if f in held]
         self._unsynced.clear()
