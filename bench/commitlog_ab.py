@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import tempfile
@@ -21,14 +20,9 @@ import grpc
 
 from bench.ceiling import EchoCeiling, Stats, drive
 from bench.commitlog import _OPTIONS, _batch, _msg
-from bench.runner import Result, source_tree, tree_python, wait_for_commitlog
+from bench.runner import Result, process_cpu_s, source_tree, tree_python, wait_for_commitlog
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import free_port
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _start(tree: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -89,10 +83,10 @@ def run(argv: list[str]) -> list[Result]:
                             runs[(name, what)].append((echo.measure(req, resp, conc, calls), 0.0))
                             continue
                         proc, address = procs[name]
-                        cpu0 = _cpu_s(proc.pid)
+                        cpu0 = process_cpu_s(proc.pid)
                         s = asyncio.run(_batches(address, batch, calls) if per_call > 1 else _singles(address, conc, calls))
                         warm = 2 if per_call > 1 else 50
-                        runs[(name, what)].append((s, (_cpu_s(proc.pid) - cpu0) / ((calls + warm) * per_call) * 1e6))
+                        runs[(name, what)].append((s, (process_cpu_s(proc.pid) - cpu0) / ((calls + warm) * per_call) * 1e6))
         finally:
             for proc, _ in procs.values():
                 proc.terminate()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import statistics
 import tempfile
 import threading
@@ -20,18 +19,12 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from bench.ceiling import EchoCeiling
-from bench.runner import Result
+from bench.runner import Result, process_cpu_s
 from quarry.clients.producer import Producer as QuarryProducer
 from scripts.launcher import LocalCluster
 
 BODY = b"x" * 1024
 TOPIC = "BenchRmq5"
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used: where the time of a send path goes."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -138,25 +131,25 @@ def run(argv: list[str]) -> list[Result]:
                 # Three interleaved rounds per mode (medians reported), so drift (page cache, the indexer's tailing) hits both alike.
                 v1_rates, v2_rates, v1_lat, v2_lat = [], [], [], []
                 for _ in range(3):
-                    t = _cpu_s(pid)
+                    t = process_cpu_s(pid)
                     r, lat = _sequential(v1, n // 3)
-                    cpu["v1"] += _cpu_s(pid) - t
+                    cpu["v1"] += process_cpu_s(pid) - t
                     v1_rates.append(r)
                     v1_lat += lat
-                    t = _cpu_s(pid)
+                    t = process_cpu_s(pid)
                     r, lat = _sequential(v2, n // 3)
-                    cpu["v2"] += _cpu_s(pid) - t
+                    cpu["v2"] += process_cpu_s(pid) - t
                     v2_rates.append(r)
                     v2_lat += lat
                 v1_rate, v2_rate = statistics.median(v1_rates), statistics.median(v2_rates)
                 v1_concs, v2_concs, cpu_v1_conc, cpu_v2_conc = [], [], 0.0, 0.0
                 for _ in range(3):
-                    t = _cpu_s(pid)
+                    t = process_cpu_s(pid)
                     v1_concs.append(_threads(v1, n // 3, c))
-                    cpu_v1_conc += _cpu_s(pid) - t
-                    t = _cpu_s(pid)
+                    cpu_v1_conc += process_cpu_s(pid) - t
+                    t = process_cpu_s(pid)
                     v2_concs.append(_async_window(sdk, n // 3, c))
-                    cpu_v2_conc += _cpu_s(pid) - t
+                    cpu_v2_conc += process_cpu_s(pid) - t
                 v1_conc, v2_conc = statistics.median(v1_concs), statistics.median(v2_concs)
                 # The ceiling: a 1 KiB body plus topic, key and tag is ~1.1 KB each way (SendResult ~0.2 KB).
                 with EchoCeiling() as echo:

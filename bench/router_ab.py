@@ -17,9 +17,8 @@ from pathlib import Path
 import grpc
 
 from bench.ceiling import Stats
-from bench.commitlog_ab import _cpu_s
 from bench.router import HOSTS, _drive, _load, _requests
-from bench.runner import Result
+from bench.runner import Result, process_cpu_s
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import LocalCluster, ServiceProcess, free_port
 
@@ -68,9 +67,9 @@ def run(argv: list[str]) -> list[Result]:
                         for mode in (MODES if cycle % 2 == 0 else MODES[::-1]):
                             router = routers[mode]
                             assert router.proc is not None
-                            r0, b0 = _cpu_s(router.proc.pid), sum(_cpu_s(pid) for pid in broker_pids)
+                            r0, b0 = process_cpu_s(router.proc.pid), sum(process_cpu_s(pid) for pid in broker_pids)
                             s, _, _ = _drive(router.address, reqs, args.queries, concurrency)
-                            r1, b1 = _cpu_s(router.proc.pid), sum(_cpu_s(pid) for pid in broker_pids)
+                            r1, b1 = process_cpu_s(router.proc.pid), sum(process_cpu_s(pid) for pid in broker_pids)
                             done = args.queries + min(50, args.queries)  # _drive's warm-up calls run too
                             stats.setdefault((kind, concurrency, mode), []).append((s, (r1 - r0) / done * 1e6, (b1 - b0) / done * 1e6))
             for (kind, concurrency, mode), runs in stats.items():

@@ -7,6 +7,7 @@ that benchmark's rows in the table of `bench/README.md`.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -137,3 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.metric:40s} {r.value:14,.2f} {r.unit:8s} {r.params}")
     print(f"wrote {path} and {README}")
     return 0
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used, from /proc: where a load's time went,
+    and a figure other load on the machine disturbs far less than a rate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
