@@ -92,6 +92,7 @@ class InProcessBroker:
     hash_slots: int = 101
     index_num: int = 4000
     commitlog_addr: str = ""
+    commitlog_server: RunningAioServer | None = None  # its tracker's metrics count the calls it served
     indexer_addr: str = ""
     store: CommitLogStore | None = None
     index: IndexStore | None = None
@@ -110,7 +111,8 @@ class InProcessBroker:
             return [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)]
 
         commitlog = serve_aio(f"{self.name}-commitlog", build, max_message_bytes=64 << 20)
-        self.commitlog_addr = commitlog.__enter__().address
+        self.commitlog_server = commitlog.__enter__()
+        self.commitlog_addr = self.commitlog_server.address
         self._stack.append((commitlog, stopping))
         self.index = IndexStore.open(self.root / self.name / "index", IndexStoreConfig(hash_slot_num=self.hash_slots, index_num=self.index_num))
         self.lock = threading.Lock()

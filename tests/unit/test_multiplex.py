@@ -16,48 +16,29 @@ from quarry.multiplex import MultiplexedChannel
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
-from quarry.services.metrics import ServiceMetrics
 from quarry.services.multiplex import MAX_CALLS_IN_FLIGHT
 from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
-from tests.servicers import BIND, EventLoopThread, on_loop
+from tests.servicers import BIND, InProcessBroker, on_loop
 
 COMMITLOG = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
 INDEXER = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
 
 
-class Commitlog:
-    """A real commitlog servicer over a store in a temporary directory, served by the services'
-    own start-up code (so with the MultiplexService, ACL being off)."""
-
-    def __init__(self, root: Path) -> None:
-        self.store = CommitLogStore(StoreConfig(store_dir=root, store_host=("127.0.0.1", 10911), segment_size=1 << 20))
-        self.metrics = ServiceMetrics("commitlog-multiplex-test")
-        self.running: RunningAioServer | None = None
-
-    async def start(self, bind: str = BIND) -> str:
-        flushed = FlushSignal(asyncio.get_running_loop())
-        self.store.add_flush_listener(flushed.fire)
-        servicer = CommitLogServicer(self.store, "broker-a", threading.Event(), flushed)
-        self.running = await start_aio_server("commitlog", bind, [
-            Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), COMMITLOG)], metrics=self.metrics)
-        return self.running.address
-
-    def calls(self, method: str, code: str) -> float:
-        return self.metrics.registry.get_sample_value(
-            "quarry_rpc_requests_total", {"service": COMMITLOG, "method": method, "code": code}) or 0.0
-
-
 @pytest.fixture
-def commitlog(tmp_path: Path) -> Iterator[tuple[Commitlog, str]]:
-    service = Commitlog(tmp_path / "store")
-    address = on_loop(service.start())
+def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    b = InProcessBroker("broker-a", tmp_path, ("127.0.0.1", 10911)).start()
     try:
-        yield service, address
+        yield b
     finally:
-        assert service.running is not None
-        on_loop(service.running.server.stop(0))
-        service.store.close()
+        b.close()
+
+
+def _calls(broker: InProcessBroker, method: str, code: str) -> float:
+    """Calls of `method` that ended with `code`, in the commitlog's own metrics."""
+    assert broker.commitlog_server is not None and broker.commitlog_server.tracker is not None
+    return broker.commitlog_server.tracker.metrics.registry.get_sample_value(
+        "quarry_rpc_requests_total", {"service": COMMITLOG, "method": method, "code": code}) or 0.0
 
 
 def _send(address: str, n: int) -> list[common_pb2.SendResult]:
@@ -84,8 +65,8 @@ async def _outcome(call: Any) -> tuple[str, Any]:
         return exc.code().name, exc.details()  # type: ignore[attr-defined]
 
 
-def test_carried_calls_answer_as_unary_calls_do_and_are_counted_as_theirs(commitlog: tuple[Commitlog, str]) -> None:
-    service, address = commitlog
+def test_carried_calls_answer_as_unary_calls_do_and_are_counted_as_theirs(broker: InProcessBroker) -> None:
+    address = broker.commitlog_addr
     sent = _send(address, 40)
 
     async def go() -> tuple[list[Any], list[Any], bool]:
@@ -116,13 +97,13 @@ def test_carried_calls_answer_as_unary_calls_do_and_are_counted_as_theirs(commit
     assert plain_answers[40][0] != "OK"
     # Each carried call is counted under its own method and code, as the unary ones are (a
     # unary call is counted when gRPC reports it terminated, which may follow its answer).
-    _wait_for(lambda: service.calls("ViewMessage", "OK") >= 80 and service.calls("PullMessages", "INVALID_ARGUMENT") >= 2)
-    assert service.calls("ViewMessage", "OK") == 80
-    assert service.calls("PullMessages", "INVALID_ARGUMENT") == 2
+    _wait_for(lambda: _calls(broker, "ViewMessage", "OK") >= 80 and _calls(broker, "PullMessages", "INVALID_ARGUMENT") >= 2)
+    assert _calls(broker, "ViewMessage", "OK") == 80
+    assert _calls(broker, "PullMessages", "INVALID_ARGUMENT") == 2
 
 
-def test_only_the_quarry_services_unary_methods_are_carried(commitlog: tuple[Commitlog, str]) -> None:
-    _, address = commitlog
+def test_only_the_quarry_services_unary_methods_are_carried(broker: InProcessBroker) -> None:
+    address = broker.commitlog_addr
 
     async def go() -> list[tuple[str, Any]]:
         mux = MultiplexedChannel(grpc.aio.insecure_channel(address))
