@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Generic, TypeVar
 import grpc
 
 from quarry.channels import signs_calls
+from quarry.transport import status_by_number
 from quarry.v1 import multiplex_pb2
 
 METHOD = "/quarry.v1.MultiplexService/Calls"
@@ -38,7 +39,6 @@ GRPC_DEFAULT_MAX_RECEIVE = 4 << 20
 ASK_AGAIN_AFTER_S = 300.0
 # What a server that does not carry the stream answers when it is opened: make unary calls.
 _NOT_OFFERED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
 # Turns of the event loop a writer lets pass before it takes its first frame while other
 # calls are in flight, so that calls started by the same burst of work (a fan-out, a frame of
 # answers) share it. Measured at 16 mixed queries in flight over three brokers: 1.05 calls
@@ -66,7 +66,7 @@ class MultiplexError(grpc.RpcError):
 
 def status_of(number: int) -> grpc.StatusCode:
     """The StatusCode of a code number (UNKNOWN for a number gRPC does not define)."""
-    return _CODES.get(number, grpc.StatusCode.UNKNOWN)
+    return status_by_number(number) or grpc.StatusCode.UNKNOWN
 
 
 class FrameWriter(Generic[Item]):

@@ -18,12 +18,12 @@ from typing import Any, Callable, Sequence
 import grpc
 
 from quarry.services.metrics import ServiceMetrics
+from quarry.transport import status_by_number
 
 # Long-lived streams a client keeps open while it lives: cancelled at stop, not waited for.
 # (The calls a MultiplexService stream carries are each counted and waited for on their own.)
 _NOT_WAITED = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/Telemetry",
                "/quarry.v1.MultiplexService/")
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
 # Bounds the per-method caches below: the methods a server registers, plus room for the
 # handlers an ACL interceptor makes per refused call (past the bound they are not cached).
 _CACHE_LIMIT = 1024
@@ -39,7 +39,7 @@ def _split(method: str) -> tuple[str, str]:
 def _code_name(context: Any, failed: bool) -> str:
     code = context.code() if hasattr(context, "code") else None
     if isinstance(code, int):
-        code = _CODES.get(code)
+        code = status_by_number(code)
     if code is None:
         return "UNKNOWN" if failed else "OK"
     return code.name  # type: ignore[no-any-return]
