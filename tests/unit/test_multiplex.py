@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 from quarry.multiplex import MultiplexedChannel
 from quarry.services.commitlog.flush_signal import FlushSignal
@@ -23,15 +21,6 @@ from tests.servicers import BIND, InProcessBroker, on_loop
 
 COMMITLOG = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
 INDEXER = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    b = InProcessBroker("broker-a", tmp_path, ("127.0.0.1", 10911)).start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def _calls(broker: InProcessBroker, method: str, code: str) -> float:

@@ -2,23 +2,9 @@
 address and it has gone unused for a while (each holds a connection and a multiplexed stream)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.v1 import commitlog_pb2
 from tests.servicers import InProcessBroker, on_loop
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    b = InProcessBroker("broker-a", tmp_path, ("127.0.0.1", 10911)).start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def test_the_router_closes_channels_of_addresses_no_broker_has_once_idle(broker: InProcessBroker) -> None:
