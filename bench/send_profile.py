@@ -92,7 +92,7 @@ def _write(load: str, stacks: Path, params: dict) -> list[Result]:  # type: igno
     lines += [f"{n / total * 100:5.1f}%  {f}" for f, n in quarry[:TOP * 2]]
     PROFILES.mkdir(exist_ok=True)
     (PROFILES / f"send-{load}-commitlog.txt").write_text("\n".join(lines) + "\n")
-    mine = [(f, n) for f, n in quarry if any(k in f for k in ("append", "send", "Send", "stored_properties", "fill_tail", "tracked", "write"))]
+    mine = [(f, n) for f, n in quarry if any(k in f for k in ("append", "send", "Send", "stored_properties", "record_struct", "tracked", "write"))]
     return [Result(f"send-{load}-commitlog: {f}", n / total * 100, "% of CPU samples", params) for f, n in mine[:6]]
 
 

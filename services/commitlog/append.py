@@ -1,8 +1,8 @@
 """Appending messages: one pass per batch from the messages as they came to the log bytes.
 
 Under the append lock, each message is checked (cheap guards; `message_input.reject` names the
-field when one trips), its properties encoded once, its fixed fields packed with one
-precompiled struct (formats.record.HEAD_STRUCTS) at its final position in a buffer per segment
+field when one trips), its properties encoded once, the whole record packed with one
+precompiled struct (formats.record.record_struct) at its final position in a buffer per segment
 touched, and its dispatch fields taken as a plain tuple. Nothing is written or changed until the
 whole batch passed (all or nothing on bad input); then one write per segment, one ConsumeQueue
 write per queue, and the tuples go to the Tail cache and back to the caller (`Appended`).
@@ -22,9 +22,9 @@ from quarry.formats.crc import crc32
 from quarry.formats.dispatch import tags_code
 from quarry.formats.java_hash import tags_code as java_tags_code
 from quarry.formats.properties import DELAY, PropertyError, stored_properties
-from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, HEAD_STRUCTS, MESSAGE_MAGIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
+from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, MESSAGE_MAGIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
                                    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, blank_record,
-                                   fill_tail, host_bytes, topic_field)
+                                   host_bytes, record_struct, topic_field)
 from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
@@ -160,8 +160,9 @@ class Appender:
         born_ip: str | None = None
         born_port = -1
         born_b = b""
-        head = HEAD_STRUCTS[8, len(store_b)]
-        head_size = head.size
+        lsb = len(store_b)
+        lbb = 8  # the born host's field size
+        ltf = 0
         born_extra = 0  # 12 for an IPv6 born host
         host_flags = store_flag  # the born and store hosts' IPv6 bits
         q_topic: str | None = None
@@ -197,6 +198,7 @@ class Appender:
                     known = created[topic] = config.default_queues
                 queues = known
                 tf = topic_field(topic)
+                ltf = len(tf)
                 base = FIXED_SIZE - 1 + len(tf) + len(store_b) - 8
                 fixed = base + born_extra
                 schedule = topic == SCHEDULE_TOPIC
@@ -233,9 +235,8 @@ class Appender:
                     reject(m, f"messages[{i}]." if many else "", max_size, peer)
                     raise
                 born_ip, born_port = ip, port
-                head = HEAD_STRUCTS[len(born_b), len(store_b)]
-                head_size = head.size
-                born_extra = len(born_b) - 8
+                lbb = len(born_b)
+                born_extra = lbb - 8
                 fixed = base + born_extra
                 host_flags = (SYSFLAG_BORNHOST_V6 if born_extra else 0) | store_flag
             tx = m.sys_flag & SYSFLAG_TRANSACTION_MASK
@@ -310,9 +311,9 @@ class Appender:
                 cap = len(buf)
                 view = memoryview(buf)
             stored_flag = tx | host_flags
-            head.pack_into(view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, m.flag, queue_offset, at, stored_flag,
-                           born_ts or now, born_b, now, store_b, reconsume, prepared_offset, lb)
-            fill_tail(view, p + head_size, body, tf, props_b)
+            record_struct(lbb, lsb, lb, ltf, lp).pack_into(
+                view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, m.flag, queue_offset, at, stored_flag, born_ts or now,
+                born_b, now, store_b, reconsume, prepared_offset, lb, body, tf, lp, props_b)
 
             # The dispatch fields (formats.dispatch.build_dispatch's rule), as a plain tuple.
             if schedule:
