@@ -88,6 +88,19 @@ def stored_properties(keys: Sequence[str], tags: str, unique_key: str, propertie
                       field_prefix: str = "") -> tuple[bytes, str | None]:
     """message_properties, and the KEYS value as stored (None without keys): the send path
     needs both for every message it takes (so this is written for speed: no list per call)."""
+    if len(keys) == 1 and not properties:
+        # The usual message: one key, no user properties. One text, one check of the three
+        # values; anything the check refuses takes the general path below, which names it.
+        key = keys[0]
+        if tags:
+            text = f"KEYS\x01{key}\x02TAGS\x01{tags}\x02UNIQ_KEY\x01{unique_key}" if unique_key else f"KEYS\x01{key}\x02TAGS\x01{tags}"
+        else:
+            text = f"KEYS\x01{key}\x02UNIQ_KEY\x01{unique_key}" if unique_key else "KEYS\x01" + key
+        plain = f"{key}{tags}{unique_key}"
+        if key and " " not in key and NAME_VALUE_SEP not in plain and PROPERTY_SEP not in plain:
+            encoded = text.encode()
+            if len(encoded) <= MAX_PROPERTIES_BYTES:
+                return encoded, key
     joined = None
     n = 0
     text = ""
