@@ -11,6 +11,7 @@ No object is built per message on the way.
 from __future__ import annotations
 
 import errno
+import struct
 import logging
 import time
 from dataclasses import dataclass
@@ -163,6 +164,7 @@ class Appender:
         lsb = len(store_b)
         lbb = 8  # the born host's field size
         ltf = 0
+        structs: dict[int, struct.Struct] = {}  # record_struct by body and properties length, for the hosts and topic at hand
         born_extra = 0  # 12 for an IPv6 born host
         host_flags = store_flag  # the born and store hosts' IPv6 bits
         q_topic: str | None = None
@@ -175,9 +177,7 @@ class Appender:
         # born_host is read, ~0.3 us; asking HasField first costs a third of that.
         proto_type = type(msgs[0]) if n and hasattr(type(msgs[0]), "HasField") else None
 
-        i = -1
-        for m in msgs:
-            i += 1
+        for i, m in enumerate(msgs):
             topic = m.topic
             same_as_prev = topic == cur_topic
             if not same_as_prev:
@@ -199,6 +199,7 @@ class Appender:
                 queues = known
                 tf = topic_field(topic)
                 ltf = len(tf)
+                structs = {}
                 base = FIXED_SIZE - 1 + len(tf) + len(store_b) - 8
                 fixed = base + born_extra
                 schedule = topic == SCHEDULE_TOPIC
@@ -218,7 +219,8 @@ class Appender:
                     port = bh.port
                 else:
                     ip, port = peer
-            if not 0 < lb <= max_size or want_qid < -1 or born_ts < 0 or reconsume < 0 or prepared_offset < 0 or not 0 <= port <= 65535:
+            # (The three are ints: their OR is negative when one is; a port is checked when the host changes.)
+            if not 0 < lb <= max_size or want_qid < -1 or (born_ts | reconsume | prepared_offset) < 0:
                 reject(m, f"messages[{i}]." if many else "", max_size, peer)
             tags = m.tags
             ukey = m.unique_key
@@ -229,6 +231,8 @@ class Appender:
                 reject(m, f"messages[{i}]." if many else "", max_size, peer)
                 raise
             if ip != born_ip or port != born_port:
+                if not 0 <= port <= 65535:
+                    reject(m, f"messages[{i}]." if many else "", max_size, peer)
                 try:
                     born_b = host_bytes((ip, port))
                 except ValueError:
@@ -236,6 +240,7 @@ class Appender:
                     raise
                 born_ip, born_port = ip, port
                 lbb = len(born_b)
+                structs = {}
                 born_extra = lbb - 8
                 fixed = base + born_extra
                 host_flags = (SYSFLAG_BORNHOST_V6 if born_extra else 0) | store_flag
@@ -311,7 +316,10 @@ class Appender:
                 cap = len(buf)
                 view = memoryview(buf)
             stored_flag = tx | host_flags
-            record_struct(lbb, lsb, lb, ltf, lp).pack_into(
+            rs = structs.get(lb << 16 | lp)  # PROPLEN < 2**15
+            if rs is None:
+                rs = structs[lb << 16 | lp] = record_struct(lbb, lsb, lb, ltf, lp)
+            rs.pack_into(
                 view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, m.flag, queue_offset, at, stored_flag, born_ts or now,
                 born_b, now, store_b, reconsume, prepared_offset, lb, body, tf, lp, props_b)
 

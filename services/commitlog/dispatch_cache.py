@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import bisect
 import threading
+from operator import itemgetter
 from typing import Sequence
 
 from quarry.formats.dispatch import DispatchInfo
 
 
+_offset = itemgetter(0)  # DispatchInfo.physical_offset
 _as_info = tuple.__new__  # DispatchInfo from a plain tuple of its fields, without re-checking them
 
 
@@ -31,12 +33,13 @@ class DispatchCache:
 
     def add(self, infos: Sequence[tuple]) -> None:  # type: ignore[type-arg]
         """Records just appended, in log order (the caller holds the store's append lock): plain
-        tuples of DispatchInfo's fields, or DispatchInfos (kept as plain tuples)."""
-        if self.capacity <= 0:
+        tuples of DispatchInfo's fields (the append's rows), or DispatchInfos (kept as plain
+        tuples), all of one kind."""
+        if self.capacity <= 0 or not infos:
             return  # off: Tail always reads the log
         with self._lock:
-            self._offsets.extend([d[0] for d in infos])
-            self._infos.extend(map(tuple, infos))  # a plain tuple is kept as it is
+            self._offsets.extend(map(_offset, infos))
+            self._infos.extend(infos if type(infos[0]) is tuple else map(tuple, infos))
             if len(self._infos) > self.capacity + self.capacity // 4:  # trim in quarters: amortised O(1) per record
                 cut = len(self._infos) - self.capacity
                 del self._offsets[:cut]
