@@ -32,6 +32,8 @@ from quarry.services.serving import Registration, aio_wait_for_termination, star
 
 log = logging.getLogger("quarry.commitlog")
 
+GC_YOUNG_THRESHOLD = 10_000
+
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
@@ -93,6 +95,11 @@ async def _serve(args: argparse.Namespace) -> None:
     # collector's full passes under a send load no longer walk it.
     gc.collect()
     gc.freeze()
+    # A batch keeps its 500-10,000 rows (one tuple per message) alive until answered and the
+    # Tail cache keeps the newest 32,768: at the default 700 net allocations the young
+    # generation was collected every batch or two, each time walking the rows just added
+    # (~0.2 us per message sent in process). Every 10,000 it is a few collections per million.
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     def _stop() -> None:
         stopping.set()
