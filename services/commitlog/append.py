@@ -147,7 +147,7 @@ class Appender:
         # Records are packed through a view of the buffer: a bytearray's slice assignment
         # copies a bytes value into a temporary bytearray first (three per record), a view's does not.
         view = memoryview(b"")
-        buf_at = cap = 0
+        buf_at = cap = buf_end = 0
         # The last batch's buffer, reused when big enough: a fresh one is zero-filled for nothing.
         # Taken here and given back only after a successful write (a failed batch's may still be viewed).
         scratch, self._scratch = self._scratch, None
@@ -266,7 +266,7 @@ class Appender:
                                       f"{want_qid} out of range: topic {topic} has queues 0..{queues - 1}")
             else:
                 qid = want_qid
-            if qid != q_id or topic != q_topic:
+            if not same_as_prev or qid != q_id:  # (q_topic is the previous message's topic)
                 if q_topic is not None:
                     queue_next[(q_topic, q_id)] = q_next
                 q_topic, q_id = topic, qid
@@ -285,7 +285,8 @@ class Appender:
             # Where: the end of the log, or the next segment when the record would not leave
             # room for the blank record that closes a segment.
             at = offset
-            if at + size > seg_limit:
+            end = at + size
+            if end > seg_limit:
                 blank = blank_record(seg_end - at)
                 if buf is None:
                     buf, buf_at, cap = bytearray(blank), at, len(blank)
@@ -296,6 +297,7 @@ class Appender:
                 writes.append((buf_at, buf, at - buf_at + len(blank)))
                 buf = None
                 at = seg_end
+                end = at + size
                 seg_end += seg_size
                 seg_limit += seg_size
             if buf is None:
@@ -308,13 +310,15 @@ class Appender:
                 else:
                     buf = bytearray(cap)
                 cap = len(buf)
+                buf_end = buf_at + cap
+                view = memoryview(buf)
+            if end > buf_end:
+                view.release()
+                buf.extend(bytes(max(end - buf_end, cap)))
+                cap = len(buf)
+                buf_end = buf_at + cap
                 view = memoryview(buf)
             p = at - buf_at
-            if p + size > cap:
-                view.release()
-                buf.extend(bytes(max(p + size - cap, cap)))
-                cap = len(buf)
-                view = memoryview(buf)
             stored_flag = tx | host_flags
             rs = structs.get(lb << 16 | lp)  # PROPLEN < 2**15
             if rs is None:
@@ -339,7 +343,7 @@ class Appender:
             if advances:
                 units += CQ_UNIT.pack(at, size, code)  # as recovery re-dispatches it
                 q_next += 1
-            offset = at + size
+            offset = end
         if q_topic is not None:
             queue_next[(q_topic, q_id)] = q_next
         if buf is not None:
