@@ -1,7 +1,8 @@
-"""The router's broker calls, A/B in one run: one cluster of three brokers, two routers over
-it, one making its broker calls multiplexed (`--broker-calls multiplexed`, the default), the
-other one gRPC call each (`unary`); both driven by the same client, the same queries, rounds
-interleaved (A then B, then B then A, ...) so load on the shared machine falls on both alike.
+"""The router's broker calls, A/B in one run: one cluster of three brokers, three routers over
+it, one making its broker calls multiplexed over the brokers' TCP frames ports
+(`--broker-calls multiplexed`, the default), one multiplexed over gRPC streams (`stream`), the
+other one gRPC call each (`unary`); all driven by the same client, the same queries, rounds
+interleaved (A, B, C, then C, B, A, ...) so load on the shared machine falls on all alike.
 Besides rate and latency, the CPU time per query of the router and of the six broker
 processes (utime + stime from /proc), which other load disturbs far less than a rate does.
 
@@ -22,7 +23,7 @@ from bench.runner import Result, process_cpu_s
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import LocalCluster, ServiceProcess, free_port
 
-MODES = ("multiplexed", "unary")
+MODES = ("multiplexed", "stream", "unary")
 
 
 def _static_brokers(cluster: LocalCluster) -> str:
@@ -45,18 +46,21 @@ def run(argv: list[str]) -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
         root = Path(tmp)
         cluster = LocalCluster(root=root, indexer_args=["--index-num", str(max(1000, args.messages))], indexer_reads_store=True)
-        unary: ServiceProcess | None = None
+        others: list[ServiceProcess] = []
         try:
             cluster.start_router("--broker-calls", "multiplexed")
             for name, host in HOSTS.items():
                 cluster.add_broker(name, host)
             samples = _load(cluster, args.messages, 500)
             cluster.wait_indexed(timeout_s=600)
-            unary = ServiceProcess("router", f"127.0.0.1:{free_port('127.0.0.1')}",
-                                   ["--broker-calls", "unary", "--static-brokers", _static_brokers(cluster), "--remoting-bind", "off"],
-                                   root / "logs" / "router-unary.log").start()
-            assert cluster.router is not None and cluster.router.proc is not None and unary.proc is not None
-            routers = {"multiplexed": cluster.router, "unary": unary}
+            assert cluster.router is not None
+            static = _static_brokers(cluster)
+            routers = {"multiplexed": cluster.router}
+            for mode in MODES[1:]:
+                others.append(ServiceProcess("router", f"127.0.0.1:{free_port('127.0.0.1')}",
+                                             ["--broker-calls", mode, "--static-brokers", static, "--remoting-bind", "off"],
+                                             root / "logs" / f"router-{mode}.log").start())
+                routers[mode] = others[-1]
             broker_pids = [p.proc.pid for b in cluster.brokers.values() for p in (b.commitlog, b.indexer) if p.proc is not None]
             kinds = _requests(samples)
             work = {"by id": kinds["by id"], "by key": kinds["by key"], "mixed": [r for quad in zip(*kinds.values()) for r in quad]}
@@ -83,12 +87,13 @@ def run(argv: list[str]) -> list[Result]:
                 ]
             for kind in work:
                 for concurrency in (1, 16):
-                    mux, plain = stats[(kind, concurrency, "multiplexed")], stats[(kind, concurrency, "unary")]
-                    ratio = statistics.median(s.rate for s, _, _ in mux) / statistics.median(s.rate for s, _, _ in plain)
-                    out.append(Result(f"A/B {kind} rate, multiplexed / unary", ratio, "x",
-                                      {"brokers": 3, "messages": args.messages, "cycles": args.cycles, "concurrency": concurrency}))
+                    for a, b in (("multiplexed", "unary"), ("multiplexed", "stream"), ("stream", "unary")):
+                        ratio = (statistics.median(s.rate for s, _, _ in stats[(kind, concurrency, a)])
+                                 / statistics.median(s.rate for s, _, _ in stats[(kind, concurrency, b)]))
+                        out.append(Result(f"A/B {kind} rate, {a} / {b}", ratio, "x",
+                                          {"brokers": 3, "messages": args.messages, "cycles": args.cycles, "concurrency": concurrency}))
         finally:
-            if unary is not None:
-                unary.stop()
+            for router in others:
+                router.stop()
             cluster.stop()
     return out

@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 import grpc
 
 from quarry.channels import signs_calls
+from quarry.formats.addresses import split_host_port
+from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, HELLO, MAGIC, FrameError, framed, read_frame
 from quarry.transport import status_by_number
 from quarry.v1 import multiplex_pb2
+
+log = logging.getLogger("quarry.multiplex")
 
 METHOD = "/quarry.v1.MultiplexService/Calls"
 # A frame carries at most this many bytes unless one call alone is bigger: a batch of big
@@ -37,6 +42,10 @@ MAX_RECEIVE_KEY = "quarry-max-receive-bytes"
 GRPC_DEFAULT_MAX_RECEIVE = 4 << 20
 # How long plain unary calls are made to a server that did not offer the stream.
 ASK_AGAIN_AFTER_S = 300.0
+# A frames port (quarry/frames.py) that could not be reached is tried again after this long;
+# meanwhile calls go over the gRPC stream.
+FRAMES_RETRY_S = 60.0
+FRAMES_CONNECT_TIMEOUT_S = 5.0
 # What a server that does not carry the stream answers when it is opened: make unary calls.
 _NOT_OFFERED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 # Turns of the event loop a writer lets pass before it takes its first frame while other
@@ -134,7 +143,9 @@ def _run_callbacks(items: list[tuple[Any, Callable[[], None] | None]]) -> None:
 class _Stream:
     """One open Calls stream and the calls waiting for their answers on it."""
 
-    def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None], max_receive_bytes: int) -> None:
+    def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None], max_receive_bytes: int,
+                 on_frames_port: Callable[[int], None] = lambda _port: None) -> None:
+        self._on_frames_port = on_frames_port
         self._call = channel.stream_stream(METHOD, request_serializer=multiplex_pb2.CallsRequest.SerializeToString,
                                            response_deserializer=multiplex_pb2.CallsResponse.FromString)(
             metadata=((MAX_RECEIVE_KEY, str(max_receive_bytes)),))
@@ -165,6 +176,9 @@ class _Stream:
     async def _read(self) -> None:
         failure: BaseException
         try:
+            for key, value in await self._call.initial_metadata() or ():
+                if key == FRAMES_PORT_KEY and value.isdigit():
+                    self._on_frames_port(int(value))
             while True:
                 frame = await self._call.read()
                 if frame is grpc.aio.EOF:
@@ -195,6 +209,102 @@ class _Stream:
     def close(self) -> None:
         self._reader.cancel()
         self._call.cancel()
+
+
+class _FramesStream:
+    """One TCP frames connection (quarry/frames.py) and the calls waiting for their answers on
+    it: the same calls as _Stream's, without gRPC's cost per frame. It connects in the
+    background; the channel sends calls over it only once it is `ready`."""
+
+    def __init__(self, host: str, port: int, max_receive_bytes: int, on_unreachable: Callable[[BaseException], None]) -> None:
+        self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
+        self.failed: BaseException | None = None
+        self.ready = False
+        self._target = f"{host}:{port}"
+        self._on_unreachable = on_unreachable
+        self._max_receive = max_receive_bytes
+        self._stream_writer: asyncio.StreamWriter | None = None
+        self._ids = itertools.count(1)
+        self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
+            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1)
+        self._reader = asyncio.ensure_future(self._run(host, port))
+
+    async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(HELLO.pack(MAGIC, min(self._max_receive, 0xFFFFFFFF)))
+            if await reader.readexactly(len(MAGIC)) != MAGIC:
+                raise FrameError("the port did not answer as a frames port")
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
+
+    async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
+        writer = self._stream_writer
+        assert writer is not None  # calls are started only once connected
+        writer.writelines(framed(multiplex_pb2.CallsRequest(requests=requests).SerializeToString()))
+        await writer.drain()
+
+    def _write_failed(self, exc: BaseException) -> None:
+        if self._stream_writer is not None:
+            self._stream_writer.close()  # the reader sees the connection end and fails the calls
+
+    def start(self, method: str, payload: bytes, timeout_s: float | None) -> tuple[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]]:
+        call_id = next(self._ids)
+        answer: asyncio.Future[multiplex_pb2.MultiplexedResponse] = asyncio.get_running_loop().create_future()
+        self.waiting[call_id] = answer
+        timeout_ms = 0 if timeout_s is None else max(1, min(int(timeout_s * 1000), 0xFFFFFFFF))
+        self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, method=method, payload=payload, timeout_ms=timeout_ms))
+        return call_id, answer
+
+    def cancel(self, call_id: int) -> None:
+        """Tell the server the caller gave up on `call_id` (it cancels the call)."""
+        if self.failed is None:
+            self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, cancel=True))
+
+    async def _run(self, host: str, port: int) -> None:
+        failure: BaseException
+        try:
+            reader, self._stream_writer = await asyncio.wait_for(self._connect(host, port), FRAMES_CONNECT_TIMEOUT_S)
+        except asyncio.CancelledError:
+            self.failed = MultiplexError(grpc.StatusCode.CANCELLED, "channel closed")
+            return
+        except Exception as exc:  # refused, unreachable, not a frames port: calls stay on the gRPC stream
+            self.failed = exc
+            self._on_unreachable(exc)
+            return
+        self.ready = True
+        limit = max(self._max_receive, FRAME_BYTES) + FRAME_SLACK
+        try:
+            while True:
+                data = await read_frame(reader, limit)
+                if data is None:
+                    failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"stream removed: the server closed the frames connection to {self._target}")
+                    break
+                waiting = self.waiting
+                for response in multiplex_pb2.CallsResponse.FromString(data).responses:
+                    answer = waiting.pop(response.id, None)
+                    if answer is not None and not answer.done():
+                        answer.set_result(response)
+        except (ConnectionError, OSError) as exc:
+            failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"frames connection to {self._target} lost: {exc}")
+        except asyncio.CancelledError:
+            failure = MultiplexError(grpc.StatusCode.CANCELLED, "channel closed")
+        except Exception as exc:  # a frame that does not parse: the connection cannot be trusted
+            failure = MultiplexError(grpc.StatusCode.INTERNAL, f"multiplexed stream broken: {type(exc).__name__}: {exc}")
+        self.ready = False
+        self.failed = failure
+        self._stream_writer.close()
+        waiting, self.waiting = self.waiting, {}
+        for answer in waiting.values():
+            if not answer.done():
+                answer.set_exception(failure)
+
+    def close(self) -> None:
+        self._reader.cancel()
+        if self._stream_writer is not None:
+            self._stream_writer.close()
 
 
 def _expire(answer: asyncio.Future[Any]) -> None:
@@ -251,11 +361,15 @@ class MultiplexedChannel:
     over one Calls stream (opened on first use, opened again after it fails). Use it on the
     loop that made it."""
 
-    def __init__(self, channel: grpc.aio.Channel, max_receive_bytes: int = GRPC_DEFAULT_MAX_RECEIVE) -> None:
+    def __init__(self, channel: grpc.aio.Channel, max_receive_bytes: int = GRPC_DEFAULT_MAX_RECEIVE, host: str = "") -> None:
         self.channel = channel
         self.max_receive_bytes = max_receive_bytes  # the channel's own limit, told to the server
+        self.host = host  # the host dialled, where a frames port the server offers is reached
         self._unary_until: float | None = None  # set while the server is taken not to offer the stream
         self._stream: _Stream | None = None
+        self._frames_port = 0  # offered by the server on the gRPC stream; 0: none
+        self._frames: _FramesStream | None = None
+        self._frames_retry_at = 0.0
 
     @property
     def multiplexing(self) -> bool:
@@ -269,11 +383,38 @@ class MultiplexedChannel:
         self._unary_until = None
         return True
 
-    def stream(self) -> _Stream:
+    def stream(self) -> "_Stream | _FramesStream":
+        """The carrier for the next call: the frames connection once it is up, else the gRPC
+        stream (which is also where the server offers its frames port)."""
+        frames = self._frames
+        if frames is not None:
+            if frames.ready:
+                return frames
+            if frames.failed is not None:
+                frames = self._frames = None
+        if frames is None and self._frames_port and self.host and time.monotonic() >= self._frames_retry_at:
+            self._frames = _FramesStream(self.host, self._frames_port, self.max_receive_bytes, self._frames_unreachable)
         stream = self._stream
         if stream is None or stream.failed is not None:
-            stream = self._stream = _Stream(self.channel, self._not_offered, self.max_receive_bytes)
+            stream = self._stream = _Stream(self.channel, self._not_offered, self.max_receive_bytes, self._frames_offered)
         return stream
+
+    @property
+    def carrier(self) -> str:
+        """What the next call goes over: "frames", "stream" or "unary"."""
+        if not self.multiplexing:
+            return "unary"
+        return "frames" if self._frames is not None and self._frames.ready else "stream"
+
+    def _frames_offered(self, port: int) -> None:
+        if port != self._frames_port:  # a new port (the server restarted): try it at once
+            self._frames_port = port
+            self._frames_retry_at = 0.0
+
+    def _frames_unreachable(self, exc: BaseException) -> None:
+        log.warning("frames port %s:%s not reachable (%s: %s): calls stay on the gRPC stream for %.0f s",
+                    self.host, self._frames_port, type(exc).__name__, exc, FRAMES_RETRY_S)
+        self._frames_retry_at = time.monotonic() + FRAMES_RETRY_S
 
     def _not_offered(self) -> None:
         self._unary_until = time.monotonic() + ASK_AGAIN_AFTER_S
@@ -296,11 +437,20 @@ class MultiplexedChannel:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        if self._frames is not None:
+            self._frames.close()
+            self._frames = None
         await self.channel.close()
 
 
-def multiplexed(channel: grpc.aio.Channel, max_receive_bytes: int) -> "grpc.aio.Channel | MultiplexedChannel":
-    """`channel` (whose largest message received is `max_receive_bytes`) with its unary calls
-    multiplexed, unless this process signs its calls (ACL: each call is signed and checked on
-    its own, so it stays a call of its own)."""
-    return channel if signs_calls() else MultiplexedChannel(channel, max_receive_bytes)
+def multiplexed(channel: grpc.aio.Channel, max_receive_bytes: int, address: str = "") -> "grpc.aio.Channel | MultiplexedChannel":
+    """`channel` to `address` (host:port; whose largest message received is `max_receive_bytes`)
+    with its unary calls multiplexed, unless this process signs its calls (ACL: each call is
+    signed and checked on its own, so it stays a call of its own)."""
+    if signs_calls():
+        return channel
+    try:
+        host = split_host_port(address)[0]
+    except ValueError:  # not a host:port (a unix socket, say): no frames port is reached from it
+        host = ""
+    return MultiplexedChannel(channel, max_receive_bytes, host)

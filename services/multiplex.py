@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
+from quarry.frames import FRAMES_PORT_KEY
 from quarry.multiplex import GRPC_DEFAULT_MAX_RECEIVE, MAX_RECEIVE_KEY, FrameWriter
 from quarry.services.call_tracking import CallTracker
 from quarry.services.log import log_event
@@ -33,11 +34,12 @@ class _Aborted(Exception):
 
 
 class CallContext:
-    """What a handler sees of its call when the call came over the stream: its own deadline
-    and status, and the stream's peer and metadata. `abort` ends the call, not the stream."""
+    """What a handler sees of its call when the call came carried: its own deadline and
+    status, and the carrier's peer and metadata. `abort` ends the call, not the carrier."""
 
-    def __init__(self, stream: grpc.aio.ServicerContext, timeout_ms: int) -> None:
-        self._stream = stream
+    def __init__(self, peer: str, metadata: Any, timeout_ms: int) -> None:
+        self._peer = peer
+        self._metadata = metadata
         self._deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms else None
         self._code: grpc.StatusCode | None = None
         self._details = ""
@@ -49,10 +51,10 @@ class CallContext:
         return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
 
     def peer(self) -> str:
-        return self._stream.peer()  # type: ignore[no-any-return]
+        return self._peer
 
     def invocation_metadata(self) -> Any:
-        return self._stream.invocation_metadata()
+        return self._metadata
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code
@@ -85,6 +87,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         self._tracker = tracker
         self._max_send = max_send_bytes
         self.stopping = False
+        self.frames_port = 0  # the TCP frames port offered to callers, when one is open
 
     def stop(self) -> None:
         """The server is stopping: calls that arrive from now on are answered UNAVAILABLE (as
@@ -92,14 +95,26 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         self.stopping = True
 
     async def Calls(self, request_iterator: AsyncIterator[multiplex_pb2.CallsRequest], context: grpc.aio.ServicerContext) -> None:
+        if self.frames_port:
+            # The same calls may come over TCP frames (services/frames_port.py): say where.
+            await context.send_initial_metadata(((FRAMES_PORT_KEY, str(self.frames_port)),))
+
         async def write(responses: list[multiplex_pb2.MultiplexedResponse]) -> None:
             await context.write(multiplex_pb2.CallsResponse(responses=responses))
 
+        metadata = context.invocation_metadata()
+        await self.carry(request_iterator, write, context.peer(), metadata, _caller_limit(metadata))
+
+    async def carry(self, frames: AsyncIterator[multiplex_pb2.CallsRequest], write: Callable[[list[multiplex_pb2.MultiplexedResponse]], Awaitable[None]],
+                    peer: str, metadata: Any, caller_limit: int) -> None:
+        """Run the calls of one carrier (a Calls stream or a TCP connection) until its caller
+        stops sending: `frames` are what it sent, `write` sends a frame of answers back, and
+        `caller_limit` is the largest message the caller takes."""
         running: dict[int, asyncio.Task[None]] = {}
         # Gather answers while other calls run (the one being answered is still counted).
         writer: FrameWriter[multiplex_pb2.MultiplexedResponse] = FrameWriter(
             write, lambda r: r.ByteSize(), lambda exc: None, lambda: len(running) > 1)
-        limit = min(self._max_send, _caller_limit(context))
+        limit = min(self._max_send, caller_limit)
         room = asyncio.Event()
         room.set()
 
@@ -109,7 +124,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
                 room.set()
 
         try:
-            async for frame in request_iterator:
+            async for frame in frames:
                 for request in frame.requests:
                     if request.cancel:
                         task = running.get(request.id)
@@ -120,7 +135,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
                         writer.send(multiplex_pb2.MultiplexedResponse(
                             id=request.id, code=grpc.StatusCode.UNAVAILABLE.value[0], details="stream removed: the server is stopping"))
                         continue
-                    task = asyncio.ensure_future(self._answer(request, context, writer, limit))
+                    task = asyncio.ensure_future(self._answer(request, peer, metadata, writer, limit))
                     running[request.id] = task
                     task.add_done_callback(lambda _t, call_id=request.id: ended(call_id))
                     if len(running) >= MAX_CALLS_IN_FLIGHT:
@@ -128,7 +143,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
                         await room.wait()
                 if writer.backlog >= MAX_CALLS_IN_FLIGHT:
                     await writer.drained()
-            # The caller is done writing: answer what it asked, then end the stream.
+            # The caller is done writing: answer what it asked, then end the carrier.
             if running:
                 await asyncio.wait(list(running.values()))
             await writer.drained()
@@ -136,7 +151,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
             for task in list(running.values()):
                 task.cancel()
 
-    async def _answer(self, request: multiplex_pb2.MultiplexedRequest, stream: grpc.aio.ServicerContext,
+    async def _answer(self, request: multiplex_pb2.MultiplexedRequest, peer: str, metadata: Any,
                       writer: FrameWriter[multiplex_pb2.MultiplexedResponse], limit: int) -> None:
         method = request.method
         handler = self._handlers.get(method)
@@ -147,7 +162,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
             return
         token = self._tracker.begin(method)
         code, details, payload = grpc.StatusCode.OK, "", b""
-        context = CallContext(stream, request.timeout_ms)
+        context = CallContext(peer, metadata, request.timeout_ms)
         deadline: asyncio.Timeout | None = None
         try:
             message = handler.request_deserializer(request.payload)  # type: ignore[misc]
@@ -185,9 +200,9 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
 _ENVELOPE_BYTES = 1024
 
 
-def _caller_limit(context: grpc.aio.ServicerContext) -> int:
+def _caller_limit(metadata: Any) -> int:
     """The largest message the caller takes (its stream's metadata), gRPC's default if unsaid."""
-    for key, value in context.invocation_metadata() or ():
+    for key, value in metadata or ():
         if key == MAX_RECEIVE_KEY:
             try:
                 return max(0, int(value))

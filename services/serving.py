@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, TrackedServer
+from quarry.services.frames_port import FramesPort
 from quarry.services.log import log_event
 from quarry.services.metrics import ServiceMetrics, StartupError
 from quarry.services.multiplex import SERVICE as MULTIPLEX_SERVICE
@@ -106,6 +107,7 @@ class RunningAioServer:
     tracker: CallTracker | None = None
     health_check: HealthCheck | None = None
     multiplexer: MultiplexServicer | None = None
+    frames: FramesPort | None = None
     _monitor: "asyncio.Task[None] | None" = None
 
     async def set_serving(self, serving: bool) -> None:
@@ -138,11 +140,12 @@ class RunningAioServer:
 
 async def start_aio_server(
     name: str, bind: str, registrations: Iterable[Registration], max_message_bytes: int = 128 * 1024 * 1024,
-    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None,
+    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None, frames_port: int | None = None,
 ) -> RunningAioServer:
     """Create, register (+health, +reflection), bind and start a server for asyncio servicers
     (coroutine handlers); return it serving (SERVING, or what `health_check` says). Call inside
-    the event loop."""
+    the event loop. With `frames_port` (0: any free port) the carried calls may also come over
+    TCP frames on the bind host (services/frames_port.py); not with TLS or ACL on."""
     tracker = CallTracker(metrics or ServiceMetrics(name))
     acl = aio_acl_interceptors()
     # Calls are tracked by their handlers, wrapped as they are registered; only a server that
@@ -152,10 +155,19 @@ async def start_aio_server(
     port, names, tls, multiplexer = _register_and_bind(
         name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer, max_message_bytes)
     await server.start()
-    running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{bind.rsplit(':', 1)[0]}:{port}",
-                               service_names=names, tracker=tracker, health_check=health_check, multiplexer=multiplexer)
+    host = bind.rsplit(":", 1)[0]
+    frames = None
+    if frames_port is not None and multiplexer is not None and not tls:
+        frames = FramesPort(multiplexer, max_message_bytes)
+        try:
+            multiplexer.frames_port = await frames.start(host.strip("[]"), frames_port)
+        except OSError as exc:
+            await server.stop(None)
+            raise StartupError(f"--frames-port {frames_port}: cannot listen on {host}: {exc.strerror or exc}") from None
+    running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}",
+                               service_names=names, tracker=tracker, health_check=health_check, multiplexer=multiplexer, frames=frames)
     await running.set_serving(health_check is None or not _evaluate(health_check))
-    log_event(log, "server started", service=name, address=running.address, tls=tls)
+    log_event(log, "server started", service=name, address=running.address, tls=tls, frames_port=frames.port if frames is not None else "off")
     running.monitor_health(name)
     return running
 
@@ -165,12 +177,19 @@ async def stop_server(running: RunningAioServer, grace_s: float) -> None:
     period, then stop."""
     if running.multiplexer is not None:
         running.multiplexer.stop()  # no new carried calls either
-    stopping = asyncio.ensure_future(running.server.stop(grace_s))  # no new calls from here
-    # grpc would also wait the whole grace for clients that merely hold idle connections:
-    # once no call is in flight, end those at once.
-    if running.tracker is None or await asyncio.to_thread(running.tracker.wait_idle, grace_s):
-        await running.server.stop(None)
-    await stopping
+    if running.frames is not None:
+        running.frames.close()  # nor frames connections
+    if grace_s <= 0:
+        await running.server.stop(None)  # one stop: two at once with no grace can crash grpc's core
+    else:
+        stopping = asyncio.ensure_future(running.server.stop(grace_s))  # no new calls from here
+        # grpc would also wait the whole grace for clients that merely hold idle connections:
+        # once no call is in flight, end those at once.
+        if running.tracker is None or await asyncio.to_thread(running.tracker.wait_idle, grace_s):
+            await running.server.stop(None)
+        await stopping
+    if running.frames is not None:
+        await running.frames.close_connections()  # every carried call is answered or was cancelled
 
 
 async def aio_wait_for_termination(

@@ -132,6 +132,25 @@ def add_remoting_settings(p: EnvArgumentParser, env: str, default: str, port: st
     p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
 
 
+def port_or_off(text: str) -> int | None:
+    """A TCP port (0: any free one), or 'off': None."""
+    if text.lower() in ("", "off"):
+        return None
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"a port is 0..65535 or off, got {port}")
+    return port
+
+
+def add_frames_setting(p: EnvArgumentParser, env: str) -> None:
+    """--frames-port: where a service's multiplexed calls may also come over plain TCP frames
+    (quarry/frames.py); the callers learn the port on the gRPC stream."""
+    p.add_setting("--frames-port", env, 0,
+                  "TCP port on the --bind host for the multiplexed calls of the router and the indexer as plain frames "
+                  "(0: any free port, told to callers on the gRPC stream; off: they stay on the gRPC stream); "
+                  "never opened with TLS or ACL on", port_or_off)
+
+
 def add_process_settings(p: EnvArgumentParser) -> None:
     """Settings every service process has: --log-format / --log-level (configure_logging takes
     them), --event-loop (services/event_loop.py) and --shutdown-grace-ms (how long a stop

@@ -29,7 +29,7 @@ from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.queries import Queries, QuerySettings
 from quarry.services.query.registry import Broker, BrokerRegistry
 from quarry.services.query.server import QueryRouterServicer
-from quarry.services.serving import Registration, RunningAioServer, start_aio_server
+from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
 
 BIND = "127.0.0.1:0"
 
@@ -68,13 +68,13 @@ def serve_aio(name: str, build: Callable[[asyncio.AbstractEventLoop], list[Regis
     loop = EventLoopThread.shared()
 
     async def start() -> RunningAioServer:
-        return await start_aio_server(name, BIND, build(loop.loop), max_message_bytes=max_message_bytes)
+        return await start_aio_server(name, BIND, build(loop.loop), max_message_bytes=max_message_bytes, frames_port=0)
 
     running: RunningAioServer = loop.run(start())
     try:
         yield running
     finally:
-        loop.run(running.server.stop(0))
+        loop.run(stop_server(running, 0))
 
 
 @dataclass

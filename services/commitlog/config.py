@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from quarry.formats.addresses import parse_router_addresses
-from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, address_or_off, parse_bool
+from quarry.services.settings import EnvArgumentParser, add_frames_setting, add_process_settings, add_remoting_settings, address_or_off, parse_bool
 
 
 def _router_list(text: str) -> list[str]:
@@ -43,6 +43,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %%DLQ%%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
+    add_frames_setting(p, "QUARRY_COMMITLOG_FRAMES_PORT")
     add_process_settings(p)
     return p
 

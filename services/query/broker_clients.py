@@ -2,8 +2,9 @@
 made on first use and reused by every query (creating either per query costs more than the
 call). Used on the router's event loop only, which is also where the channels are made.
 
-Unary calls go multiplexed over one stream per address (quarry/multiplex.py) unless the
-router signs its calls (ACL: each call signed on its own) or was told not to."""
+Unary calls go multiplexed over one carrier per address (quarry/multiplex.py: TCP frames where
+the broker offers them, else a gRPC stream) unless the router signs its calls (ACL: each call
+signed on its own) or was told not to."""
 from __future__ import annotations
 
 import time
@@ -32,8 +33,9 @@ PRUNE_IDLE_S = 60.0
 class BrokerClients:
     """Cached channels and stubs keyed by address."""
 
-    def __init__(self, multiplexed: bool = True) -> None:
+    def __init__(self, multiplexed: bool = True, frames: bool = True) -> None:
         self.multiplexed = multiplexed
+        self.frames = frames  # multiplexed calls may go over a frames port the broker offers
         self._channels: dict[str, grpc.aio.Channel | MultiplexedChannel] = {}
         self._commitlogs: dict[str, commitlog_pb2_grpc.CommitLogServiceStub] = {}
         self._indexers: dict[str, indexer_pb2_grpc.IndexerServiceStub] = {}
@@ -43,7 +45,7 @@ class BrokerClients:
         ch = self._channels.get(address)
         if ch is None:
             plain = open_aio_channel(address, options=_OPTIONS)
-            ch = self._channels[address] = multiplexed(plain, _MAX_RECEIVE) if self.multiplexed else plain
+            ch = self._channels[address] = multiplexed(plain, _MAX_RECEIVE, address if self.frames else "") if self.multiplexed else plain
         return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:

@@ -259,7 +259,7 @@ async def _serve(args: argparse.Namespace) -> int:
     metrics.BROKERS.labels("missing").set_function(lambda: _count_brokers(registry, missing=True))
     for broker in parse_static_brokers(args.static_brokers):
         registry.register(broker)
-    clients = BrokerClients(multiplexed=args.broker_calls == "multiplexed")
+    clients = BrokerClients(multiplexed=args.broker_calls != "unary", frames=args.broker_calls == "multiplexed")
     queries = Queries(
         registry,
         clients,

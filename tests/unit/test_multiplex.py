@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from quarry.multiplex import MultiplexedChannel
 from quarry.services.commitlog.flush_signal import FlushSignal
@@ -172,21 +173,43 @@ class _SlowIndexer(indexer_pb2_grpc.IndexerServiceServicer):
             self.running -= 1
 
 
-async def _slow_indexer(max_message_bytes: int = 128 << 20) -> tuple[_SlowIndexer, RunningAioServer]:
+async def _slow_indexer(max_message_bytes: int = 128 << 20, carrier: str = "stream") -> tuple[_SlowIndexer, RunningAioServer]:
     slow = _SlowIndexer()
     running = await start_aio_server("indexer", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(slow, s), INDEXER)],
-                                     max_message_bytes=max_message_bytes)
+                                     max_message_bytes=max_message_bytes, frames_port=0 if carrier == "frames" else None)
     return slow, running
+
+
+async def _mux(slow: _SlowIndexer, running: RunningAioServer, carrier: str) -> MultiplexedChannel:
+    """A multiplexed channel to `running` whose calls go over `carrier`: for "frames", once a
+    first call (over the gRPC stream) learnt the frames port and the connection is up."""
+    mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1" if carrier == "frames" else "")
+    if carrier == "frames":
+        assert (await _outcome(indexer_pb2_grpc.IndexerServiceStub(mux).QueryMessage(_query("warm"), timeout=10)))[0] == "OK"  # type: ignore[arg-type]
+        async with asyncio.timeout(10):
+            while mux.carrier != "frames":
+                mux.stream()  # starts the connection once the port is known
+                await asyncio.sleep(0.01)
+        slow.started.clear()
+        slow.most_running = 0
+    assert mux.carrier == carrier
+    return mux
+
+
+@pytest.fixture(params=["stream", "frames"])
+def carrier(request: pytest.FixtureRequest) -> str:
+    """What the multiplexed calls travel over: the gRPC Calls stream, or the TCP frames port."""
+    return request.param  # type: ignore[no-any-return]
 
 
 def _query(key: str) -> indexer_pb2.QueryMessageRequest:
     return indexer_pb2.QueryMessageRequest(topic="T", key=key)
 
 
-def test_an_answer_too_large_fails_alone_as_the_unary_call_does() -> None:
+def test_an_answer_too_large_fails_alone_as_the_unary_call_does(carrier: str) -> None:
     async def go() -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
-        _, running = await _slow_indexer(max_message_bytes=1 << 20)  # the answer to "big" is ~1.5 MB
-        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        slow, running = await _slow_indexer(max_message_bytes=1 << 20, carrier=carrier)  # the answer to "big" is ~1.5 MB
+        mux = await _mux(slow, running, carrier)
         plain = grpc.aio.insecure_channel(running.address)
         try:
             keys = ["a", "big", "abc", "timeout"]
@@ -204,10 +227,10 @@ def test_an_answer_too_large_fails_alone_as_the_unary_call_does() -> None:
     assert "larger than max" in carried[1][1] and "TimeoutError" in carried[3][1]
 
 
-def test_a_caller_that_gives_up_cancels_the_call_on_the_server() -> None:
+def test_a_caller_that_gives_up_cancels_the_call_on_the_server(carrier: str) -> None:
     async def go() -> tuple[str, int, int]:
-        slow, running = await _slow_indexer()
-        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        slow, running = await _slow_indexer(carrier=carrier)
+        mux = await _mux(slow, running, carrier)
         try:
             stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
             # No deadline of its own: only the caller's cancellation can end it.
@@ -228,10 +251,10 @@ def test_a_caller_that_gives_up_cancels_the_call_on_the_server() -> None:
     assert (code, cancelled, still_running) == ("OK", 1, 0)
 
 
-def test_a_stream_runs_a_bounded_number_of_calls_at_once_and_answers_all() -> None:
+def test_a_stream_runs_a_bounded_number_of_calls_at_once_and_answers_all(carrier: str) -> None:
     async def go() -> tuple[list[str], int]:
-        slow, running = await _slow_indexer()
-        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        slow, running = await _slow_indexer(carrier=carrier)
+        mux = await _mux(slow, running, carrier)
         try:
             stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
             calls = [asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"), timeout=30))) for _ in range(MAX_CALLS_IN_FLIGHT + 88)]
@@ -251,10 +274,10 @@ def test_a_stream_runs_a_bounded_number_of_calls_at_once_and_answers_all() -> No
     assert codes == ["OK"] * (MAX_CALLS_IN_FLIGHT + 88)
 
 
-def test_a_stopping_server_finishes_the_calls_it_runs_and_refuses_new_ones() -> None:
+def test_a_stopping_server_finishes_the_calls_it_runs_and_refuses_new_ones(carrier: str) -> None:
     async def go() -> tuple[tuple[str, Any], tuple[str, Any]]:
-        slow, running = await _slow_indexer()
-        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        slow, running = await _slow_indexer(carrier=carrier)
+        mux = await _mux(slow, running, carrier)
         try:
             stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
             in_flight = asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"), timeout=30)))
@@ -277,10 +300,10 @@ def test_a_stopping_server_finishes_the_calls_it_runs_and_refuses_new_ones() -> 
     assert late_code == "UNAVAILABLE" and late_details.startswith("stream removed")
 
 
-def test_a_call_past_its_deadline_fails_alone_and_the_stream_goes_on() -> None:
+def test_a_call_past_its_deadline_fails_alone_and_the_stream_goes_on(carrier: str) -> None:
     async def go() -> tuple[tuple[str, Any], tuple[str, Any]]:
-        slow, running = await _slow_indexer()
-        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        slow, running = await _slow_indexer(carrier=carrier)
+        mux = await _mux(slow, running, carrier)
         try:
             stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
             late = await _outcome(stub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="T", key="slow"), timeout=0.2))

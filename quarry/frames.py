@@ -1,0 +1,52 @@
+"""quarry.v1.MultiplexService's frames over a plain TCP connection: the framing both sides use.
+
+Over gRPC every frame of calls is a stream message, and a stream message costs each side
+about what a small unary call does (grpc.aio hands every read and write between its poller
+thread and the event loop). Over a TCP connection read on the event loop itself, a frame is
+a length and a protobuf. A server offers this carrier only with TLS and ACL off, and says on
+which port in the Calls stream's initial metadata (FRAMES_PORT_KEY); the caller connects to
+that port on the host it dialled, and keeps the gRPC stream when it cannot.
+
+A connection opens with the caller's hello (MAGIC, then the largest message it takes, u32
+big-endian) and the server's MAGIC back; then each frame is a u32 big-endian length and a
+serialized CallsRequest (caller to server) or CallsResponse (server to caller). The calls and
+their answers mean exactly what they mean on the gRPC stream (protos/quarry/v1/multiplex.proto).
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+
+MAGIC = b"QMX1"
+HELLO = struct.Struct(">4sI")
+_LENGTH = struct.Struct(">I")
+# The initial-metadata key of a Calls stream that names the server's frames port.
+FRAMES_PORT_KEY = "quarry-frames-port"
+# What a frame may hold beyond its largest message: ids, codes, details, lengths.
+FRAME_SLACK = 64 * 1024
+
+
+class FrameError(Exception):
+    """The peer broke the framing (a bad hello, a frame over the limit): close the connection."""
+
+
+def framed(data: bytes) -> tuple[bytes, bytes]:
+    """One frame, to pass to a StreamWriter's writelines."""
+    return _LENGTH.pack(len(data)), data
+
+
+async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes | None:
+    """The next frame's payload; None when the peer closed the connection between frames."""
+    try:
+        head = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise FrameError("connection closed inside a frame's length") from None
+        return None
+    (n,) = _LENGTH.unpack(head)
+    if n > limit:
+        raise FrameError(f"frame of {n} bytes, over the {limit}-byte limit")
+    try:
+        return await reader.readexactly(n)
+    except asyncio.IncompleteReadError:
+        raise FrameError(f"connection closed inside a frame ({n} bytes announced)") from None

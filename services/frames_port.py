@@ -1,0 +1,91 @@
+"""The TCP frames port: quarry.v1.MultiplexService's carried calls over plain TCP connections
+read on the event loop (quarry/frames.py has the framing and says why). Each connection is
+one carrier for MultiplexServicer.carry, exactly as a Calls stream is."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import AsyncIterator
+
+from google.protobuf.message import DecodeError
+
+from quarry.frames import FRAME_SLACK, HELLO, MAGIC, FrameError, framed, read_frame
+from quarry.services.log import log_event
+from quarry.services.multiplex import MultiplexServicer
+from quarry.v1 import multiplex_pb2
+
+log = logging.getLogger("quarry.frames")
+
+HELLO_TIMEOUT_S = 10.0  # a connection that does not say hello by then is closed
+
+
+def _peer(address: object) -> str:
+    """A socket peer name as gRPC writes it (ipv4:1.2.3.4:5 / ipv6:[::1]:5), for the handlers."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+    return "unknown"
+
+
+class FramesPort:
+    """A TCP listener whose connections carry a MultiplexServicer's calls."""
+
+    def __init__(self, multiplexer: MultiplexServicer, max_receive_bytes: int) -> None:
+        self._multiplexer = multiplexer
+        self._frame_limit = max_receive_bytes + FRAME_SLACK
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0: any free port); returns the port."""
+        self._server = await asyncio.start_server(self._connection, host or None, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def close(self) -> None:
+        """Take no new connection (those open stay until close_connections)."""
+        if self._server is not None:
+            self._server.close()
+
+    async def close_connections(self) -> None:
+        """End every connection (their callers see the carrier end, as when a server stops)."""
+        writers, self._writers = list(self._writers), set()
+        for writer in writers:
+            writer.close()
+        for writer in writers:
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer(writer.get_extra_info("peername"))
+        self._writers.add(writer)
+        try:
+            magic, caller_limit = HELLO.unpack(await asyncio.wait_for(reader.readexactly(HELLO.size), HELLO_TIMEOUT_S))
+            if magic != MAGIC:
+                raise FrameError(f"not a frames hello (first bytes {magic!r})")
+            writer.write(MAGIC)
+
+            async def frames() -> AsyncIterator[multiplex_pb2.CallsRequest]:
+                while True:
+                    data = await read_frame(reader, self._frame_limit)
+                    if data is None:
+                        return
+                    yield multiplex_pb2.CallsRequest.FromString(data)
+
+            async def write(responses: list[multiplex_pb2.MultiplexedResponse]) -> None:
+                writer.writelines(framed(multiplex_pb2.CallsResponse(responses=responses).SerializeToString()))
+                await writer.drain()
+
+            await self._multiplexer.carry(frames(), write, peer, (), caller_limit)
+        except (FrameError, DecodeError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            log_event(log, "frames connection closed", logging.WARNING, peer=peer, reason=f"{type(exc).__name__}: {exc}")
+        except (ConnectionError, OSError):
+            pass  # the caller went away: its calls were cancelled with the carrier
+        finally:
+            self._writers.discard(writer)
+            writer.close()

@@ -1,0 +1,214 @@
+"""The TCP frames port (quarry/frames.py, services/frames_port.py): a server offers it on the
+gRPC stream, a multiplexed channel moves its calls there once connected, and the calls answer
+exactly as unary calls do; a port that cannot be reached leaves the calls on the stream; a lost
+connection fails only its calls; a connection that breaks the framing is closed alone."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import Any
+
+import grpc
+import pytest
+
+from quarry.frames import HELLO, MAGIC
+from quarry.multiplex import MultiplexedChannel
+from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
+from tests.servicers import BIND, InProcessBroker, on_loop
+
+INDEXER = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
+
+
+async def _outcome(call: Any) -> tuple[str, Any]:
+    try:
+        return "OK", await call
+    except grpc.RpcError as exc:
+        return exc.code().name, exc.details()  # type: ignore[attr-defined]
+
+
+async def _until(condition: Any, timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def _on_frames(mux: MultiplexedChannel, first_call: Any) -> None:
+    """Make `first_call` (over the gRPC stream, which tells the frames port), then wait until
+    the channel's calls go over the frames connection."""
+    assert mux.carrier == "stream"
+    assert (await _outcome(first_call()))[0] == "OK"
+
+    def framed() -> bool:
+        mux.stream()  # starts the connection once the port is known
+        return mux.carrier == "frames"
+    await _until(framed)
+
+
+class _Indexer(indexer_pb2_grpc.IndexerServiceServicer):
+    """Answers a key's length; "slow" waits until released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: Any) -> indexer_pb2.QueryMessageResponse:
+        if request.key == "slow":
+            self.started.set()
+            await self.release.wait()
+        return indexer_pb2.QueryMessageResponse(physical_offsets=[len(request.key)])
+
+
+async def _indexer(bind: str = BIND, frames_port: int | None = 0) -> tuple[_Indexer, RunningAioServer]:
+    servicer = _Indexer()
+    running = await start_aio_server("indexer", bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), INDEXER)],
+                                     frames_port=frames_port)
+    return servicer, running
+
+
+def _query(key: str) -> indexer_pb2.QueryMessageRequest:
+    return indexer_pb2.QueryMessageRequest(topic="T", key=key)
+
+
+def test_calls_move_to_the_frames_port_and_answer_as_unary_calls_do(broker: InProcessBroker) -> None:
+    address = broker.commitlog_addr
+
+    async def go() -> tuple[list[Any], list[Any], common_pb2.StoredMessage, str]:
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(address), host="127.0.0.1")
+        plain = grpc.aio.insecure_channel(address)
+        try:
+            framed = commitlog_pb2_grpc.CommitLogServiceStub(mux)  # type: ignore[arg-type]
+            unary = commitlog_pb2_grpc.CommitLogServiceStub(plain)
+            await _on_frames(mux, lambda: framed.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10))
+            # Sent over frames without a born host: born at the caller's address, as a unary send is.
+            sent = await asyncio.gather(*(framed.SendMessage(commitlog_pb2.SendMessageRequest(message=common_pb2.MessageInput(
+                topic="FramesTopic", body=f"body-{i}".encode(), keys=[f"k{i}"], queue_id=-1)), timeout=10) for i in range(30)))
+            requests = [commitlog_pb2.ViewMessageRequest(physical_offset=s.result.physical_offset) for s in sent]
+            requests.append(commitlog_pb2.ViewMessageRequest(physical_offset=1 << 40))
+            over_frames = await asyncio.gather(*(_outcome(framed.ViewMessage(r, timeout=10)) for r in requests))
+            plain_answers = await asyncio.gather(*(_outcome(unary.ViewMessage(r, timeout=10)) for r in requests))
+            return over_frames, plain_answers, over_frames[0][1].message, mux.carrier
+        finally:
+            await mux.close()
+            await plain.close()
+
+    over_frames, plain_answers, first, carrier = on_loop(go())
+    assert carrier == "frames"
+    assert over_frames == plain_answers
+    assert [m.message.body for _, m in over_frames[:30]] == [f"body-{i}".encode() for i in range(30)]
+    assert over_frames[30][0] == plain_answers[30][0] != "OK"
+    assert first.born_host.ip == "127.0.0.1" and first.born_host.port > 0
+
+
+def test_no_frames_port_is_offered_when_it_is_off() -> None:
+    async def go() -> str:
+        _, running = await _indexer(frames_port=None)
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1")
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            for _ in range(3):
+                assert (await _outcome(stub.QueryMessage(_query("abc"), timeout=10)))[0] == "OK"
+            mux.stream()
+            return mux.carrier
+        finally:
+            await mux.close()
+            await stop_server(running, 0)
+
+    assert on_loop(go()) == "stream"
+
+
+def test_an_unreachable_frames_port_leaves_the_calls_on_the_stream(caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> tuple[list[str], str]:
+        _, running = await _indexer()
+        assert running.frames is not None
+        running.frames.close()  # offered, but nothing listens there any more
+        await running.frames.close_connections()
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1")
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            codes = [(await _outcome(stub.QueryMessage(_query("abc"), timeout=10)))[0]]
+
+            def tried() -> bool:
+                mux.stream()  # starts the connection, which fails
+                return mux._frames_retry_at > 0
+            await _until(tried)
+            codes += [(await _outcome(stub.QueryMessage(_query("abcd"), timeout=10)))[0] for _ in range(3)]
+            return codes, mux.carrier
+        finally:
+            await mux.close()
+            await stop_server(running, 0)
+
+    with caplog.at_level(logging.WARNING, logger="quarry.multiplex"):
+        codes, carrier = on_loop(go())
+    assert codes == ["OK"] * 4 and carrier == "stream"
+    assert [r.getMessage() for r in caplog.records if "not reachable" in r.getMessage()][:1]
+
+
+def test_a_lost_frames_connection_fails_its_calls_and_the_restarted_server_is_found_again() -> None:
+    async def go() -> tuple[tuple[str, Any], tuple[str, Any], str]:
+        slow, running = await _indexer()
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1")
+        again: RunningAioServer | None = None
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            await _on_frames(mux, lambda: stub.QueryMessage(_query("warm"), timeout=10))
+            waiting = asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"), timeout=10)))
+            await asyncio.wait_for(slow.started.wait(), 10)
+            await stop_server(running, 0)  # the broker goes away with the call in flight
+            lost = await asyncio.wait_for(waiting, 10)
+            # Back on the same gRPC port; its frames port is a new one, learnt on the stream.
+            _, again = await _indexer(bind=running.address)
+            back = await _outcome(stub.QueryMessage(_query("back"), timeout=10, wait_for_ready=True))
+            assert back[0] == "OK"
+
+            async def framed_again() -> bool:
+                await _outcome(stub.QueryMessage(_query("x"), timeout=10))
+                mux.stream()
+                return mux.carrier == "frames"
+            async with asyncio.timeout(10):
+                while not await framed_again():
+                    await asyncio.sleep(0.01)
+            after = await _outcome(stub.QueryMessage(_query("backagain"), timeout=10))
+            return lost, after, mux.carrier
+        finally:
+            slow.release.set()
+            await mux.close()
+            if again is not None:
+                await stop_server(again, 0)
+
+    (lost_code, lost_details), (after_code, after), carrier = on_loop(go())
+    assert lost_code == "UNAVAILABLE" and "frames connection" in lost_details
+    assert after_code == "OK" and list(after.physical_offsets) == [9]
+    assert carrier == "frames"
+
+
+@pytest.mark.parametrize("opening", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # not a frames hello
+    HELLO.pack(MAGIC, 1 << 20) + struct.pack(">I", 0xFFFFFFF0),  # a frame over the limit
+    HELLO.pack(MAGIC, 1 << 20) + struct.pack(">I", 5) + b"\xff\xff\xff\xff\xff",  # a frame that does not parse
+])
+def test_a_connection_that_breaks_the_framing_is_closed_alone(opening: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> tuple[bytes, tuple[str, Any]]:
+        _, running = await _indexer()
+        assert running.frames is not None
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1")
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            await _on_frames(mux, lambda: stub.QueryMessage(_query("warm"), timeout=10))
+            reader, writer = await asyncio.open_connection("127.0.0.1", running.frames.port)
+            writer.write(opening)
+            async with asyncio.timeout(10):
+                got = await reader.read()  # until the server closes it
+            writer.close()
+            still = await _outcome(stub.QueryMessage(_query("still"), timeout=10))
+            return got, still
+        finally:
+            await mux.close()
+            await stop_server(running, 0)
+
+    with caplog.at_level(logging.WARNING, logger="quarry.frames"):
+        got, (code, answer) = on_loop(go())
+    assert got in (b"", MAGIC)  # closed, after the hello's answer when the hello was right
+    assert code == "OK" and list(answer.physical_offsets) == [5]
+    assert len([r for r in caplog.records if r.getMessage() == "frames connection closed"]) == 1
