@@ -176,6 +176,8 @@ class Appender:
         # A protobuf message (its type has HasField) builds an empty sub-message when an unset
         # born_host is read, ~0.3 us; asking HasField first costs a third of that.
         proto_type = type(msgs[0]) if n and hasattr(type(msgs[0]), "HasField") else None
+        # Called from the type: m.HasField first looks "HasField" up among the fields (~35 ns more).
+        has_field = proto_type.HasField if proto_type is not None else None
 
         for i, m in enumerate(msgs):
             topic = m.topic
@@ -210,7 +212,7 @@ class Appender:
             born_ts = m.born_timestamp
             reconsume = m.reconsume_times
             prepared_offset = m.prepared_transaction_offset
-            if peer is not None and type(m) is proto_type and not m.HasField("born_host"):
+            if peer is not None and type(m) is proto_type and not has_field(m, "born_host"):
                 ip, port = peer  # as an unset born_host reads (ip ""), without building it
             else:
                 bh = m.born_host
