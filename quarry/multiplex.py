@@ -20,7 +20,7 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any, Awaitable, Callable, Generic, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Iterable, TypeVar
 
 import grpc
 
@@ -140,25 +140,20 @@ def _run_callbacks(items: list[tuple[Any, Callable[[], None] | None]]) -> None:
             written()
 
 
-class _Stream:
-    """One open Calls stream and the calls waiting for their answers on it."""
+class _Carrier:
+    """What carries a channel's calls to one server (a Calls stream or a frames connection)
+    and the calls waiting for their answers on it. A subclass writes frames (`_write`) and
+    reads them, handing each frame's answers to `_answered` and its end to `_ended`."""
 
-    def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None], max_receive_bytes: int,
-                 on_frames_port: Callable[[int], None] = lambda _port: None) -> None:
-        self._on_frames_port = on_frames_port
-        self._call = channel.stream_stream(METHOD, request_serializer=multiplex_pb2.CallsRequest.SerializeToString,
-                                           response_deserializer=multiplex_pb2.CallsResponse.FromString)(
-            metadata=((MAX_RECEIVE_KEY, str(max_receive_bytes)),))
-        self._on_not_offered = on_not_offered
+    def __init__(self, on_write_error: Callable[[BaseException], None]) -> None:
         self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
         self.failed: BaseException | None = None
         self._ids = itertools.count(1)
         self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
-            self._write, lambda r: r.ByteSize(), lambda exc: self._call.cancel(), lambda: len(self.waiting) > 1)
-        self._reader = asyncio.ensure_future(self._read())
+            self._write, lambda r: r.ByteSize(), on_write_error, lambda: len(self.waiting) > 1)
 
     async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
-        await self._call.write(multiplex_pb2.CallsRequest(requests=requests))
+        raise NotImplementedError
 
     def start(self, method: str, payload: bytes, timeout_s: float | None) -> tuple[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]]:
         call_id = next(self._ids)
@@ -173,6 +168,38 @@ class _Stream:
         if self.failed is None:
             self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, cancel=True))
 
+    def _answered(self, responses: Iterable[multiplex_pb2.MultiplexedResponse]) -> None:
+        waiting = self.waiting
+        for response in responses:
+            answer = waiting.pop(response.id, None)
+            if answer is not None and not answer.done():
+                answer.set_result(response)
+
+    def _ended(self, failure: BaseException) -> None:
+        """The carrier is gone: every call still waiting fails with `failure`."""
+        self.failed = failure
+        waiting, self.waiting = self.waiting, {}
+        for answer in waiting.values():
+            if not answer.done():
+                answer.set_exception(failure)
+
+
+class _Stream(_Carrier):
+    """One open Calls stream."""
+
+    def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None], max_receive_bytes: int,
+                 on_frames_port: Callable[[int], None] = lambda _port: None) -> None:
+        self._on_frames_port = on_frames_port
+        self._call = channel.stream_stream(METHOD, request_serializer=multiplex_pb2.CallsRequest.SerializeToString,
+                                           response_deserializer=multiplex_pb2.CallsResponse.FromString)(
+            metadata=((MAX_RECEIVE_KEY, str(max_receive_bytes)),))
+        self._on_not_offered = on_not_offered
+        super().__init__(lambda exc: self._call.cancel())
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
+        await self._call.write(multiplex_pb2.CallsRequest(requests=requests))
+
     async def _read(self) -> None:
         failure: BaseException
         try:
@@ -185,11 +212,7 @@ class _Stream:
                     # The server ended the stream (it is stopping): what waits was not answered.
                     failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, "stream removed: the server closed the multiplexed stream")
                     break
-                waiting = self.waiting
-                for response in frame.responses:
-                    answer = waiting.pop(response.id, None)
-                    if answer is not None and not answer.done():
-                        answer.set_result(response)
+                self._answered(frame.responses)
         except grpc.RpcError as exc:
             code = exc.code()  # type: ignore[attr-defined]
             if code in _NOT_OFFERED:
@@ -200,33 +223,25 @@ class _Stream:
         except Exception as exc:  # a frame that does not parse: the stream cannot be trusted
             self._call.cancel()
             failure = MultiplexError(grpc.StatusCode.INTERNAL, f"multiplexed stream broken: {type(exc).__name__}: {exc}")
-        self.failed = failure
-        waiting, self.waiting = self.waiting, {}
-        for answer in waiting.values():
-            if not answer.done():
-                answer.set_exception(failure)
+        self._ended(failure)
 
     def close(self) -> None:
         self._reader.cancel()
         self._call.cancel()
 
 
-class _FramesStream:
-    """One TCP frames connection (quarry/frames.py) and the calls waiting for their answers on
-    it: the same calls as _Stream's, without gRPC's cost per frame. It connects in the
-    background; the channel sends calls over it only once it is `ready`."""
+class _FramesStream(_Carrier):
+    """One TCP frames connection (quarry/frames.py): the same calls as a Calls stream's,
+    without gRPC's cost per frame. It connects in the background; the channel sends calls
+    over it only once it is `ready`."""
 
     def __init__(self, host: str, port: int, max_receive_bytes: int, on_unreachable: Callable[[BaseException], None]) -> None:
-        self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
-        self.failed: BaseException | None = None
         self.ready = False
         self._target = f"{host}:{port}"
         self._on_unreachable = on_unreachable
         self._max_receive = max_receive_bytes
         self._stream_writer: asyncio.StreamWriter | None = None
-        self._ids = itertools.count(1)
-        self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
-            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1)
+        super().__init__(self._write_failed)
         self._reader = asyncio.ensure_future(self._run(host, port))
 
     async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -250,19 +265,6 @@ class _FramesStream:
         if self._stream_writer is not None:
             self._stream_writer.close()  # the reader sees the connection end and fails the calls
 
-    def start(self, method: str, payload: bytes, timeout_s: float | None) -> tuple[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]]:
-        call_id = next(self._ids)
-        answer: asyncio.Future[multiplex_pb2.MultiplexedResponse] = asyncio.get_running_loop().create_future()
-        self.waiting[call_id] = answer
-        timeout_ms = 0 if timeout_s is None else max(1, min(int(timeout_s * 1000), 0xFFFFFFFF))
-        self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, method=method, payload=payload, timeout_ms=timeout_ms))
-        return call_id, answer
-
-    def cancel(self, call_id: int) -> None:
-        """Tell the server the caller gave up on `call_id` (it cancels the call)."""
-        if self.failed is None:
-            self._writer.send(multiplex_pb2.MultiplexedRequest(id=call_id, cancel=True))
-
     async def _run(self, host: str, port: int) -> None:
         failure: BaseException
         try:
@@ -282,11 +284,7 @@ class _FramesStream:
                 if data is None:
                     failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"stream removed: the server closed the frames connection to {self._target}")
                     break
-                waiting = self.waiting
-                for response in multiplex_pb2.CallsResponse.FromString(data).responses:
-                    answer = waiting.pop(response.id, None)
-                    if answer is not None and not answer.done():
-                        answer.set_result(response)
+                self._answered(multiplex_pb2.CallsResponse.FromString(data).responses)
         except (ConnectionError, OSError) as exc:
             failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"frames connection to {self._target} lost: {exc}")
         except asyncio.CancelledError:
@@ -294,12 +292,8 @@ class _FramesStream:
         except Exception as exc:  # a frame that does not parse: the connection cannot be trusted
             failure = MultiplexError(grpc.StatusCode.INTERNAL, f"multiplexed stream broken: {type(exc).__name__}: {exc}")
         self.ready = False
-        self.failed = failure
         self._stream_writer.close()
-        waiting, self.waiting = self.waiting, {}
-        for answer in waiting.values():
-            if not answer.done():
-                answer.set_exception(failure)
+        self._ended(failure)
 
     def close(self) -> None:
         self._reader.cancel()
