@@ -158,8 +158,7 @@ class Appender:
         fixed = 0  # a record's size less body and properties: base (topic, store host) + born host
         tf = b""
         schedule = False
-        born_ip: str | None = None
-        born_port = -1
+        born: tuple[str, int] | None = None  # the born host whose bytes born_b holds
         born_b = b""
         lsb = len(store_b)
         lbb = 8  # the born host's field size
@@ -213,14 +212,10 @@ class Appender:
             reconsume = m.reconsume_times
             prepared_offset = m.prepared_transaction_offset
             if peer is not None and type(m) is proto_type and not has_field(m, "born_host"):
-                ip, port = peer  # as an unset born_host reads (ip ""), without building it
+                host = peer  # as an unset born_host reads (ip ""), without building it
             else:
                 bh = m.born_host
-                ip = bh.ip
-                if ip or peer is None:
-                    port = bh.port
-                else:
-                    ip, port = peer
+                host = (bh.ip, bh.port) if bh.ip or peer is None else peer
             # (The three are ints: their OR is negative when one is; a port is checked when the host changes.)
             if not 0 < lb <= max_size or want_qid < -1 or (born_ts | reconsume | prepared_offset) < 0:
                 reject(m, f"messages[{i}]." if many else "", max_size, peer)
@@ -232,15 +227,15 @@ class Appender:
             except PropertyError:
                 reject(m, f"messages[{i}]." if many else "", max_size, peer)
                 raise
-            if ip != born_ip or port != born_port:
-                if not 0 <= port <= 65535:
+            if host is not born and host != born:
+                if not 0 <= host[1] <= 65535:
                     reject(m, f"messages[{i}]." if many else "", max_size, peer)
                 try:
-                    born_b = host_bytes((ip, port))
+                    born_b = host_bytes(host)
                 except ValueError:
                     reject(m, f"messages[{i}]." if many else "", max_size, peer)
                     raise
-                born_ip, born_port = ip, port
+                born = host
                 lbb = len(born_b)
                 structs = {}
                 born_extra = lbb - 8
@@ -258,7 +253,7 @@ class Appender:
 
             # The queue: as asked, or round robin; a batch's messages after the first follow it.
             if want_qid < 0:
-                if not (many and same_as_prev and i):
+                if not same_as_prev:  # (never so for the first message)
                     turn = rr.get(topic)
                     turn = (rr_old.get(topic, -1) if turn is None else turn) + 1
                     rr[topic] = turn
