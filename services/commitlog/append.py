@@ -25,7 +25,7 @@ from quarry.formats.java_hash import tags_code as java_tags_code
 from quarry.formats.properties import DELAY, PropertyError, stored_properties
 from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, MESSAGE_MAGIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
                                    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, blank_record,
-                                   host_bytes, record_struct, topic_field)
+                                   host_bytes, record_middle, record_struct, topic_field)
 from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
@@ -160,10 +160,10 @@ class Appender:
         schedule = False
         born: tuple[str, int] | None = None  # the born host whose bytes born_b holds
         born_b = b""
-        lsb = len(store_b)
-        lbb = 8  # the born host's field size
+        usual_middle = b""  # record_middle of a message born now, not reconsumed, not prepared (set with the born host)
+        lmid = 0
         ltf = 0
-        structs: dict[int, struct.Struct] = {}  # record_struct by body and properties length, for the hosts and topic at hand
+        structs: dict[int, struct.Struct] = {}  # record_struct by body and properties length, for the born host and topic at hand
         born_extra = 0  # 12 for an IPv6 born host
         host_flags = store_flag  # the born and store hosts' IPv6 bits
         q_topic: str | None = None
@@ -216,8 +216,10 @@ class Appender:
             else:
                 bh = m.born_host
                 host = (bh.ip, bh.port) if bh.ip or peer is None else peer
-            # (The three are ints: their OR is negative when one is; a port is checked when the host changes.)
-            if not 0 < lb <= max_size or want_qid < -1 or (born_ts | reconsume | prepared_offset) < 0:
+            # (The three are ints: their OR is negative when one is, 0 when all are; a port is
+            # checked when the host changes.)
+            optional = born_ts | reconsume | prepared_offset
+            if not 0 < lb <= max_size or want_qid < -1 or optional < 0:
                 reject(m, f"messages[{i}]." if many else "", max_size, peer)
             tags = m.tags
             ukey = m.unique_key
@@ -236,9 +238,10 @@ class Appender:
                     reject(m, f"messages[{i}]." if many else "", max_size, peer)
                     raise
                 born = host
-                lbb = len(born_b)
+                usual_middle = record_middle(now, born_b, now, store_b, 0, 0)
+                lmid = len(usual_middle)
                 structs = {}
-                born_extra = lbb - 8
+                born_extra = len(born_b) - 8
                 fixed = base + born_extra
                 host_flags = (SYSFLAG_BORNHOST_V6 if born_extra else 0) | store_flag
             tx = m.sys_flag & SYSFLAG_TRANSACTION_MASK
@@ -319,10 +322,12 @@ class Appender:
             stored_flag = tx | host_flags
             rs = structs.get(lb << 16 | lp)  # PROPLEN < 2**15
             if rs is None:
-                rs = structs[lb << 16 | lp] = record_struct(lbb, lsb, lb, ltf, lp)
-            rs.pack_into(
-                view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, m.flag, queue_offset, at, stored_flag, born_ts or now,
-                born_b, now, store_b, reconsume, prepared_offset, lb, body, tf, lp, props_b)
+                rs = structs[lb << 16 | lp] = record_struct(lmid, lb, ltf, lp)
+            # Born at the store time, never reconsumed, not prepared (the usual message): the
+            # middle packed when the born host was last set.
+            middle = usual_middle if not optional else record_middle(born_ts or now, born_b, now, store_b, reconsume, prepared_offset)
+            rs.pack_into(view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, m.flag, queue_offset, at, stored_flag, middle,
+                         lb, body, tf, lp, props_b)
 
             # The dispatch fields (formats.dispatch.build_dispatch's rule), as a plain tuple.
             if schedule:
