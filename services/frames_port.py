@@ -35,6 +35,7 @@ class FramesPort:
         self._frame_limit = max_receive_bytes + FRAME_SLACK
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()  # one per open connection
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
@@ -49,10 +50,17 @@ class FramesPort:
             self._server.close()
 
     async def close_connections(self) -> None:
-        """End every connection (their callers see the carrier end, as when a server stops)."""
+        """End every connection (their callers see the carrier end, as when a server stops)
+        and cancel the calls still running on them, as grpc cancels a stopped server's calls:
+        none outlives the server's stop."""
         writers, self._writers = list(self._writers), set()
         for writer in writers:
             writer.close()
+        handlers, self._handlers = list(self._handlers), set()
+        for task in handlers:
+            task.cancel()
+        if handlers:
+            await asyncio.wait(handlers)
         for writer in writers:
             try:
                 await writer.wait_closed()
@@ -64,6 +72,9 @@ class FramesPort:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = _peer(writer.get_extra_info("peername"))
         self._writers.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         try:
             magic, caller_limit = HELLO.unpack(await asyncio.wait_for(reader.readexactly(HELLO.size), HELLO_TIMEOUT_S))
             if magic != MAGIC:
@@ -74,7 +85,9 @@ class FramesPort:
                 while True:
                     data = await read_frame(reader, self._frame_limit)
                     if data is None:
-                        return
+                        # A caller never half-closes: the end of its connection is the caller
+                        # gone (as a cancelled Calls stream), so its calls in flight are cancelled.
+                        raise ConnectionResetError("the caller closed the connection")
                     yield multiplex_pb2.CallsRequest.FromString(data)
 
             async def write(responses: list[multiplex_pb2.MultiplexedResponse]) -> None:
@@ -88,4 +101,6 @@ class FramesPort:
             pass  # the caller went away: its calls were cancelled with the carrier
         finally:
             self._writers.discard(writer)
+            if task is not None:
+                self._handlers.discard(task)
             writer.close()

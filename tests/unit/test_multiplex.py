@@ -347,3 +347,46 @@ def test_calls_waiting_on_a_lost_stream_fail_and_the_next_call_opens_a_new_one()
     assert lost_code in ("UNAVAILABLE", "CANCELLED")
     assert after_code == "OK" and list(after.physical_offsets) == [9]
 
+
+
+def test_a_server_stopped_without_grace_cancels_the_calls_it_runs(carrier: str) -> None:
+    async def go() -> tuple[tuple[str, Any], int, int]:
+        slow, running = await _slow_indexer(carrier=carrier)
+        mux = await _mux(slow, running, carrier)
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            in_flight = asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"))))
+            await asyncio.wait_for(slow.started.wait(), 10)
+            await stop_server(running, 0)
+            # The handler ends with the server (as a gRPC call's does), not when released later.
+            async with asyncio.timeout(10):
+                while slow.running:
+                    await asyncio.sleep(0.01)
+            return await asyncio.wait_for(in_flight, 10), slow.cancelled, slow.running
+        finally:
+            slow.release.set()
+            await mux.close()
+
+    (code, _), cancelled, still_running = on_loop(go())
+    assert (code, cancelled, still_running) == ("UNAVAILABLE", 1, 0)
+
+
+def test_a_caller_that_closes_its_channel_cancels_its_calls_on_the_server(carrier: str) -> None:
+    async def go() -> tuple[int, int]:
+        slow, running = await _slow_indexer(carrier=carrier)
+        mux = await _mux(slow, running, carrier)
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            in_flight = asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"))))  # no deadline
+            await asyncio.wait_for(slow.started.wait(), 10)
+            await mux.close()
+            async with asyncio.timeout(10):
+                while slow.running:
+                    await asyncio.sleep(0.01)
+            in_flight.cancel()
+            return slow.cancelled, slow.running
+        finally:
+            slow.release.set()
+            await stop_server(running, 0)
+
+    assert on_loop(go()) == (1, 0)
