@@ -99,6 +99,10 @@ class FramesPort:
             log_event(log, "frames connection closed", logging.WARNING, peer=peer, reason=f"{type(exc).__name__}: {exc}")
         except (ConnectionError, OSError):
             pass  # the caller went away: its calls were cancelled with the carrier
+        except asyncio.CancelledError:
+            # close_connections (the server stops): its calls were cancelled with the carrier.
+            # Not re-raised: asyncio's streams log a connection task that ends cancelled as an error.
+            pass
         finally:
             self._writers.discard(writer)
             if task is not None:

@@ -4,6 +4,7 @@ a server without the stream gets plain unary calls; a lost stream is opened agai
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -349,7 +350,7 @@ def test_calls_waiting_on_a_lost_stream_fail_and_the_next_call_opens_a_new_one()
 
 
 
-def test_a_server_stopped_without_grace_cancels_the_calls_it_runs(carrier: str) -> None:
+def test_a_server_stopped_without_grace_cancels_the_calls_it_runs(carrier: str, caplog: pytest.LogCaptureFixture) -> None:
     async def go() -> tuple[tuple[str, Any], int, int]:
         slow, running = await _slow_indexer(carrier=carrier)
         mux = await _mux(slow, running, carrier)
@@ -367,8 +368,10 @@ def test_a_server_stopped_without_grace_cancels_the_calls_it_runs(carrier: str) 
             slow.release.set()
             await mux.close()
 
-    (code, _), cancelled, still_running = on_loop(go())
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        (code, _), cancelled, still_running = on_loop(go())
     assert (code, cancelled, still_running) == ("UNAVAILABLE", 1, 0)
+    assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]  # no connection task ended in error
 
 
 def test_a_caller_that_closes_its_channel_cancels_its_calls_on_the_server(carrier: str) -> None:
