@@ -4,11 +4,14 @@ Over gRPC every frame of calls is a stream message, and a stream message costs e
 about what a small unary call does (grpc.aio hands every read and write between its poller
 thread and the event loop). Over a TCP connection read on the event loop itself, a frame is
 a length and a protobuf. A server offers this carrier only with TLS and ACL off, and says on
-which port in the Calls stream's initial metadata (FRAMES_PORT_KEY); the caller connects to
-that port on the host it dialled, and keeps the gRPC stream when it cannot.
+which port in the Calls stream's initial metadata (FRAMES_PORT_KEY), with the token that
+port answers with (FRAMES_TOKEN_KEY, hex: random per server start); the caller connects to
+that port on the host it dialled, and keeps the gRPC stream when it cannot or the port
+answers with another token (another server, or another start of this one, has the port now:
+ports 0 are reused).
 
 A connection opens with the caller's hello (MAGIC, then the largest message it takes, u32
-big-endian) and the server's MAGIC back; then each frame is a u32 big-endian length and a
+big-endian) and the server's MAGIC and token back; then each frame is a u32 big-endian length and a
 serialized CallsRequest (caller to server) or CallsResponse (server to caller). The calls and
 their answers mean exactly what they mean on the gRPC stream (protos/quarry/v1/multiplex.proto).
 """
@@ -22,6 +25,9 @@ HELLO = struct.Struct(">4sI")
 _LENGTH = struct.Struct(">I")
 # The initial-metadata key of a Calls stream that names the server's frames port.
 FRAMES_PORT_KEY = "quarry-frames-port"
+# ... and the token its connections answer the hello with (after MAGIC), in hex.
+FRAMES_TOKEN_KEY = "quarry-frames-token"
+TOKEN_BYTES = 16
 # What a frame may hold beyond its largest message: ids, codes, details, lengths.
 FRAME_SLACK = 64 * 1024
 

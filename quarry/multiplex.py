@@ -26,7 +26,7 @@ import grpc
 
 from quarry.channels import signs_calls
 from quarry.formats.addresses import split_host_port
-from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, HELLO, MAGIC, FrameError, framed, read_frame
+from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame
 from quarry.transport import status_by_number
 from quarry.v1 import multiplex_pb2
 
@@ -188,7 +188,7 @@ class _Stream(_Carrier):
     """One open Calls stream."""
 
     def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None], max_receive_bytes: int,
-                 on_frames_port: Callable[[int], None] = lambda _port: None) -> None:
+                 on_frames_port: Callable[[int, bytes], None] = lambda _port, _token: None) -> None:
         self._on_frames_port = on_frames_port
         self._call = channel.stream_stream(METHOD, request_serializer=multiplex_pb2.CallsRequest.SerializeToString,
                                            response_deserializer=multiplex_pb2.CallsResponse.FromString)(
@@ -203,9 +203,13 @@ class _Stream(_Carrier):
     async def _read(self) -> None:
         failure: BaseException
         try:
-            for key, value in await self._call.initial_metadata() or ():
-                if key == FRAMES_PORT_KEY and value.isdigit():
-                    self._on_frames_port(int(value))
+            offer = {key: value for key, value in await self._call.initial_metadata() or ()}
+            port, token = offer.get(FRAMES_PORT_KEY, ""), offer.get(FRAMES_TOKEN_KEY, "")
+            if isinstance(port, str) and port.isdigit() and isinstance(token, str) and len(token) == 2 * TOKEN_BYTES:
+                try:
+                    self._on_frames_port(int(port), bytes.fromhex(token))
+                except ValueError:
+                    pass  # not a token: no frames port
             while True:
                 frame = await self._call.read()
                 if frame is grpc.aio.EOF:
@@ -235,8 +239,9 @@ class _FramesStream(_Carrier):
     without gRPC's cost per frame. It connects in the background; the channel sends calls
     over it only once it is `ready`."""
 
-    def __init__(self, host: str, port: int, max_receive_bytes: int, on_unreachable: Callable[[BaseException], None]) -> None:
+    def __init__(self, host: str, port: int, token: bytes, max_receive_bytes: int, on_unreachable: Callable[[BaseException], None]) -> None:
         self.ready = False
+        self._answer = MAGIC + token  # what the port offered answers the hello with
         self._target = f"{host}:{port}"
         self._on_unreachable = on_unreachable
         self._max_receive = max_receive_bytes
@@ -248,8 +253,11 @@ class _FramesStream(_Carrier):
         reader, writer = await asyncio.open_connection(host, port)
         try:
             writer.write(HELLO.pack(MAGIC, min(self._max_receive, 0xFFFFFFFF)))
-            if await reader.readexactly(len(MAGIC)) != MAGIC:
+            answer = await reader.readexactly(len(self._answer))
+            if answer[:len(MAGIC)] != MAGIC:
                 raise FrameError("the port did not answer as a frames port")
+            if answer != self._answer:
+                raise FrameError("the port answered as another server's frames port (the server offering it moved)")
         except BaseException:
             writer.close()
             raise
@@ -362,6 +370,7 @@ class MultiplexedChannel:
         self._unary_until: float | None = None  # set while the server is taken not to offer the stream
         self._stream: _Stream | None = None
         self._frames_port = 0  # offered by the server on the gRPC stream; 0: none
+        self._frames_token = b""  # what that port answers the hello with
         self._frames: _FramesStream | None = None
         self._frames_retry_at = 0.0
 
@@ -387,7 +396,9 @@ class MultiplexedChannel:
             if frames.failed is not None:
                 frames = self._frames = None
         if frames is None and self._frames_port and self.host and time.monotonic() >= self._frames_retry_at:
-            self._frames = _FramesStream(self.host, self._frames_port, self.max_receive_bytes, self._frames_unreachable)
+            port, token = self._frames_port, self._frames_token
+            self._frames = _FramesStream(self.host, port, token, self.max_receive_bytes,
+                                         lambda exc: self._frames_unreachable(port, token, exc))
         stream = self._stream
         if stream is None or stream.failed is not None:
             stream = self._stream = _Stream(self.channel, self._not_offered, self.max_receive_bytes, self._frames_offered)
@@ -400,12 +411,14 @@ class MultiplexedChannel:
             return "unary"
         return "frames" if self._frames is not None and self._frames.ready else "stream"
 
-    def _frames_offered(self, port: int) -> None:
-        if port != self._frames_port:  # a new port (the server restarted): try it at once
-            self._frames_port = port
+    def _frames_offered(self, port: int, token: bytes) -> None:
+        if (port, token) != (self._frames_port, self._frames_token):  # the server restarted: try it at once
+            self._frames_port, self._frames_token = port, token
             self._frames_retry_at = 0.0
 
-    def _frames_unreachable(self, exc: BaseException) -> None:
+    def _frames_unreachable(self, port: int, token: bytes, exc: BaseException) -> None:
+        if (port, token) != (self._frames_port, self._frames_token):
+            return  # a port offered before: the one offered since is tried on its own
         log.warning("frames port %s:%s not reachable (%s: %s): calls stay on the gRPC stream for %.0f s",
                     self.host, self._frames_port, type(exc).__name__, exc, FRAMES_RETRY_S)
         self._frames_retry_at = time.monotonic() + FRAMES_RETRY_S

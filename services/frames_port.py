@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import AsyncIterator
 
 from google.protobuf.message import DecodeError
 
-from quarry.frames import FRAME_SLACK, HELLO, MAGIC, FrameError, framed, read_frame
+from quarry.frames import FRAME_SLACK, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame
 from quarry.services.log import log_event
 from quarry.services.multiplex import MultiplexServicer
 from quarry.v1 import multiplex_pb2
@@ -37,6 +38,7 @@ class FramesPort:
         self._writers: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[None]] = set()  # one per open connection
         self.port = 0
+        self.token = os.urandom(TOKEN_BYTES)  # tells this port from whatever holds it after this server
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0: any free port); returns the port."""
@@ -79,7 +81,7 @@ class FramesPort:
             magic, caller_limit = HELLO.unpack(await asyncio.wait_for(reader.readexactly(HELLO.size), HELLO_TIMEOUT_S))
             if magic != MAGIC:
                 raise FrameError(f"not a frames hello (first bytes {magic!r})")
-            writer.write(MAGIC)
+            writer.write(MAGIC + self.token)
 
             async def frames() -> AsyncIterator[multiplex_pb2.CallsRequest]:
                 while True:

@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
-from quarry.frames import FRAMES_PORT_KEY
+from quarry.frames import FRAMES_PORT_KEY, FRAMES_TOKEN_KEY
 from quarry.multiplex import GRPC_DEFAULT_MAX_RECEIVE, MAX_RECEIVE_KEY, FrameWriter
 from quarry.services.call_tracking import CallTracker
 from quarry.services.log import log_event
@@ -88,6 +88,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         self._max_send = max_send_bytes
         self.stopping = False
         self.frames_port = 0  # the TCP frames port offered to callers, when one is open
+        self.frames_token = b""  # what that port answers a hello with
 
     def stop(self) -> None:
         """The server is stopping: calls that arrive from now on are answered UNAVAILABLE (as
@@ -97,7 +98,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
     async def Calls(self, request_iterator: AsyncIterator[multiplex_pb2.CallsRequest], context: grpc.aio.ServicerContext) -> None:
         if self.frames_port:
             # The same calls may come over TCP frames (services/frames_port.py): say where.
-            await context.send_initial_metadata(((FRAMES_PORT_KEY, str(self.frames_port)),))
+            await context.send_initial_metadata(((FRAMES_PORT_KEY, str(self.frames_port)), (FRAMES_TOKEN_KEY, self.frames_token.hex())))
 
         async def write(responses: list[multiplex_pb2.MultiplexedResponse]) -> None:
             await context.write(multiplex_pb2.CallsResponse(responses=responses))

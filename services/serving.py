@@ -161,6 +161,7 @@ async def start_aio_server(
         frames = FramesPort(multiplexer, max_message_bytes)
         try:
             multiplexer.frames_port = await frames.start(host.strip("[]"), frames_port)
+            multiplexer.frames_token = frames.token
         except OSError as exc:
             await server.stop(None)
             raise StartupError(f"--frames-port {frames_port}: cannot listen on {host}: {exc.strerror or exc}") from None

@@ -189,9 +189,10 @@ def test_a_lost_frames_connection_fails_its_calls_and_the_restarted_server_is_fo
     HELLO.pack(MAGIC, 1 << 20) + struct.pack(">I", 5) + b"\xff\xff\xff\xff\xff",  # a frame that does not parse
 ])
 def test_a_connection_that_breaks_the_framing_is_closed_alone(opening: bytes, caplog: pytest.LogCaptureFixture) -> None:
-    async def go() -> tuple[bytes, tuple[str, Any]]:
+    async def go() -> tuple[bytes, tuple[str, Any], bytes]:
         _, running = await _indexer()
         assert running.frames is not None
+        token = running.frames.token
         mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1")
         try:
             stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
@@ -202,13 +203,56 @@ def test_a_connection_that_breaks_the_framing_is_closed_alone(opening: bytes, ca
                 got = await reader.read()  # until the server closes it
             writer.close()
             still = await _outcome(stub.QueryMessage(_query("still"), timeout=10))
-            return got, still
+            return got, still, token
         finally:
             await mux.close()
             await stop_server(running, 0)
 
     with caplog.at_level(logging.WARNING, logger="quarry.frames"):
-        got, (code, answer) = on_loop(go())
-    assert got in (b"", MAGIC)  # closed, after the hello's answer when the hello was right
+        got, (code, answer), token = on_loop(go())
+    assert got in (b"", MAGIC + token)  # closed, after the hello's answer when the hello was right
     assert code == "OK" and list(answer.physical_offsets) == [5]
     assert len([r for r in caplog.records if r.getMessage() == "frames connection closed"]) == 1
+
+
+class _Other(_Indexer):
+    """Another server's indexer: its answers tell it apart."""
+
+    async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: Any) -> indexer_pb2.QueryMessageResponse:
+        return indexer_pb2.QueryMessageResponse(physical_offsets=[1000 + len(request.key)])
+
+
+def test_a_restarted_server_is_called_even_when_another_server_took_its_old_frames_port() -> None:
+    async def go() -> tuple[list[tuple[str, Any]], str]:
+        _, running = await _indexer()
+        assert running.frames is not None
+        old_port = running.frames.port
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1")
+        other: RunningAioServer | None = None
+        again: RunningAioServer | None = None
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            await _on_frames(mux, lambda: stub.QueryMessage(_query("warm"), timeout=10))
+            await stop_server(running, 0)
+            # Another server (of this host) is given the old frames port; the first comes back
+            # on its own gRPC port with a new frames port.
+            servicer = _Other()
+            other = await start_aio_server("other", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), INDEXER)],
+                                           frames_port=old_port)
+            _, again = await _indexer(bind=running.address)
+            answers = []
+            async with asyncio.timeout(10):
+                while len(answers) < 50:
+                    answers.append(await _outcome(stub.QueryMessage(_query("abc"), timeout=10)))
+                    mux.stream()
+                    await asyncio.sleep(0.01)
+            return [(code, list(a.physical_offsets) if code == "OK" else a) for code, a in answers], mux.carrier
+        finally:
+            await mux.close()
+            for server in (other, again):
+                if server is not None:
+                    await stop_server(server, 0)
+
+    answers, carrier = on_loop(go())
+    assert answers == [("OK", [3])] * 50
+    assert carrier == "frames"
