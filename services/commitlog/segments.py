@@ -9,7 +9,8 @@ A new file is sparse; its blocks are allocated `ALLOCATE_AHEAD` bytes at a time 
 writes (`posix_fallocate`), as RocketMQ allocates its mapped files whole: a buffered write
 into allocated blocks skips the filesystem's per-page delayed allocation (ext4 here: the
 kernel's part of writing a 1 KiB record fell from 0.3-0.9 to ~0.2 us), and the disk holds
-at most that much more than what was written.
+at most that much more than what was written. Where the blocks ahead do not fit (a nearly
+full disk) the write goes on without them: only the data written needs room.
 """
 from __future__ import annotations
 
@@ -49,8 +50,13 @@ class Segment:
         if pos + view.nbytes > self._allocated:
             # Allocating blocks that hold data already changes nothing (no bytes are written).
             upto = min(self.size, max(pos + view.nbytes, self._allocated) + ALLOCATE_AHEAD)
-            os.posix_fallocate(self.fd, pos, upto - pos)
-            self._allocated = upto
+            try:
+                os.posix_fallocate(self.fd, pos, upto - pos)
+                self._allocated = upto
+            except OSError:
+                # No room for the blocks ahead (a nearly full disk, a quota) or no allocation
+                # here: the write alone says whether the data fits, as before allocating ahead.
+                pass
         while view:
             n = os.pwrite(self.fd, view, pos)
             view = view[n:]
