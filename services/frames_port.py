@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from typing import AsyncIterator
 
 from google.protobuf.message import DecodeError
@@ -28,6 +29,24 @@ def _peer(address: object) -> str:
     return "unknown"
 
 
+def _dual_stack_socket(port: int) -> socket.socket | None:
+    """A listening socket on every IPv6 and IPv4 address; None where this host has no IPv6."""
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("::", port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class FramesPort:
     """A TCP listener whose connections carry a MultiplexServicer's calls."""
 
@@ -42,6 +61,15 @@ class FramesPort:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0: any free port); returns the port."""
+        if host in ("", "::"):
+            # Every address, as gRPC listens on "[::]": one dual-stack socket (asyncio would
+            # make an IPv6 one IPv6-only, refusing the IPv4 callers the gRPC port takes, and
+            # for "" one socket per family, each with its own free port).
+            sock = _dual_stack_socket(port)
+            if sock is not None:
+                self._server = await asyncio.start_server(self._connection, sock=sock)
+                self.port = sock.getsockname()[1]
+                return self.port
         self._server = await asyncio.start_server(self._connection, host or None, port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 from typing import Any
 
@@ -256,3 +257,23 @@ def test_a_restarted_server_is_called_even_when_another_server_took_its_old_fram
     answers, carrier = on_loop(go())
     assert answers == [("OK", [3])] * 50
     assert carrier == "frames"
+
+
+def test_a_server_bound_to_every_ipv6_address_takes_ipv4_callers_on_its_frames_port_too() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+
+    async def go() -> tuple[tuple[str, Any], str]:
+        # "[::]" is dual-stack for gRPC: the frames port must be so too.
+        _, running = await _indexer(bind="[::]:0")
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(f"127.0.0.1:{running.port}"), host="127.0.0.1")
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            await _on_frames(mux, lambda: stub.QueryMessage(_query("warm"), timeout=10))
+            return await _outcome(stub.QueryMessage(_query("abcd"), timeout=10)), mux.carrier
+        finally:
+            await mux.close()
+            await stop_server(running, 0)
+
+    (code, answer), carrier = on_loop(go())
+    assert code == "OK" and list(answer.physical_offsets) == [4] and carrier == "frames"
