@@ -36,6 +36,10 @@ class FrameError(Exception):
     """The peer broke the framing (a bad hello, a frame over the limit): close the connection."""
 
 
+class FrameCut(FrameError):
+    """The connection ended inside a frame: the peer died or the connection broke mid-write."""
+
+
 def framed(data: bytes) -> tuple[bytes, bytes]:
     """One frame, to pass to a StreamWriter's writelines."""
     return _LENGTH.pack(len(data)), data
@@ -47,7 +51,7 @@ async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes | None:
         head = await reader.readexactly(4)
     except asyncio.IncompleteReadError as exc:
         if exc.partial:
-            raise FrameError("connection closed inside a frame's length") from None
+            raise FrameCut("connection closed inside a frame's length") from None
         return None
     (n,) = _LENGTH.unpack(head)
     if n > limit:
@@ -55,4 +59,4 @@ async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes | None:
     try:
         return await reader.readexactly(n)
     except asyncio.IncompleteReadError:
-        raise FrameError(f"connection closed inside a frame ({n} bytes announced)") from None
+        raise FrameCut(f"connection closed inside a frame ({n} bytes announced)") from None

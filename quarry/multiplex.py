@@ -26,7 +26,7 @@ import grpc
 
 from quarry.channels import signs_calls
 from quarry.formats.addresses import split_host_port
-from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame
+from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameCut, FrameError, framed, read_frame
 from quarry.transport import status_by_number
 from quarry.v1 import multiplex_pb2
 
@@ -293,8 +293,10 @@ class _FramesStream(_Carrier):
                     failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"stream removed: the server closed the frames connection to {self._target}")
                     break
                 self._answered(multiplex_pb2.CallsResponse.FromString(data).responses)
-        except (ConnectionError, OSError) as exc:
-            failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"frames connection to {self._target} lost: {exc}")
+        except (ConnectionError, OSError, FrameCut) as exc:
+            # Worded as gRPC words a lost connection ("stream removed"), which the router's
+            # fan-out tries once more (quarry.transport.lost_connection).
+            failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"stream removed: frames connection to {self._target} lost: {exc}")
         except asyncio.CancelledError:
             failure = MultiplexError(grpc.StatusCode.CANCELLED, "channel closed")
         except Exception as exc:  # a frame that does not parse: the connection cannot be trusted

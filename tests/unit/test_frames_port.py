@@ -13,8 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
-from quarry.frames import HELLO, MAGIC
-from quarry.multiplex import MultiplexedChannel
+from quarry.frames import HELLO, MAGIC, TOKEN_BYTES
+from quarry.multiplex import MultiplexedChannel, _FramesStream
+from quarry.transport import lost_connection
 from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
 from tests.servicers import BIND, InProcessBroker, on_loop
@@ -277,3 +278,39 @@ def test_a_server_bound_to_every_ipv6_address_takes_ipv4_callers_on_its_frames_p
 
     (code, answer), carrier = on_loop(go())
     assert code == "OK" and list(answer.physical_offsets) == [4] and carrier == "frames"
+
+
+@pytest.mark.parametrize("death", ["inside a frame", "reset"])
+def test_a_server_dying_on_the_connection_fails_the_calls_as_a_lost_connection_the_fan_out_retries(death: str) -> None:
+    """What a broker killed mid-answer leaves on the connection: half a frame, or a reset."""
+    token = bytes(range(TOKEN_BYTES))
+
+    async def dying(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(HELLO.size)
+        writer.write(MAGIC + token)
+        (n,) = struct.unpack(">I", await reader.readexactly(4))
+        await reader.readexactly(n)  # the call
+        if death == "reset":
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        else:
+            writer.write(struct.pack(">I", 100) + b"\x08\x01")  # 2 bytes of 100
+            await writer.drain()
+        writer.close()
+
+    async def go() -> BaseException:
+        server = await asyncio.start_server(dying, "127.0.0.1", 0)
+        frames = _FramesStream("127.0.0.1", server.sockets[0].getsockname()[1], token, 4 << 20, lambda exc: None)
+        try:
+            await _until(lambda: frames.ready or frames.failed is not None)
+            assert frames.ready
+            _, answer = frames.start("/quarry.v1.IndexerService/QueryMessage", b"", 10)
+            with pytest.raises(grpc.RpcError) as lost:
+                await asyncio.wait_for(answer, 10)
+            return lost.value
+        finally:
+            frames.close()
+            server.close()
+
+    lost = on_loop(go())
+    assert lost.code() == grpc.StatusCode.UNAVAILABLE, lost  # type: ignore[attr-defined]
+    assert lost_connection(lost)  # as gRPC's own "connection reset" / "socket closed"
