@@ -4,6 +4,7 @@ one carrier for MultiplexServicer.carry, exactly as a Calls stream is."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -25,6 +26,13 @@ def _peer(address: object) -> str:
     """A socket peer name as gRPC writes it (ipv4:1.2.3.4:5 / ipv6:[::1]:5), for the handlers."""
     if isinstance(address, tuple) and len(address) >= 2:
         host, port = address[0], address[1]
+        if host.startswith("::ffff:"):  # an IPv4 caller of a dual-stack socket, as gRPC names it
+            try:
+                mapped = ipaddress.IPv6Address(host).ipv4_mapped
+            except ValueError:
+                mapped = None
+            if mapped is not None:
+                return f"ipv4:{mapped}:{port}"
         return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
     return "unknown"
 

@@ -16,6 +16,7 @@ import pytest
 from quarry.frames import HELLO, MAGIC, TOKEN_BYTES
 from quarry.multiplex import MultiplexedChannel, _FramesStream
 from quarry.transport import lost_connection
+from quarry.services.frames_port import _peer
 from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
 from tests.servicers import BIND, InProcessBroker, on_loop
@@ -314,3 +315,12 @@ def test_a_server_dying_on_the_connection_fails_the_calls_as_a_lost_connection_t
     lost = on_loop(go())
     assert lost.code() == grpc.StatusCode.UNAVAILABLE, lost  # type: ignore[attr-defined]
     assert lost_connection(lost)  # as gRPC's own "connection reset" / "socket closed"
+
+
+def test_a_caller_is_named_as_grpc_names_it() -> None:
+    # The born host of a message sent without one: the same over frames as over gRPC, also
+    # for an IPv4 caller of the dual-stack socket (an IPv4-mapped address there).
+    assert _peer(("127.0.0.1", 5)) == "ipv4:127.0.0.1:5"
+    assert _peer(("::ffff:10.1.2.3", 5, 0, 0)) == "ipv4:10.1.2.3:5"
+    assert _peer(("::1", 5, 0, 0)) == "ipv6:[::1]:5"
+    assert _peer(("2001:db8::ffff:1", 5, 0, 0)) == "ipv6:[2001:db8::ffff:1]:5"
