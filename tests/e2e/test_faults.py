@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Iterator
 
 import grpc
 import pytest
@@ -11,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 from scripts.launcher import free_port
 from tests.e2e.conftest import Launch, wait_until
+from tests.filesystems import small_tmpfs
 
 
 def _send(stub: commitlog_pb2_grpc.CommitLogServiceStub, i: int, size: int = 64) -> common_pb2.SendResult:
@@ -41,14 +43,9 @@ def test_commitlog_keeps_taking_writes_without_its_router_and_registers_again(la
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here: {result.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    with small_tmpfs(tmp_path, "1m") as mnt:
+        yield mnt
 
 
 def test_disk_full_is_resource_exhausted_loses_nothing_and_recovers(launch: Launch, small_fs: Path) -> None:

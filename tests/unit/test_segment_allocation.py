@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from quarry.services.commitlog.segments import ALLOCATE_AHEAD, Segment
+from tests.filesystems import small_tmpfs
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here: {result.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    with small_tmpfs(tmp_path, "4m") as mnt:
+        yield mnt
 
 
 def test_a_write_that_fits_is_stored_though_the_room_ahead_is_not_there(small_fs: Path) -> None:
