@@ -324,3 +324,36 @@ def test_a_caller_is_named_as_grpc_names_it() -> None:
     assert _peer(("::ffff:10.1.2.3", 5, 0, 0)) == "ipv4:10.1.2.3:5"
     assert _peer(("::1", 5, 0, 0)) == "ipv6:[::1]:5"
     assert _peer(("2001:db8::ffff:1", 5, 0, 0)) == "ipv6:[2001:db8::ffff:1]:5"
+
+
+def test_a_server_restarted_on_the_same_fixed_frames_port_is_called_over_frames_again() -> None:
+    with socket.socket() as probe:  # a free port, fixed from then on (as compose pins 10913)
+        probe.bind(("127.0.0.1", 0))
+        fixed = probe.getsockname()[1]
+
+    async def go() -> tuple[list[str], str]:
+        _, running = await _indexer(frames_port=fixed)
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address), host="127.0.0.1")
+        again: RunningAioServer | None = None
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            await _on_frames(mux, lambda: stub.QueryMessage(_query("warm"), timeout=10))
+            await stop_server(running, 0)
+            _, again = await _indexer(bind=running.address, frames_port=fixed)
+            codes = []
+
+            async def framed_again() -> bool:
+                codes.append((await _outcome(stub.QueryMessage(_query("x"), timeout=10)))[0])
+                mux.stream()
+                return mux.carrier == "frames"
+            async with asyncio.timeout(10):  # not FRAMES_RETRY_S: the new start's offer is tried at once
+                while not await framed_again():
+                    await asyncio.sleep(0.01)
+            return codes, mux.carrier
+        finally:
+            await mux.close()
+            if again is not None:
+                await stop_server(again, 0)
+
+    codes, carrier = on_loop(go())
+    assert carrier == "frames" and codes[-1] == "OK"
