@@ -20,6 +20,9 @@ from quarry.v1 import multiplex_pb2
 log = logging.getLogger("quarry.frames")
 
 HELLO_TIMEOUT_S = 10.0  # a connection that does not say hello by then is closed
+# At stop, how long answers already written may take to leave before their connections are
+# cut: a caller that does not read them would hold the stop for ever.
+CLOSE_FLUSH_S = 1.0
 
 
 def _peer(address: object) -> str:
@@ -53,6 +56,13 @@ def _dual_stack_socket(port: int) -> socket.socket | None:
         sock.close()
         raise
     return sock
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass
 
 
 class FramesPort:
@@ -99,11 +109,14 @@ class FramesPort:
             task.cancel()
         if handlers:
             await asyncio.wait(handlers)
-        for writer in writers:
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
+        if writers:
+            closing = [asyncio.ensure_future(_closed(writer)) for writer in writers]
+            _, stuck = await asyncio.wait(closing, timeout=CLOSE_FLUSH_S)
+            for writer in writers:
+                if not writer.transport.is_closing() or writer.transport.get_write_buffer_size():
+                    writer.transport.abort()  # its answers were not read: dropped, as the calls are
+            if stuck:
+                await asyncio.wait(stuck)
         if self._server is not None:
             await self._server.wait_closed()
 

@@ -18,7 +18,7 @@ from quarry.multiplex import MultiplexedChannel, _FramesStream
 from quarry.transport import lost_connection
 from quarry.services.frames_port import _peer
 from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, multiplex_pb2
 from tests.servicers import BIND, InProcessBroker, on_loop
 
 INDEXER = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
@@ -357,3 +357,35 @@ def test_a_server_restarted_on_the_same_fixed_frames_port_is_called_over_frames_
 
     codes, carrier = on_loop(go())
     assert carrier == "frames" and codes[-1] == "OK"
+
+
+class _Big(_Indexer):
+    """Answers every query with ~1 MB."""
+
+    async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: Any) -> indexer_pb2.QueryMessageResponse:
+        return indexer_pb2.QueryMessageResponse(physical_offsets=range(1 << 40, (1 << 40) + 130_000))
+
+
+def test_a_caller_that_does_not_read_its_answers_does_not_hold_the_server_stop() -> None:
+    async def go() -> None:
+        servicer = _Big()
+        running = await start_aio_server("indexer", BIND, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), INDEXER)],
+                                         frames_port=0)
+        assert running.frames is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.frames.port)
+        try:
+            writer.write(HELLO.pack(MAGIC, 64 << 20))
+            await reader.readexactly(len(MAGIC) + TOKEN_BYTES)
+            calls = multiplex_pb2.CallsRequest(requests=[multiplex_pb2.MultiplexedRequest(
+                id=i, method=f"/{INDEXER}/QueryMessage", payload=_query("k").SerializeToString()) for i in range(1, 60)])
+            data = calls.SerializeToString()
+            writer.write(struct.pack(">I", len(data)) + data)
+            await writer.drain()
+            # ~60 MB of answers, none read: the server's socket and its buffer fill up.
+            await _until(lambda: any(w.transport.get_write_buffer_size() for w in running.frames._writers))  # type: ignore[union-attr]
+            async with asyncio.timeout(10):
+                await stop_server(running, 0)
+        finally:
+            writer.close()
+
+    on_loop(go(), 30)
