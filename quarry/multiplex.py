@@ -308,7 +308,9 @@ class _FramesStream(_Carrier):
     def close(self) -> None:
         self._reader.cancel()
         if self._stream_writer is not None:
-            self._stream_writer.close()
+            # Aborted, not closed: close() keeps the socket until what is buffered has left,
+            # for ever when the server reads nothing more; the calls are cancelled anyway.
+            self._stream_writer.transport.abort()
 
 
 def _expire(answer: asyncio.Future[Any]) -> None:

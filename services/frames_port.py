@@ -159,3 +159,5 @@ class FramesPort:
             if task is not None:
                 self._handlers.discard(task)
             writer.close()
+            if writer.transport.get_write_buffer_size():
+                writer.transport.abort()  # answers the caller is not reading: not kept until it does

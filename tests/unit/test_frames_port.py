@@ -389,3 +389,30 @@ def test_a_caller_that_does_not_read_its_answers_does_not_hold_the_server_stop()
             writer.close()
 
     on_loop(go(), 30)
+
+
+def test_a_channel_closed_while_its_server_reads_nothing_lets_the_connection_go() -> None:
+    token = bytes(TOKEN_BYTES)
+
+    async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(HELLO.size)
+        writer.write(MAGIC + token)
+        await asyncio.Event().wait()  # reads nothing more (a stuck server)
+
+    async def go() -> None:
+        server = await asyncio.start_server(deaf, "127.0.0.1", 0)
+        frames = _FramesStream("127.0.0.1", server.sockets[0].getsockname()[1], token, 4 << 20, lambda exc: None)
+        try:
+            await _until(lambda: frames.ready)
+            writer = frames._stream_writer
+            assert writer is not None
+            for _ in range(64):  # 64 MB of calls: the sockets and the channel's buffer fill up
+                frames.start(f"/{INDEXER}/QueryMessage", bytes(1 << 20), None)
+            await _until(lambda: writer.transport.get_write_buffer_size() > 0)
+            frames.close()
+            async with asyncio.timeout(10):  # the socket is let go, not kept until the server reads
+                await writer.wait_closed()
+        finally:
+            server.close()
+
+    on_loop(go(), 30)
