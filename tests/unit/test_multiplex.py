@@ -220,7 +220,7 @@ def test_an_answer_too_large_fails_alone_as_the_unary_call_does(carrier: str) ->
         finally:
             await mux.close()
             await plain.close()
-            await running.server.stop(0)
+            await stop_server(running, 0)
 
     carried, unary = on_loop(go())
     assert [c for c, _ in carried] == [c for c, _ in unary] == ["OK", "RESOURCE_EXHAUSTED", "OK", "UNKNOWN"]
@@ -246,7 +246,7 @@ def test_a_caller_that_gives_up_cancels_the_call_on_the_server(carrier: str) -> 
         finally:
             slow.release.set()
             await mux.close()
-            await running.server.stop(0)
+            await stop_server(running, 0)
 
     code, cancelled, still_running = on_loop(go())
     assert (code, cancelled, still_running) == ("OK", 1, 0)
@@ -268,7 +268,7 @@ def test_a_stream_runs_a_bounded_number_of_calls_at_once_and_answers_all(carrier
         finally:
             slow.release.set()
             await mux.close()
-            await running.server.stop(0)
+            await stop_server(running, 0)
 
     codes, most = on_loop(go())
     assert most == MAX_CALLS_IN_FLIGHT
@@ -313,7 +313,7 @@ def test_a_call_past_its_deadline_fails_alone_and_the_stream_goes_on(carrier: st
         finally:
             slow.release.set()
             await mux.close()
-            await running.server.stop(0)
+            await stop_server(running, 0)
 
     (late_code, _), (quick_code, quick) = on_loop(go())
     assert late_code == "DEADLINE_EXCEEDED"
