@@ -188,7 +188,7 @@ class _Stream(_Carrier):
     """One open Calls stream."""
 
     def __init__(self, channel: grpc.aio.Channel, on_not_offered: Callable[[], None], max_receive_bytes: int,
-                 on_frames_port: Callable[[int, bytes], None] = lambda _port, _token: None) -> None:
+                 on_frames_port: Callable[[int, bytes], None]) -> None:
         self._on_frames_port = on_frames_port
         self._call = channel.stream_stream(METHOD, request_serializer=multiplex_pb2.CallsRequest.SerializeToString,
                                            response_deserializer=multiplex_pb2.CallsResponse.FromString)(

@@ -72,8 +72,7 @@ class FramesPort:
         self._multiplexer = multiplexer
         self._frame_limit = max_receive_bytes + FRAME_SLACK
         self._server: asyncio.AbstractServer | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[None]] = set()  # one per open connection
+        self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}  # each open connection's handler
         self.port = 0
         self.token = os.urandom(TOKEN_BYTES)  # tells this port from whatever holds it after this server
 
@@ -101,18 +100,15 @@ class FramesPort:
         """End every connection (their callers see the carrier end, as when a server stops)
         and cancel the calls still running on them, as grpc cancels a stopped server's calls:
         none outlives the server's stop."""
-        writers, self._writers = list(self._writers), set()
-        for writer in writers:
+        connections, self._connections = self._connections, {}
+        for writer, task in connections.items():
             writer.close()
-        handlers, self._handlers = list(self._handlers), set()
-        for task in handlers:
             task.cancel()
-        if handlers:
-            await asyncio.wait(handlers)
-        if writers:
-            closing = [asyncio.ensure_future(_closed(writer)) for writer in writers]
+        if connections:
+            await asyncio.wait(connections.values())
+            closing = [asyncio.ensure_future(_closed(writer)) for writer in connections]
             _, stuck = await asyncio.wait(closing, timeout=CLOSE_FLUSH_S)
-            for writer in writers:
+            for writer in connections:
                 if not writer.transport.is_closing() or writer.transport.get_write_buffer_size():
                     writer.transport.abort()  # its answers were not read: dropped, as the calls are
             if stuck:
@@ -122,10 +118,9 @@ class FramesPort:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = _peer(writer.get_extra_info("peername"))
-        self._writers.add(writer)
         task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
+        assert task is not None  # asyncio runs each connection's handler as a task
+        self._connections[writer] = task
         try:
             magic, caller_limit = HELLO.unpack(await asyncio.wait_for(reader.readexactly(HELLO.size), HELLO_TIMEOUT_S))
             if magic != MAGIC:
@@ -155,9 +150,7 @@ class FramesPort:
             # Not re-raised: asyncio's streams log a connection task that ends cancelled as an error.
             pass
         finally:
-            self._writers.discard(writer)
-            if task is not None:
-                self._handlers.discard(task)
+            self._connections.pop(writer, None)
             writer.close()
             if writer.transport.get_write_buffer_size():
                 writer.transport.abort()  # answers the caller is not reading: not kept until it does

@@ -382,7 +382,7 @@ def test_a_caller_that_does_not_read_its_answers_does_not_hold_the_server_stop()
             writer.write(struct.pack(">I", len(data)) + data)
             await writer.drain()
             # ~60 MB of answers, none read: the server's socket and its buffer fill up.
-            await _until(lambda: any(w.transport.get_write_buffer_size() for w in running.frames._writers))  # type: ignore[union-attr]
+            await _until(lambda: any(w.transport.get_write_buffer_size() for w in running.frames._connections))  # type: ignore[union-attr]
             async with asyncio.timeout(10):
                 await stop_server(running, 0)
         finally:
