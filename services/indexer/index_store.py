@@ -47,6 +47,19 @@ class IndexStoreConfig:
 
 
 @dataclass
+class PreparedBatch:
+    """Index entries of a batch of records, hashed, not yet written (IndexStore.prepare_records)."""
+
+    entries: list[tuple[int, int, int]]  # (key hash, physical offset, store time)
+    last_offset: int
+    last_timestamp: int
+
+    @property
+    def key_hashes(self) -> list[int]:
+        return [h for h, _, _ in self.entries]
+
+
+@dataclass
 class FileInfo:
     name: str
     begin_timestamp: int
@@ -187,8 +200,14 @@ class IndexStore:
 
     def index_records(self, records: Sequence[Dispatch]) -> None:
         """index_record for a batch, with one IndexFile header write per file touched."""
+        self.write_prepared(self.prepare_records(records))
+
+    def prepare_records(self, records: Sequence[Dispatch]) -> "PreparedBatch":
+        """What index_records would write for `records`, hashed, without writing it: the key
+        hashes are told to key presence watchers (presence.py) before the entries become
+        visible. Valid until the next write."""
         items: list[tuple[str, int, int]] = []  # (topic#key, offset, store time)
-        last = self.last_update_phy_offset
+        last, last_ts = self.last_update_phy_offset, self.last_update_timestamp
         for d in records:
             if not is_indexed(d.sys_flag) or d.physical_offset < last:
                 continue
@@ -198,18 +217,22 @@ class IndexStore:
                 items.extend((n, off, ts) for n in names)
             else:
                 items.extend((n, off, ts) for n in index_names(d.topic, d.keys, d.unique_key))
-            last = off
-            self.last_update_timestamp = ts
+            last, last_ts = off, ts
         # Hash the whole batch at once (numpy): hashing is most of an index put's cost.
-        hashed = [(h, off, ts) for h, (_, off, ts) in zip(index_key_hashes([n for n, _, _ in items]), items)]
+        hashes = index_key_hashes([n for n, _, _ in items])
+        return PreparedBatch([(h, off, ts) for h, (_, off, ts) in zip(hashes, items)], last, last_ts)
+
+    def write_prepared(self, batch: "PreparedBatch") -> None:
+        """Write a prepared batch's entries (visible to queries from here on)."""
+        hashed = batch.entries
         INDEX_ENTRIES.inc(len(hashed))
         while hashed:
             f = self._writable()
             done = f.put_keys(hashed)
             hashed = hashed[done:]
-        if items:
+        if batch.entries:
             self.sync(self.files[-1])
-        self.last_update_phy_offset = last
+        self.last_update_phy_offset, self.last_update_timestamp = batch.last_offset, batch.last_timestamp
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
         """Offsets under topic#key with time in [begin, end] (and below `below`), newest files first, capped."""

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import grpc
 
@@ -31,12 +31,13 @@ from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoin
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services.indexer import metrics
 from quarry.services.indexer.filter_builder import FilterBuilder
+from quarry.services.indexer.presence import KeyPresencePublisher
 from quarry.services.indexer.index_follow import IndexFollower
 from quarry.services.indexer.tailer import Tailer, TailState
 from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
-from quarry.services.errors import InvalidArgument, Unavailable
+from quarry.services.errors import InvalidArgument, ReadOnly, Unavailable
 from quarry.services.status import rpc_errors
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
@@ -55,8 +56,9 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
     """QueryMessage + GetIndexStatus."""
 
     def __init__(self, broker_name: str, index: IndexStore, lock: threading.Lock, commitlog_addr: str, tailer: Tailer | None, checkpoint: IndexCheckpoint,
-                 log_files: LogFiles | None = None) -> None:
+                 log_files: LogFiles | None = None, presence: KeyPresencePublisher | None = None) -> None:
         self.broker_name = broker_name
+        self.presence = presence  # None: read-only or following a broker's index
         self.log_files = log_files  # the commitlog's segment files, when on this host
         self.index = index
         self.lock = lock
@@ -164,6 +166,13 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             key_filter_bytes=filter_bytes,
         )
 
+    async def WatchKeyPresence(self, request_iterator: AsyncIterator[indexer_pb2.WatchKeyPresenceRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
+        if self.presence is None:
+            raise ReadOnly("key presence: not kept by a read-only indexer (--read-only, --follow-index): entries reach its files "
+                           "without passing through it, so no copy of its filter could be kept current; ask it every key query")
+        async for update in self.presence.watch(request_iterator):
+            yield update
+
     async def close(self) -> None:
         await self._channel.close()
 
@@ -220,7 +229,7 @@ async def _serve(args: argparse.Namespace) -> int:
     builder = FilterBuilder(index, lock).start()
     metrics.KEY_FILTER_BYTES.set_function(index.key_filter.memory_bytes)
     metrics.KEY_FILTER_PENDING.set_function(lambda: _under(lock, lambda: len(index.filter_pending())))
-    tailer = None
+    tailer, presence = None, None
     if not args.read_only:
         start = checkpoint.offset
         if index.rebuild_from is not None and index.rebuild_from < start:
@@ -232,10 +241,14 @@ async def _serve(args: argparse.Namespace) -> int:
             behind = state.commitlog_max_offset > state.next_offset
             metrics.INDEX_LAG_SECONDS.set(max(0.0, time.time() - state.last_store_timestamp / 1000.0) if behind and state.last_store_timestamp else 0)
 
-        tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe).start()
+        # Key presence only where every entry passes through the tailer, which can hold it back
+        # until the watchers have its key (presence.py).
+        presence = KeyPresencePublisher(index, lock).start()
+        tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe,
+                        presence=presence).start()
     follower = IndexFollower(index, lock, args.follow_interval_ms).start() if args.follow_index else None
     metrics.TAIL_CONNECTED.set_function(lambda: 1.0 if tailer is not None and tailer.state.connected else 0.0)
-    servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files)
+    servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files, presence)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
                                      metrics=metrics.METRICS, frames_port=args.frames_port, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))

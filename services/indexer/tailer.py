@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
@@ -28,6 +28,10 @@ from quarry.services.log import log_event
 log = logging.getLogger("quarry.tailer")
 
 STOP_TIMEOUT_S = 15.0
+
+
+if TYPE_CHECKING:
+    from quarry.services.indexer.presence import KeyPresencePublisher
 
 
 class IndexSink(Protocol):
@@ -74,8 +78,10 @@ class Tailer:
         flush_interval_ms: int = 1000,
         lock: threading.Lock | None = None,
         on_batch: Callable[[int, TailState], None] | None = None,
+        presence: "KeyPresencePublisher | None" = None,
     ) -> None:
         self.commitlog_addr = commitlog_addr
+        self.presence = presence  # told each batch's keys before they are written (presence.py)
         self.index = index
         self.checkpoint = checkpoint
         self.state = TailState(next_offset=start_offset)
@@ -169,9 +175,20 @@ class Tailer:
         self.state.last_error = why
 
     async def _apply(self, response: commitlog_pb2.TailResponse) -> None:
+        presence = self.presence
+        if presence is not None and response.records:
+            # Watchers hold a batch's keys before queries can find them (presence.py).
+            with self.lock:
+                batch = self.index.prepare_records(response.records)  # type: ignore[attr-defined]
+                waits = presence.add(batch.key_hashes)
+            await presence.acknowledged(waits)
         with self.lock:
             if response.records:
-                self.index.index_records(response.records)
+                if presence is None:
+                    self.index.index_records(response.records)
+                else:
+                    self.index.write_prepared(batch)  # type: ignore[attr-defined]
+                    presence.written()
                 self.state.last_store_timestamp = response.records[-1].store_timestamp
             self.state.next_offset = response.next_offset
             self.state.commitlog_max_offset = response.max_offset

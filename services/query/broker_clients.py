@@ -15,6 +15,7 @@ import grpc
 from quarry.channels import open_aio_channel
 from quarry.multiplex import MultiplexedChannel, multiplexed
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
+from quarry.services.query.presence import PresenceCopies
 
 _MAX_RECEIVE = 128 * 1024 * 1024
 _OPTIONS = [
@@ -40,6 +41,7 @@ class BrokerClients:
         self._commitlogs: dict[str, commitlog_pb2_grpc.CommitLogServiceStub] = {}
         self._indexers: dict[str, indexer_pb2_grpc.IndexerServiceStub] = {}
         self._used: dict[str, float] = {}  # address -> when a stub was last handed out (monotonic)
+        self.presence = PresenceCopies(self.indexer)  # indexers' key presence filters, by address
 
     def _channel(self, address: str) -> grpc.aio.Channel | MultiplexedChannel:
         ch = self._channels.get(address)
@@ -71,6 +73,7 @@ class BrokerClients:
         """Close the channels (and, multiplexed, their streams) of addresses not in `keep` that
         have not been used for `idle_s`: a broker that moved or was forgotten. Returns them."""
         now = time.monotonic()
+        self.presence.forget(keep)
         gone = [a for a in self._channels if a not in keep and now - self._used.get(a, 0.0) >= idle_s]
         for address in gone:
             channel = self._channels.pop(address)
@@ -81,6 +84,7 @@ class BrokerClients:
         return gone
 
     async def close(self) -> None:
+        await self.presence.close()
         channels = list(self._channels.values())
         self._channels.clear()
         self._commitlogs.clear()

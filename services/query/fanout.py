@@ -39,6 +39,7 @@ class Outcome(Generic[T]):
     error_message: str = ""
     latency_ms: int = 0
     attempts: int = 0
+    ruled_out: bool = False  # not asked: its key presence filter rules the key out (answered: nothing)
 
     @property
     def ok(self) -> bool:

@@ -20,6 +20,7 @@ from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
 from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unavailable
 from quarry.services.status import error_from_status
 from quarry.services.query.broker_clients import BrokerClients
+from quarry.services.query import presence
 from quarry.services.query.fanout import BrokerCall, BrokerError, FanOut, Outcome
 from quarry.services.query.merge import (
     BadTokenError, decode_token, encode_token, key_matches, of_topic, merge_key_answers, order_copies, query_digest, unique_key_matches,
@@ -103,6 +104,7 @@ class QuerySettings:
     clock_skew_ms: int = 3_600_000
     fallback_window_ms: int = 7 * 24 * 3_600_000
     bodies_from: str = BODIES_FROM_INDEXER
+    key_presence: bool = True  # skip the brokers whose key presence filter rules a key out
 
 
 def _now_ms() -> int:
@@ -358,8 +360,17 @@ class Queries:
         timeout_s = _timeout_s(timeout_ms, self.settings)
         now = self.clock_ms()
         live = [b for b in brokers if not b.missing]
-        calls = {b.name: self._scan_call(b, requests[b.name], want, matches) for b in live}
+        ruled_out: dict[str, Outcome] = {}
+        if self.settings.key_presence and live:
+            # Brokers whose key presence filter rules the key out (query/presence.py) answer nothing.
+            first = next(iter(requests.values()))  # every broker's request names the same key
+            hashes = presence.key_hashes(first.topic, first.key)
+            copies = self.clients.presence
+            ruled_out = {b.name: Outcome(key=b.name, value=Scan(), ruled_out=True) for b in live
+                         if b.indexer_addr and copies.rules_out(b.indexer_addr, hashes)}
+        calls = {b.name: self._scan_call(b, requests[b.name], want, matches) for b in live if b.name not in ruled_out}
         outcomes = {o.key: o for o in await self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)} if calls else {}
+        outcomes.update(ruled_out)
         for b in brokers:
             if b.missing:
                 outcomes[b.name] = missing_outcome(b, now)

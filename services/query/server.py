@@ -51,6 +51,7 @@ def _result(answer: Answer) -> router_pb2.QueryResult:
                 messages_returned=len(o.value) if o.ok and isinstance(o.value, (list, Scan)) else 0,
                 latency_ms=o.latency_ms,
                 attempts=o.attempts,
+                ruled_out_by_key_filter=o.ruled_out,
             )
             for o in answer.outcomes
         ],
@@ -269,6 +270,7 @@ async def _serve(args: argparse.Namespace) -> int:
             clock_skew_ms=args.clock_skew_ms,
             fallback_window_ms=args.fallback_window_ms,
             bodies_from=args.read_bodies_from,
+            key_presence=args.key_presence == "on",
         ),
     )
     servicer = QueryRouterServicer(registry, queries)

@@ -34,6 +34,7 @@ EXPECTED_RPCS = {
     "quarry.v1.IndexerService": {
         "QueryMessage": ("QueryMessageRequest", "QueryMessageResponse", False, False),
         "GetIndexStatus": ("GetIndexStatusRequest", "GetIndexStatusResponse", False, False),
+        "WatchKeyPresence": ("WatchKeyPresenceRequest", "WatchKeyPresenceResponse", True, True),
     },
     "quarry.v1.MultiplexService": {
         "Calls": ("CallsRequest", "CallsResponse", True, True),

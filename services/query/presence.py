@@ -1,0 +1,166 @@
+"""The router's copies of its brokers' key presence filters (WatchKeyPresence, indexer.proto).
+
+A key or unique-key query asks only the brokers whose copy says they may hold the key; a
+broker without a valid copy is asked, as before there were copies. A copy is valid while its
+lease runs: `lease_ms` from the moment its latest acknowledgement was queued to be sent,
+which is before the indexer receives it, and the indexer holds a batch back from its queries
+until every watcher acknowledged it or that lease ran out on its side (services/indexer/
+presence.py). So a valid copy holds every key the broker's QueryMessage can find, and
+skipping a broker it rules out never hides a message.
+
+One watch per indexer address, started by the first query that names it, on the router's
+loop; it watches again after a failure (a new snapshot), and an indexer that keeps no filter
+(read-only, or older than key presence) is asked again only every REFUSED_RETRY_S.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator, Callable, Sequence
+
+import grpc
+
+from quarry.formats import scheduled
+from quarry.formats.index_keys import key_name
+from quarry.formats.java_hash import index_key_hash
+from quarry.v1 import indexer_pb2, indexer_pb2_grpc
+from quarry.services.key_presence import KeyPresence
+from quarry.services.log import log_event
+
+log = logging.getLogger("quarry.router.presence")
+
+RETRY_S = (0.2, 10.0)  # first and longest pause before watching again after a failure
+REFUSED_RETRY_S = 60.0  # an indexer that keeps no filter
+_REFUSED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+def key_hashes(topic: str, key: str) -> list[int]:
+    """The IndexFile key hashes a key of `topic` may be indexed under (as the indexer's query
+    reads them: the topic's own and the parking topics of delayed messages)."""
+    return [index_key_hash(key_name(t, key)) for t in scheduled.index_topics(topic)]
+
+
+class _Copy:
+    """One indexer's filter as last received, and until when it may be trusted."""
+
+    def __init__(self) -> None:
+        self.filter: KeyPresence | None = None
+        self.valid_until = 0.0  # monotonic
+        self.task: asyncio.Task[None] | None = None
+        self.refused = ""  # the indexer keeps no filter: why (logged once)
+        self.leaving = False
+        self.acks: asyncio.Queue[indexer_pb2.WatchKeyPresenceRequest | None] | None = None
+
+    def rules_out(self, hashes: Sequence[int]) -> bool:
+        f = self.filter
+        if f is None or time.monotonic() >= self.valid_until:
+            return False
+        for h in hashes:
+            if f.may_hold(h):
+                return False
+        return True
+
+    def invalidate(self) -> None:
+        self.filter, self.valid_until = None, 0.0
+
+    def leave(self) -> None:
+        """Stop using the copy and tell the indexer, so it need not wait for this watcher."""
+        self.leaving = True
+        self.invalidate()
+        if self.acks is not None:
+            self.acks.put_nowait(indexer_pb2.WatchKeyPresenceRequest(release=True))
+            self.acks.put_nowait(None)
+
+
+class PresenceCopies:
+    """Copies by indexer address. Use on the router's loop."""
+
+    def __init__(self, stub: Callable[[str], indexer_pb2_grpc.IndexerServiceStub]) -> None:
+        self._stub = stub
+        self._copies: dict[str, _Copy] = {}
+
+    def rules_out(self, indexer_addr: str, hashes: Sequence[int]) -> bool:
+        """True when a valid copy says this indexer holds none of `hashes`; starts watching
+        an address seen for the first time (it is asked meanwhile)."""
+        copy = self._copies.get(indexer_addr)
+        if copy is None:
+            copy = self._copies[indexer_addr] = _Copy()
+            copy.task = asyncio.ensure_future(self._watch(indexer_addr, copy))
+            return False
+        return copy.rules_out(hashes)
+
+    def valid(self, indexer_addr: str) -> bool:
+        copy = self._copies.get(indexer_addr)
+        return copy is not None and copy.filter is not None and time.monotonic() < copy.valid_until
+
+    async def _watch(self, address: str, copy: _Copy) -> None:
+        pause = RETRY_S[0]
+        while not copy.leaving:
+            copy.acks = asyncio.Queue()
+            try:
+                await self._follow(address, copy, copy.acks)
+                why = "the indexer ended the watch"
+            except asyncio.CancelledError:
+                copy.invalidate()
+                raise
+            except grpc.aio.AioRpcError as exc:
+                why = f"{exc.code().name}: {exc.details()}"
+                if exc.code() in _REFUSED:
+                    if copy.refused != why:
+                        log_event(log, "indexer keeps no key presence filter; it is asked every key query", logging.INFO, indexer=address, reason=why)
+                    copy.refused = why
+                    pause = REFUSED_RETRY_S
+            except Exception as exc:  # a bad update: drop the copy and watch again
+                why = f"{type(exc).__name__}: {exc}"
+            finally:
+                copy.invalidate()
+            if copy.leaving:
+                return
+            if not copy.refused:
+                log_event(log, "key presence watch ended; watching again", logging.DEBUG, indexer=address, reason=why)
+            await asyncio.sleep(pause)
+            pause = min(RETRY_S[1], pause * 2) if pause < REFUSED_RETRY_S else RETRY_S[0]
+
+    async def _follow(self, address: str, copy: _Copy, acks: "asyncio.Queue[indexer_pb2.WatchKeyPresenceRequest | None]") -> None:
+        async def ack_stream() -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
+            while (ack := await acks.get()) is not None:
+                yield ack
+
+        call = self._stub(address).WatchKeyPresence(ack_stream())
+        building: KeyPresence | None = None
+        try:
+            async for u in call:
+                if u.log2_bits:  # a snapshot's chunk
+                    if building is None:
+                        copy.invalidate()
+                        building = KeyPresence(u.log2_bits, u.hash_count)
+                    building.merge(u.chunk, u.chunk_offset)
+                    if u.snapshot_done:
+                        copy.filter, building, copy.refused = building, None, ""
+                elif u.key_hashes:
+                    if copy.filter is None:
+                        raise ValueError(f"key presence update {u.seq} of {address} came before a whole snapshot")
+                    copy.filter.add(u.key_hashes)
+                # Valid from before the acknowledgement is sent: the indexer's lease starts later.
+                if copy.filter is not None:
+                    copy.valid_until = time.monotonic() + u.lease_ms / 1000.0
+                acks.put_nowait(indexer_pb2.WatchKeyPresenceRequest(seq=u.seq))
+        finally:
+            if not copy.leaving:
+                call.cancel()
+
+    def forget(self, keep: set[str]) -> None:
+        """Stop watching addresses not in `keep` (each watch leaves: the indexer ends it)."""
+        for address in [a for a in self._copies if a not in keep]:
+            self._copies.pop(address).leave()
+
+    async def close(self, wait_s: float = 1.0) -> None:
+        """Leave every watch; cancel what has not ended within `wait_s`."""
+        tasks = [c.task for c in self._copies.values() if c.task is not None]
+        self.forget(set())
+        if tasks:
+            _done, late = await asyncio.wait(tasks, timeout=wait_s)
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

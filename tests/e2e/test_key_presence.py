@@ -1,0 +1,114 @@
+"""Key presence on real processes: three brokers (127.0.0.2/3/4) and a router that watches
+their indexers' filters. A key query asks only the broker that holds the key, and a message
+an indexer has indexed is always found through the router, however fast the query follows
+the send (the indexer holds a batch back until the router's copy has its keys).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import grpc
+import pytest
+
+from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2
+from tests.e2e.conftest import wait_until
+from tests.e2e.stubs import ClusterStubs
+
+TOPIC = "PresenceTopic"
+HOSTS = {"broker-a": "127.0.0.2", "broker-b": "127.0.0.3", "broker-c": "127.0.0.4"}
+
+
+class Env(ClusterStubs):
+    def send(self, broker: str, keys: list[str], unique_key: str = "") -> common_pb2.SendResult:
+        msg = common_pb2.MessageInput(topic=TOPIC, body=b"presence", keys=keys, unique_key=unique_key, queue_id=-1)
+        return self.commitlog(broker).SendMessage(commitlog_pb2.SendMessageRequest(message=msg), timeout=5).result
+
+    def by_key(self, key: str) -> router_pb2.QueryResult:
+        return self.router.QueryMsgByKey(router_pb2.QueryMsgByKeyRequest(topic=TOPIC, key=key), timeout=10).result
+
+    def indexed_to(self, broker: str) -> int:
+        with grpc.insecure_channel(self.cluster.brokers[broker].indexer.address) as ch:
+            status = indexer_pb2_grpc.IndexerServiceStub(ch).GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=5)
+        return status.index_last_update_phy_offset
+
+
+def _cluster(cluster_factory, *router_args: str) -> Env:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(indexer_args=["--flush-interval-ms", "100"])
+    cluster.start_router(*router_args)
+    for name, host in HOSTS.items():
+        cluster.add_broker(name, host)
+    e = Env(cluster)
+    for name in HOSTS:  # the topic on every broker: each is one a key query could ask
+        e.send(name, [f"seed-{name}"])
+    wait_until(lambda: len(e.router.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=TOPIC), timeout=2).brokers) == 3, what="route on 3 brokers")
+    return e
+
+
+@pytest.fixture
+def env(cluster_factory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
+    e = _cluster(cluster_factory)
+    yield e
+    e.close()
+
+
+def _ruled_out(result: router_pb2.QueryResult) -> set[str]:
+    return {o.broker_name for o in result.brokers if o.ruled_out_by_key_filter}
+
+
+def test_a_key_query_asks_only_the_broker_holding_the_key(env: Env) -> None:
+    sent = env.send("broker-b", ["order-77"], unique_key="presence-uniq-77")
+    # The router watches an indexer from the first query that names it.
+    result = wait_until(lambda: (r := env.by_key("order-77")) and _ruled_out(r) == {"broker-a", "broker-c"} and r, what="brokers ruled out")
+    assert [m.offset_msg_id for m in result.messages] == [sent.offset_msg_id]  # type: ignore[union-attr]
+    assert result.complete  # type: ignore[union-attr]
+    outcomes = {o.broker_name: o for o in result.brokers}  # type: ignore[union-attr]
+    assert outcomes["broker-b"].attempts == 1 and not outcomes["broker-b"].ruled_out_by_key_filter
+    assert all(outcomes[b].answered and outcomes[b].attempts == 0 for b in ("broker-a", "broker-c"))
+    # The same holds for unique keys, which are indexed under the same filter.
+    uniq = env.router.QueryMsgByUniqueKey(router_pb2.QueryMsgByUniqueKeyRequest(topic=TOPIC, unique_key="presence-uniq-77"), timeout=10).result
+    assert [m.offset_msg_id for m in uniq.messages] == [sent.offset_msg_id] and _ruled_out(uniq) == {"broker-a", "broker-c"}
+    # An absent key: nobody is asked, and the answer is still complete.
+    absent = env.by_key("no-such-order")
+    assert not absent.messages and absent.complete and _ruled_out(absent) == set(HOSTS)
+
+
+def test_what_an_indexer_has_indexed_is_always_found_through_the_router(env: Env) -> None:
+    wait_until(lambda: len(_ruled_out(env.by_key("warm-up"))) == 3, what="every filter watched")
+    for i in range(60):
+        broker = list(HOSTS)[i % 3]
+        sent = env.send(broker, [f"fresh-{i}"])
+        # Query as fast as possible while the indexer catches up: once it has the record,
+        # the router must find it (never a broker skipped on an outdated copy).
+        while True:
+            indexed = env.indexed_to(broker) >= sent.physical_offset
+            result = env.by_key(f"fresh-{i}")
+            if indexed:
+                assert [m.offset_msg_id for m in result.messages] == [sent.offset_msg_id], (i, _ruled_out(result))
+                break
+            assert len(result.messages) <= 1
+
+
+def test_with_key_presence_off_every_broker_is_asked(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    e = _cluster(cluster_factory, "--key-presence", "off")
+    try:
+        sent = e.send("broker-a", ["order-9"])
+        result = wait_until(lambda: (r := e.by_key("order-9")) and r.messages and r, what="message indexed")
+        assert [m.offset_msg_id for m in result.messages] == [sent.offset_msg_id]  # type: ignore[union-attr]
+        assert not _ruled_out(result) and all(o.attempts == 1 for o in result.brokers)  # type: ignore[union-attr]
+    finally:
+        e.close()
+
+
+def test_an_indexer_restart_is_watched_again(env: Env) -> None:
+    env.send("broker-c", ["before-restart"])
+    wait_until(lambda: _ruled_out(env.by_key("before-restart")) == {"broker-a", "broker-b"}, what="filters watched")
+    indexer = env.cluster.brokers["broker-c"].indexer
+    indexer.stop()
+    indexer.start()
+    sent = env.send("broker-c", ["after-restart"])
+    # While broker-c's indexer is away its copy is dropped and it is asked (and reported).
+    result = wait_until(lambda: (r := env.by_key("after-restart")) and r.messages and _ruled_out(r) == {"broker-a", "broker-b"} and r,
+                        what="the restarted indexer's filter watched again")
+    assert [m.offset_msg_id for m in result.messages] == [sent.offset_msg_id]  # type: ignore[union-attr]
+    # Its filter was rebuilt from the IndexFiles on disk: the older key is still held there.
+    assert _ruled_out(env.by_key("before-restart")) == {"broker-a", "broker-b"}

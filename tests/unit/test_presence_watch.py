@@ -1,0 +1,262 @@
+"""Key presence watched in process: an indexer's publisher (services/indexer/presence.py)
+served by its servicer on loopback, and the router's copies (services/query/presence.py).
+
+What makes skipping brokers exact is an order: a batch's keys reach every valid copy before
+the batch is written where queries read it. So these tests check the order (the copy holds
+the keys when `acknowledged` returns), and what happens to a watcher that stops answering,
+breaks, or leaves cleanly.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+import grpc
+import pytest
+
+from quarry.formats.index_keys import key_name
+from quarry.formats.java_hash import index_key_hash
+from quarry.services import key_presence
+from quarry.services.indexer.checkpoint import IndexCheckpoint
+from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
+from quarry.services.indexer.presence import KeyPresencePublisher
+from quarry.services.indexer.server import IndexerServicer
+from quarry.services.query.presence import PresenceCopies, key_hashes
+from quarry.services.serving import Registration
+from quarry.v1 import common_pb2, indexer_pb2, indexer_pb2_grpc
+from tests.e2e.conftest import wait_until
+from tests.servicers import on_loop, serve_aio
+
+
+class Indexer:
+    """An index, its publisher (None: read-only) and its servicer on the shared loop."""
+
+    def __init__(self, root: Path, lease_s: float, keep_presence: bool = True) -> None:
+        self.index = IndexStore.open(root / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
+        self.lock = threading.Lock()
+        self.publisher: KeyPresencePublisher | None = None
+        self._keep, self._lease, self._root = keep_presence, lease_s, root
+
+    def __enter__(self) -> "Indexer":
+        def build(_loop: asyncio.AbstractEventLoop) -> list[Registration]:
+            self.publisher = KeyPresencePublisher(self.index, self.lock, self._lease).start() if self._keep else None
+            self.servicer = IndexerServicer("broker-a", self.index, self.lock, "127.0.0.1:1", None, IndexCheckpoint(self._root / "ckpt"), None, self.publisher)
+            name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
+            return [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(self.servicer, s), name)]
+
+        self._served = serve_aio("indexer", build)
+        self.address = self._served.__enter__().address
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._served.__exit__(None, None, None)
+        on_loop(self.servicer.close())
+        self.index.close()
+
+    def index_keys(self, keys: list[str], offset: int) -> None:
+        """Index a record's keys as the tailer does: add, await the watchers, write."""
+        record = common_pb2.DispatchRecord(physical_offset=offset, topic="T", keys=" ".join(keys), store_timestamp=1_700_000_000_000 + offset)
+        publisher = self.publisher
+        assert publisher is not None
+
+        async def run() -> None:
+            with self.lock:
+                batch = self.index.prepare_records([record])
+                waits = publisher.add(batch.key_hashes)
+            await publisher.acknowledged(waits)
+            with self.lock:
+                self.index.write_prepared(batch)
+                publisher.written()
+
+        on_loop(run())
+
+
+def _hash(key: str) -> int:
+    return index_key_hash(key_name("T", key))
+
+
+@pytest.fixture
+def indexer(tmp_path: Path) -> Iterator[Indexer]:
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        yield ix
+
+
+@pytest.fixture
+def copies() -> Iterator[PresenceCopies]:
+    channels: dict[str, grpc.aio.Channel] = {}
+
+    def stub(address: str) -> indexer_pb2_grpc.IndexerServiceStub:
+        channels.setdefault(address, grpc.aio.insecure_channel(address))
+        return indexer_pb2_grpc.IndexerServiceStub(channels[address])
+
+    c = on_loop(_make(stub))
+    yield c
+    on_loop(c.close())
+    for ch in channels.values():
+        on_loop(ch.close())
+
+
+async def _make(stub: Any) -> PresenceCopies:
+    return PresenceCopies(stub)
+
+
+def _rules_out(copies: PresenceCopies, address: str, *keys: str) -> bool:
+    async def probe() -> bool:
+        return copies.rules_out(address, [_hash(k) for k in keys])
+    return on_loop(probe())
+
+
+def _watched(copies: PresenceCopies, address: str) -> None:
+    _rules_out(copies, address, "x")  # the first query starts the watch
+
+    async def valid() -> bool:
+        return copies.valid(address)
+    wait_until(lambda: on_loop(valid()), what="a whole copy")
+
+
+def test_a_copy_holds_a_batch_before_the_batch_is_written(indexer: Indexer, copies: PresenceCopies) -> None:
+    indexer.index_keys(["before"], 100)
+    _watched(copies, indexer.address)
+    assert not _rules_out(copies, indexer.address, "before")  # in the snapshot
+    assert _rules_out(copies, indexer.address, "order-1")
+    for i in range(20):
+        indexer.index_keys([f"order-{i}"], 200 + i)
+        # `acknowledged` returned, the entry is written: the copy must have it already.
+        assert not _rules_out(copies, indexer.address, f"order-{i}")
+        assert indexer.index.query("T", f"order-{i}", 10, 0, 2**62) == [200 + i]
+
+
+def test_a_key_of_a_delayed_message_is_looked_for_under_the_parking_topics() -> None:
+    hashes = key_hashes("T", "k")
+    assert index_key_hash(key_name("T", "k")) in hashes and len(hashes) > 1
+
+
+def test_the_filter_is_built_from_the_index_files_on_disk(tmp_path: Path, copies: PresenceCopies) -> None:
+    index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
+    index.index_records([common_pb2.DispatchRecord(physical_offset=10 * i, topic="T", keys=f"old-{i}", store_timestamp=1_700_000_000_000) for i in range(500)])
+    index.close()
+    with Indexer(tmp_path, lease_s=1.0) as ix:  # several files: index_num 4000 holds them all, one file
+        _watched(copies, ix.address)
+        assert not any(_rules_out(copies, ix.address, f"old-{i}") for i in range(500))
+        assert _rules_out(copies, ix.address, "never-sent")
+
+
+async def _acks_never() -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
+    await asyncio.Event().wait()
+    yield indexer_pb2.WatchKeyPresenceRequest()
+
+
+def _raw_watch(address: str, acks: Any) -> tuple[Any, Any]:
+    """A watcher of our own: its call and a task reading every update it gets."""
+    async def open_() -> tuple[Any, Any]:
+        ch = grpc.aio.insecure_channel(address)
+        call = indexer_pb2_grpc.IndexerServiceStub(ch).WatchKeyPresence(acks)
+        got: list[Any] = []
+
+        async def read() -> None:
+            try:
+                async for u in call:
+                    got.append(u)
+            finally:
+                await ch.close()
+        return call, (asyncio.ensure_future(read()), got)
+    return on_loop(open_())
+
+
+async def _await(task: Any) -> Any:
+    return await task
+
+
+def test_a_silent_watcher_is_dropped_when_its_lease_runs_out(tmp_path: Path) -> None:
+    with Indexer(tmp_path, lease_s=0.3) as ix:
+        assert ix.publisher is not None
+        call, (reader, got) = _raw_watch(ix.address, _acks_never())
+        wait_until(lambda: ix.publisher.watchers == 1 and got and got[-1].snapshot_done, what="the snapshot sent")  # type: ignore[union-attr]
+        ix.index_keys(["k"], 100)  # returns once the silent watcher's lease ran out
+        assert ix.publisher.watchers == 0
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            on_loop(_await(reader))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "lease" in (err.value.details() or "")
+        assert [list(u.key_hashes) for u in got if u.key_hashes] == [[_hash("k")]]  # sent the batch, never answered
+
+
+def test_a_broken_watch_holds_the_batch_to_the_end_of_its_lease_and_a_released_one_does_not(tmp_path: Path) -> None:
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        publisher = ix.publisher
+        assert publisher is not None
+        for how in ("broken", "released"):
+            queue: asyncio.Queue[Any] = on_loop(_queue())
+
+            async def acks() -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
+                while (ack := await queue.get()) is not None:
+                    yield ack
+
+            call, (reader, got) = _raw_watch(ix.address, acks())
+            wait_until(lambda: publisher.watchers == 1 and got and got[-1].snapshot_done, what="the snapshot sent")
+            watcher = next(iter(publisher._watchers))
+            on_loop(_put(queue, indexer_pb2.WatchKeyPresenceRequest(seq=got[-1].seq)))
+            wait_until(lambda: watcher.acked == got[-1].seq, what="the snapshot acknowledged")
+
+            async def batch_then_leave() -> tuple[float, float]:
+                with ix.lock:
+                    waits = publisher.add([_hash(f"{how}-key")])
+                if how == "broken":
+                    call.cancel()
+                else:
+                    queue.put_nowait(indexer_pb2.WatchKeyPresenceRequest(release=True))
+                await publisher.acknowledged(waits)
+                return time.monotonic(), watcher.lease_until
+
+            done_at, lease_until = on_loop(batch_then_leave())
+            if how == "broken":
+                assert done_at >= lease_until  # the router may still trust its copy until then
+            else:
+                assert done_at < lease_until  # it said it stopped using its copy
+            wait_until(lambda: publisher.watchers == 0, what="the watcher gone")
+
+
+async def _queue() -> "asyncio.Queue[Any]":
+    return asyncio.Queue()
+
+
+async def _put(queue: "asyncio.Queue[Any]", item: Any) -> None:
+    queue.put_nowait(item)
+
+
+def test_a_read_only_indexer_is_never_ruled_out(tmp_path: Path, copies: PresenceCopies) -> None:
+    with Indexer(tmp_path, lease_s=1.0, keep_presence=False) as ix:
+        call, (reader, _got) = _raw_watch(ix.address, _acks_never())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            on_loop(_await(reader))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "read-only" in (err.value.details() or "")
+        assert not _rules_out(copies, ix.address, "anything")
+        wait_until(lambda: on_loop(_refused(copies, ix.address)), what="the refusal seen")
+        assert not _rules_out(copies, ix.address, "anything")
+
+
+async def _refused(copies: PresenceCopies, address: str) -> str:
+    return copies._copies[address].refused
+
+
+def test_a_full_filter_is_rebuilt_larger_and_watched_again(tmp_path: Path, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(key_presence, "MIN_LOG2_BITS", 10)  # room for 102 keys
+    monkeypatch.setattr("quarry.services.indexer.presence.MIN_KEYS", 1)
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        assert ix.publisher is not None
+        _watched(copies, ix.address)
+        first = ix.publisher.filter
+        for i in range(0, 150, 10):
+            ix.index_keys([f"k{j}" for j in range(i, i + 10)], 100 + i)
+        wait_until(lambda: ix.publisher.filter is not first and ix.publisher._building is None, what="the larger filter")  # type: ignore[union-attr]
+        assert ix.publisher.filter.log2_bits > first.log2_bits  # type: ignore[union-attr]
+        _watched(copies, ix.address)
+        assert not any(_rules_out(copies, ix.address, f"k{j}") for j in range(150))
+        assert on_loop(_copy_bits(copies, ix.address)) == ix.publisher.filter.log2_bits  # type: ignore[union-attr]
+
+
+async def _copy_bits(copies: PresenceCopies, address: str) -> int:
+    f = copies._copies[address].filter
+    return f.log2_bits if f is not None else 0
