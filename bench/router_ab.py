@@ -24,6 +24,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
 from scripts.launcher import LocalCluster, ServiceProcess, free_port
 
 MODES = ("multiplexed", "stream", "unary")
+BROKER_CALLS = {mode: ["--broker-calls", mode] for mode in MODES}
 
 
 def _static_brokers(cluster: LocalCluster) -> str:
@@ -37,38 +38,47 @@ def _static_brokers(cluster: LocalCluster) -> str:
 
 
 def run(argv: list[str]) -> list[Result]:
-    p = argparse.ArgumentParser(prog="python -m bench router_ab")
+    return run_ab(argv, "router_ab", BROKER_CALLS, "broker_calls", ("by id", "by key", "mixed"))
+
+
+def run_ab(argv: list[str], prog: str, variants: dict[str, list[str]], param: str, kinds: tuple[str, ...]) -> list[Result]:
+    """One router per variant (its extra flags) over one cluster, rounds interleaved; `param`
+    names the variant in the rows, `kinds` the query kinds driven (and "mixed")."""
+    p = argparse.ArgumentParser(prog=f"python -m bench {prog}")
     p.add_argument("--messages", type=int, default=30_000)
     p.add_argument("--queries", type=int, default=400, help="queries per kind, concurrency and router in each cycle")
     p.add_argument("--cycles", type=int, default=3)
     args = p.parse_args(argv)
+    names = list(variants)
     out: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
         root = Path(tmp)
         cluster = LocalCluster(root=root, indexer_args=["--index-num", str(max(1000, args.messages))], indexer_reads_store=True)
         others: list[ServiceProcess] = []
         try:
-            cluster.start_router("--broker-calls", "multiplexed")
+            cluster.start_router(*variants[names[0]])
             for name, host in HOSTS.items():
                 cluster.add_broker(name, host)
             samples = _load(cluster, args.messages, 500)
             cluster.wait_indexed(timeout_s=600)
             assert cluster.router is not None
             static = _static_brokers(cluster)
-            routers = {"multiplexed": cluster.router}
-            for mode in MODES[1:]:
+            routers = {names[0]: cluster.router}
+            for mode in names[1:]:
                 others.append(ServiceProcess("router", f"127.0.0.1:{free_port('127.0.0.1')}",
-                                             ["--broker-calls", mode, "--static-brokers", static, "--remoting-bind", "off"],
+                                             [*variants[mode], "--static-brokers", static, "--remoting-bind", "off"],
                                              root / "logs" / f"router-{mode}.log").start())
                 routers[mode] = others[-1]
             broker_pids = [p.proc.pid for b in cluster.brokers.values() for p in (b.commitlog, b.indexer) if p.proc is not None]
-            kinds = _requests(samples)
-            work = {"by id": kinds["by id"], "by key": kinds["by key"], "mixed": [r for quad in zip(*kinds.values()) for r in quad]}
+            requests = _requests(samples)
+            work = {k: requests[k] for k in kinds if k != "mixed"}
+            if "mixed" in kinds:
+                work["mixed"] = [r for quad in zip(*requests.values()) for r in quad]
             stats: dict[tuple[str, int, str], list[tuple[Stats, float, float]]] = {}
             for cycle in range(args.cycles):
                 for concurrency in (1, 16):
                     for kind, reqs in work.items():
-                        for mode in (MODES if cycle % 2 == 0 else MODES[::-1]):
+                        for mode in (names if cycle % 2 == 0 else names[::-1]):
                             router = routers[mode]
                             assert router.proc is not None
                             r0, b0 = process_cpu_s(router.proc.pid), sum(process_cpu_s(pid) for pid in broker_pids)
@@ -77,7 +87,7 @@ def run(argv: list[str]) -> list[Result]:
                             done = args.queries + min(50, args.queries)  # _drive's warm-up calls run too
                             stats.setdefault((kind, concurrency, mode), []).append((s, (r1 - r0) / done * 1e6, (b1 - b0) / done * 1e6))
             for (kind, concurrency, mode), runs in stats.items():
-                params = {"brokers": 3, "messages": args.messages, "cycles": args.cycles, "concurrency": concurrency, "broker_calls": mode}
+                params = {"brokers": 3, "messages": args.messages, "cycles": args.cycles, "concurrency": concurrency, param: mode}
                 out += [
                     Result(f"A/B {kind} rate", statistics.median(s.rate for s, _, _ in runs), "queries/s", params),
                     Result(f"A/B {kind} p50", statistics.median(s.p50_ms for s, _, _ in runs), "ms", params),
@@ -87,7 +97,7 @@ def run(argv: list[str]) -> list[Result]:
                 ]
             for kind in work:
                 for concurrency in (1, 16):
-                    for a, b in (("multiplexed", "unary"), ("multiplexed", "stream"), ("stream", "unary")):
+                    for a, b in [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]:
                         ratio = (statistics.median(s.rate for s, _, _ in stats[(kind, concurrency, a)])
                                  / statistics.median(s.rate for s, _, _ in stats[(kind, concurrency, b)]))
                         out.append(Result(f"A/B {kind} rate, {a} / {b}", ratio, "x",
