@@ -6,7 +6,7 @@ key filter's work included: built inline before, by build_pending now), against 
 driver run in other source trees (--baseline-tree git:<revision> or a checkout with its own
 `make setup`; see bench.runner.source_tree), rounds interleaved.
 
-`.venv/bin/python -m bench indexer [--keys N] [--selects N] [--lag-messages N] [--only-store] [--baseline-tree git:REV ...]`
+`.venv/bin/python -m bench indexer [--keys N] [--selects N] [--lag-messages N] [--only-store] [--only-lag] [--baseline-tree git:REV ...]`
 """
 from __future__ import annotations
 
@@ -130,14 +130,67 @@ def _sqlite(root: Path, n: int, selects: list[int], base: int) -> list[Result]:
     ]
 
 
-def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2) -> list[Result]:
+class _Watchers:
+    """`n` routers' key presence copies of one indexer (services/query/presence.py), on a loop
+    of their own: each indexing batch then waits for their acknowledgements, as in a cluster."""
+
+    def __init__(self, address: str, n: int) -> None:
+        import asyncio
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.address, self.n = address, n
+        self._copies: list = []  # type: ignore[type-arg]
+        self._channels: list = []  # type: ignore[type-arg]
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+
+    async def _start(self) -> None:
+        from quarry.services.query.presence import PresenceCopies
+
+        for _ in range(self.n):
+            ch = grpc.aio.insecure_channel(self.address)
+            self._channels.append(ch)
+            copies = PresenceCopies(lambda _a, ch=ch: indexer_pb2_grpc.IndexerServiceStub(ch))
+            copies.rules_out(self.address, [])  # starts the watch
+            self._copies.append(copies)
+
+    def valid(self) -> bool:
+        import asyncio
+
+        async def check() -> bool:
+            return all(c.valid(self.address) for c in self._copies)
+        return asyncio.run_coroutine_threadsafe(check(), self._loop).result(10)
+
+    def close(self) -> None:
+        import asyncio
+
+        async def stop() -> None:
+            for c in self._copies:
+                await c.close()
+            for ch in self._channels:
+                await ch.close()
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2, watchers: int = 0) -> list[Result]:
     """Send batches (2 keys each: KEYS + UNIQ_KEY) at `rate` msg/s (0: as fast as the
-    commitlog takes them) and measure how far the index trails."""
+    commitlog takes them) and measure how far the index trails; with `watchers` routers'
+    key presence copies watching the indexer (each batch waits for their acknowledgements)."""
     cl = ServiceProcess("commitlog", f"127.0.0.1:{free_port()}", ["--store-dir", str(root / "store"), "--segment-size", str(512 << 20)], root / "cl.log").start()
     ix = ServiceProcess("indexer", f"127.0.0.1:{free_port()}", ["--index-dir", str(root / "ix"), "--commitlog", cl.address, "--hash-slots", "5000000", "--index-num", str(messages * 2 + 10)], root / "ix.log").start()
     lags: list[float] = []
     stop = threading.Event()
+    watching = _Watchers(ix.address, watchers) if watchers else None
     try:
+        if watching is not None:
+            deadline = time.monotonic() + 30
+            while not watching.valid():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the key presence watchers got no snapshot")
+                stop.wait(0.05)
         with grpc.insecure_channel(cl.address, options=[("grpc.max_send_message_length", 128 << 20)]) as cch, grpc.insecure_channel(ix.address) as ich:
             cstub = commitlog_pb2_grpc.CommitLogServiceStub(cch)
             istub = indexer_pb2_grpc.IndexerServiceStub(ich)
@@ -186,9 +239,11 @@ def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2)
             sampler.join()
     finally:
         stop.set()
+        if watching is not None:
+            watching.close()
         ix.stop()
         cl.stop()
-    params = {"messages": messages, "keys_per_message": 2, "batch": batch, "senders": senders_n, "target_rate": rate or "max"}
+    params = {"messages": messages, "keys_per_message": 2, "batch": batch, "senders": senders_n, "target_rate": rate or "max", "presence_watchers": watchers}
     return [
         Result("send rate during lag test", messages / send_s, "msg/s", params),
         Result("index rate (sent → fully indexed)", messages / catch_up_s, "msg/s", params),
@@ -199,6 +254,12 @@ def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2)
         # The ceiling of indexing is the rate messages arrive at: 1 means the index keeps up.
         Result("index rate / send rate (its ceiling)", (messages / catch_up_s) / (messages / send_s), "x", params),
     ]
+
+
+def _lag_runs(root: Path, args: argparse.Namespace) -> list[Result]:
+    """Paced and flat out, each without and with three routers' key presence copies watching."""
+    return [r for rate in (args.lag_rate, 0) for w in (0, 3)
+            for r in _lag(root / f"{rate or 'max'}-{w}", args.lag_messages, args.batch, rate, watchers=w)]
 
 
 def run(argv: list[str]) -> list[Result]:
@@ -212,6 +273,7 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--store-messages", type=int, default=300_000)
     p.add_argument("--store-rounds", type=int, default=5)
     p.add_argument("--only-store", action="store_true", help="only the IndexStore put rates (A/B against --baseline-tree)")
+    p.add_argument("--only-lag", action="store_true", help="only the lag runs, each without and with key presence watchers")
     args = p.parse_args(argv)
     trees = {"this tree": Path(__file__).resolve().parent.parent}
     for spec in args.baseline_tree:
@@ -220,6 +282,9 @@ def run(argv: list[str]) -> list[Result]:
         trees[rev] = tree
     # RocketMQ's 20 M entries per file (the filter's matrix at full size), then small files
     # (100 k entries) so that files fill and their filters are built within the run.
+    if args.only_lag:
+        with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
+            return _lag_runs(Path(tmp), args)
     store_rates = [r for n in (20_000_000, 100_001) for r in _store_rates(trees, args.store_messages, n, args.store_rounds)]
     if args.only_store:
         return store_rates
@@ -231,8 +296,7 @@ def run(argv: list[str]) -> list[Result]:
         root = Path(tmp)
         out += _index_file(root, args.keys, selects, base)
         out += _sqlite(root, args.keys, selects, base)
-        out += _lag(root / "paced", args.lag_messages, args.batch, args.lag_rate)
-        out += _lag(root / "max", args.lag_messages, args.batch, 0)
+        out += _lag_runs(root, args)
     by = {r.metric: r.value for r in out}
     out.append(Result("put rate IndexFile / SQLite", by["IndexFile put rate"] / by["SQLite put rate"], "x", {"target": ">= 1"}))
     out.append(Result("select p50 IndexFile / SQLite", by["IndexFile select p50"] / by["SQLite select p50"], "x", {"target": "<= 2"}))
