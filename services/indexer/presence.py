@@ -6,9 +6,9 @@ which is only exact if a watcher's copy never lacks a key that QueryMessage can 
 the order the tailer keeps for each batch (tailer.py): `add` the batch's hashes (into the
 filter, and as an update to every watcher), `await acknowledged()`, and only then write the
 entries where queries read them. A watcher that does not acknowledge within its lease is
-dropped; the router stops trusting its copy `lease_s` after it sent its last acknowledgement,
-which is before this side received it, so when the wait here gives up the copy is no longer
-used. A dropped watcher's stream ends UNAVAILABLE and the router watches again (snapshot).
+dropped; the router stops trusting its copy `lease_s` after it sent the latest acknowledgement
+this side says (each update's `acked`) it received, so when the wait here gives up the copy is
+no longer used, even if the router reads updates sent before that much later. A dropped watcher's stream ends UNAVAILABLE and the router watches again (snapshot).
 
 At start the filter is built from the IndexFiles on disk in a thread (the tailer's adds go
 into it meanwhile); watchers wait for it. When more keys were added than it was sized for, a
@@ -63,6 +63,10 @@ class _Watcher:
         return seq
 
     def ack(self, seq: int) -> None:
+        if self.closed is not None:
+            # Given up on (or broken): its lease no longer runs, and updates still queued must
+            # not tell the router of an acknowledgement received after that (their `acked`).
+            return
         if seq > self.seq:
             self.close(InvalidArgument(f"seq: acknowledged {seq}, beyond the last update sent ({self.seq})"))
             return
@@ -230,6 +234,7 @@ class KeyPresencePublisher:
                     assert w.closed is not None
                     raise w.closed
                 w.last_sent = time.monotonic()
+                update.acked = w.acked  # the router's copy is valid from when it sent this one
                 yield update
         finally:
             reader.cancel()

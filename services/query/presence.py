@@ -2,10 +2,10 @@
 
 A key or unique-key query asks only the brokers whose copy says they may hold the key; a
 broker without a valid copy is asked, as before there were copies. A copy is valid while its
-lease runs: `lease_ms` from the moment its latest acknowledgement was queued to be sent,
-which is before the indexer receives it, and the indexer holds a batch back from its queries
-until every watcher acknowledged it or that lease ran out on its side (services/indexer/
-presence.py). So a valid copy holds every key the broker's QueryMessage can find, and
+lease runs: `lease_ms` from the moment the latest acknowledgement the indexer echoes as
+received (an update's `acked`) was queued to be sent, which is before the indexer received
+it, and the indexer holds a batch back from its queries until every watcher acknowledged it
+or the lease of its latest acknowledgement received ran out (services/indexer/presence.py). So a valid copy holds every key the broker's QueryMessage can find, and
 skipping a broker it rules out never hides a message.
 
 One watch per indexer address, started by the first query that names it, on the router's
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import AsyncIterator, Callable, Sequence
 
 import grpc
@@ -32,6 +33,7 @@ log = logging.getLogger("quarry.router.presence")
 
 RETRY_S = (0.2, 10.0)  # first and longest pause before watching again after a failure
 REFUSED_RETRY_S = 60.0  # an indexer that keeps no filter
+_ACKS_TRACKED = 4096  # acknowledgements remembered until echoed (an older echo extends nothing)
 _REFUSED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION)
 
 
@@ -129,6 +131,7 @@ class PresenceCopies:
 
         call = self._stub(address).WatchKeyPresence(ack_stream())
         building: KeyPresence | None = None
+        sent: deque[tuple[int, float]] = deque(maxlen=_ACKS_TRACKED)  # (seq, when queued) not yet echoed
         try:
             async for u in call:
                 if u.log2_bits:  # a snapshot's chunk
@@ -142,9 +145,19 @@ class PresenceCopies:
                     if copy.filter is None:
                         raise ValueError(f"key presence update {u.seq} of {address} came before a whole snapshot")
                     copy.filter.add(u.key_hashes)
-                # Valid from before the acknowledgement is sent: the indexer's lease starts later.
-                if copy.filter is not None:
-                    copy.valid_until = time.monotonic() + u.lease_ms / 1000.0
+                if u.acked:
+                    # Valid from when the acknowledgement the indexer received was queued (its lease
+                    # starts later). Not from the latest one queued: the indexer may have given up
+                    # on this watcher before receiving it, and written batches this copy lacks.
+                    if u.acked >= u.seq:  # every update before this one is acknowledged, no later one
+                        raise ValueError(f"acked: {u.acked} in update {u.seq} of {address}, beyond the acknowledgements sent")
+                    queued_at = 0.0
+                    while sent and sent[0][0] <= u.acked:
+                        seq, at = sent.popleft()
+                        queued_at = at if seq == u.acked else queued_at
+                    if copy.filter is not None and queued_at:
+                        copy.valid_until = max(copy.valid_until, queued_at + u.lease_ms / 1000.0)
+                sent.append((u.seq, time.monotonic()))
                 acks.put_nowait(indexer_pb2.WatchKeyPresenceRequest(seq=u.seq))
         finally:
             if not copy.leaving:

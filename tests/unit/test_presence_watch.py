@@ -260,3 +260,97 @@ def test_a_full_filter_is_rebuilt_larger_and_watched_again(tmp_path: Path, copie
 async def _copy_bits(copies: PresenceCopies, address: str) -> int:
     f = copies._copies[address].filter
     return f.log2_bits if f is not None else 0
+
+
+class _GatedCall:
+    """A watch call whose updates the router reads only when the test lets it: a router that
+    stalls (a busy loop, a slow network) and reads updates long after they were sent."""
+
+    def __init__(self, call: Any, gate: "asyncio.Semaphore") -> None:
+        self._call, self._gate = call, gate
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+    async def __aiter__(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
+        async for u in self._call:
+            await self._gate.acquire()
+            yield u
+
+
+async def _semaphore() -> "asyncio.Semaphore":
+    return asyncio.Semaphore(0)
+
+
+def test_an_update_read_after_its_watcher_was_dropped_does_not_make_the_copy_trusted(tmp_path: Path) -> None:
+    with Indexer(tmp_path, lease_s=0.3) as ix:
+        publisher = ix.publisher
+        assert publisher is not None
+        gate = on_loop(_semaphore())
+        channel = on_loop(_channel(ix.address))
+
+        def stub(_address: str) -> Any:
+            class Stub:
+                def WatchKeyPresence(self, acks: Any) -> _GatedCall:
+                    return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
+            return Stub()
+
+        copies = on_loop(_make(stub))
+        try:
+            _rules_out(copies, ix.address, "x")
+            opened = on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
+            assert opened
+            # The router stalls: the batch waits for it until its lease runs out, is written,
+            # and the next batch is written without waiting (no watcher left).
+            ix.index_keys(["late-1"], 100)
+            assert publisher.watchers == 0
+            ix.index_keys(["late-2"], 200)
+            assert ix.index.query("T", "late-2", 10, 0, 2**62) == [200]
+
+            async def read_on() -> None:
+                # The router reads on, one update at a time: whenever its copy counts as valid
+                # it must hold late-2, which QueryMessage finds now.
+                for _ in range(50):
+                    if copies.valid(ix.address):
+                        assert not copies.rules_out(ix.address, [_hash("late-2")]), "a valid copy rules out a key the indexer finds"
+                    gate.release()
+                    await asyncio.sleep(0.02)
+            on_loop(read_on())
+        finally:
+            on_loop(_release_all(gate))
+            on_loop(copies.close())
+            on_loop(channel.close())
+
+
+async def _channel(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address)
+
+
+async def _release_until(gate: "asyncio.Semaphore", done: Any) -> bool:
+    for _ in range(500):
+        if done():
+            while not gate.locked():  # take back what the router has not used: it stalls now
+                await gate.acquire()
+            return True
+        gate.release()
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def _release_all(gate: "asyncio.Semaphore") -> None:
+    for _ in range(1000):
+        gate.release()
+
+
+def test_a_dropped_watcher_echoes_no_acknowledgement_received_after_the_drop() -> None:
+    from quarry.services.errors import Unavailable
+    from quarry.services.indexer.presence import _Watcher
+
+    async def run() -> tuple[int, float]:
+        w = _Watcher(1.0)
+        w.enqueue(indexer_pb2.WatchKeyPresenceResponse())
+        lease_until = w.lease_until
+        w.close(Unavailable("lease ran out"))
+        w.ack(1)  # in flight when the indexer gave up: the batch may be written already
+        return w.acked, w.lease_until - lease_until
+    assert on_loop(run()) == (0, 0.0)
