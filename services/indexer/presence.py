@@ -91,6 +91,9 @@ class KeyPresencePublisher:
         self._building: KeyPresence | None = None
         self._inflight: list[Sequence[int]] = []  # added, not yet written to the index
         self._watchers: set[_Watcher] = set()
+        # Until when a dropped watcher's router may still trust its copy: batches it will never
+        # see (added after the drop) are written only after that (acknowledged).
+        self._hold_until = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Event | None = None
         self.failed = ""  # why no filter could be built (watchers are refused)
@@ -127,7 +130,8 @@ class KeyPresencePublisher:
     async def acknowledged(self, waits: list[tuple[_Watcher, int]]) -> None:
         """Until each watcher acknowledged its update, released its copy, or its lease ran out
         (then it is dropped). A stream that broke is waited on to the end of the lease too: the
-        router may not have noticed yet and trusts its copy until then."""
+        router may not have noticed yet and trusts its copy until then; so is a watcher dropped
+        for any reason but its lease (a broken stream, a resize, a stop), for every batch."""
         for w, seq in waits:
             while w.acked < seq and not w.released:
                 left = w.lease_until + LEASE_MARGIN_S - time.monotonic()
@@ -141,6 +145,9 @@ class KeyPresencePublisher:
                     await asyncio.wait_for(w.changed.wait(), left)
                 except TimeoutError:
                     pass
+        left = self._hold_until - time.monotonic()
+        if left > 0:
+            await asyncio.sleep(left)
 
     def written(self) -> None:
         """Under the lock, after the oldest added batch is in the index."""
@@ -201,7 +208,10 @@ class KeyPresencePublisher:
     # -- watchers ----------------------------------------------------------------------------
     def _drop(self, w: _Watcher, why: Exception) -> None:
         self._watchers.discard(w)
-        w.close(why)
+        w.close(why)  # its lease stops here (later acknowledgements are ignored)
+        if not w.released:
+            # Resized, broken, ended: its router trusts its copy to the lease's end, unaware.
+            self._hold_until = max(self._hold_until, w.lease_until + LEASE_MARGIN_S)
 
     async def watch(self, acks: AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
         """The updates of one watcher: the snapshot, then batches and heartbeats."""

@@ -354,3 +354,41 @@ def test_a_dropped_watcher_echoes_no_acknowledgement_received_after_the_drop() -
         w.ack(1)  # in flight when the indexer gave up: the batch may be written already
         return w.acked, w.lease_until - lease_until
     assert on_loop(run()) == (0, 0.0)
+
+
+def test_a_batch_added_after_a_resize_dropped_the_watchers_waits_out_their_leases(tmp_path: Path) -> None:
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        publisher = ix.publisher
+        assert publisher is not None
+        gate = on_loop(_semaphore())
+        channel = on_loop(_channel(ix.address))
+
+        def stub(_address: str) -> Any:
+            class Stub:
+                def WatchKeyPresence(self, acks: Any) -> _GatedCall:
+                    return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
+            return Stub()
+
+        copies = on_loop(_make(stub))
+        try:
+            _rules_out(copies, ix.address, "x")
+            assert on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
+            # The router has not read the stream's end yet (a busy loop): its copy is valid.
+
+            async def resize() -> None:
+                with ix.lock:
+                    publisher._begin_build(1 << 21)  # as when the filter is full
+            first = publisher.filter
+            on_loop(resize())
+            wait_until(lambda: publisher.filter is not first and publisher.watchers == 0, what="the resize dropped the watcher")
+            ix.index_keys(["after-resize"], 100)
+            assert ix.index.query("T", "after-resize", 10, 0, 2**62) == [100]
+
+            async def check() -> None:
+                if copies.valid(ix.address):
+                    assert not copies.rules_out(ix.address, [_hash("after-resize")]), "a valid copy rules out a key the indexer finds"
+            on_loop(check())
+        finally:
+            on_loop(_release_all(gate))
+            on_loop(copies.close())
+            on_loop(channel.close())
