@@ -206,6 +206,12 @@ class KeyPresencePublisher:
         self._ready.set()
 
     # -- watchers ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """End every watch (the indexer stops): a stream open to the end would hold the whole
+        shutdown grace."""
+        for w in list(self._watchers):
+            self._drop(w, Unavailable("key presence: the indexer is stopping; watch again"))
+
     def _drop(self, w: _Watcher, why: Exception) -> None:
         self._watchers.discard(w)
         w.close(why)  # its lease stops here (later acknowledgements are ignored)

@@ -265,6 +265,7 @@ async def _serve(args: argparse.Namespace) -> int:
         builder.stop()
         index.close()
 
-    await aio_wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0)
+    await aio_wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0,
+                                   before_stop=presence.close if presence is not None else None)
     await servicer.close()
     return 0

@@ -32,8 +32,8 @@ class Env(ClusterStubs):
         return status.index_last_update_phy_offset
 
 
-def _cluster(cluster_factory, *router_args: str) -> Env:  # type: ignore[no-untyped-def]
-    cluster = cluster_factory(indexer_args=["--flush-interval-ms", "100"])
+def _cluster(cluster_factory, *router_args: str, indexer_args: tuple[str, ...] = ()) -> Env:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(indexer_args=["--flush-interval-ms", "100", *indexer_args])
     cluster.start_router(*router_args)
     for name, host in HOSTS.items():
         cluster.add_broker(name, host)
@@ -112,3 +112,15 @@ def test_an_indexer_restart_is_watched_again(env: Env) -> None:
     assert [m.offset_msg_id for m in result.messages] == [sent.offset_msg_id]  # type: ignore[union-attr]
     # Its filter was rebuilt from the IndexFiles on disk: the older key is still held there.
     assert _ruled_out(env.by_key("before-restart")) == {"broker-a", "broker-b"}
+
+
+def test_a_watched_indexer_stops_without_waiting_out_its_grace(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    e = _cluster(cluster_factory, indexer_args=("--shutdown-grace-ms", "120000"))
+    try:
+        wait_until(lambda: len(_ruled_out(e.by_key("warm-up"))) == 3, what="every filter watched")
+        # The watch streams never end by themselves: left open they would hold the whole grace.
+        assert e.cluster.brokers["broker-c"].indexer.stop(timeout_s=20) == 0  # not killed
+        result = e.by_key("warm-up")  # the stopped broker is asked (and reported), not ruled out
+        assert "broker-c" not in _ruled_out(result)
+    finally:
+        e.close()
