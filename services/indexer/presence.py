@@ -97,6 +97,7 @@ class KeyPresencePublisher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Event | None = None
         self.failed = ""  # why no filter could be built (watchers are refused)
+        self._stopping = False
 
     def start(self) -> "KeyPresencePublisher":
         """Build the filter from the files on disk (on the loop that will use it)."""
@@ -209,6 +210,9 @@ class KeyPresencePublisher:
     def close(self) -> None:
         """End every watch (the indexer stops): a stream open to the end would hold the whole
         shutdown grace."""
+        self._stopping = True
+        if self._ready is not None:
+            self._ready.set()  # and those waiting for a first build that may take long
         for w in list(self._watchers):
             self._drop(w, Unavailable("key presence: the indexer is stopping; watch again"))
 
@@ -222,7 +226,9 @@ class KeyPresencePublisher:
     async def watch(self, acks: AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
         """The updates of one watcher: the snapshot, then batches and heartbeats."""
         assert self._ready is not None
-        while self.filter is None:
+        while self.filter is None or self._stopping:
+            if self._stopping:
+                raise Unavailable("key presence: the indexer is stopping; watch again")
             if self.failed:
                 raise Unavailable(self.failed)
             await self._ready.wait()

@@ -392,3 +392,20 @@ def test_a_batch_added_after_a_resize_dropped_the_watchers_waits_out_their_lease
             on_loop(_release_all(gate))
             on_loop(copies.close())
             on_loop(channel.close())
+
+
+def test_a_watch_waiting_for_the_first_build_ends_when_the_indexer_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A large index takes long to build: the watch waits for it, and a stop must end it too.
+    monkeypatch.setattr(KeyPresencePublisher, "_build", lambda self, target, files: None)
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        publisher = ix.publisher
+        assert publisher is not None and publisher.filter is None
+        call, (reader, _got) = _raw_watch(ix.address, _acks_never())
+
+        async def stop() -> None:
+            publisher.close()
+        on_loop(stop())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            on_loop(_await(reader), timeout_s=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "stopping" in (err.value.details() or "")
+
