@@ -97,7 +97,7 @@ class PresenceCopies:
         return copy is not None and copy.filter is not None and time.monotonic() < copy.valid_until
 
     async def _watch(self, address: str, copy: _Copy) -> None:
-        pause = RETRY_S[0]
+        pause, bad = RETRY_S[0], ""
         while not copy.leaving:
             copy.acks = asyncio.Queue()
             try:
@@ -115,6 +115,9 @@ class PresenceCopies:
                     pause = REFUSED_RETRY_S
             except Exception as exc:  # a bad update: drop the copy and watch again
                 why = f"{type(exc).__name__}: {exc}"
+                if why != bad:  # the indexer breaks the protocol: said once per reason, not per retry
+                    log_event(log, "bad key presence update; copy dropped, watching again", logging.WARNING, indexer=address, error=why)
+                bad = why
             finally:
                 copy.invalidate()
             if copy.leaving:

@@ -409,3 +409,44 @@ def test_a_watch_waiting_for_the_first_build_ends_when_the_indexer_stops(tmp_pat
             on_loop(_await(reader), timeout_s=10)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "stopping" in (err.value.details() or "")
 
+
+class _ScriptedCall:
+    """An indexer's watch that sends what the test says (a broken or hostile indexer)."""
+
+    def __init__(self, updates: list[indexer_pb2.WatchKeyPresenceResponse]) -> None:
+        self._updates = updates
+
+    def cancel(self) -> bool:
+        return True
+
+    async def __aiter__(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
+        for u in self._updates:
+            yield u
+        await asyncio.Event().wait()  # then silent, the stream open
+
+
+@pytest.mark.parametrize("bad", [
+    indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk_offset=1 << 20, chunk=b"\xff", snapshot_done=True, lease_ms=1000),
+    indexer_pb2.WatchKeyPresenceResponse(seq=1, key_hashes=[1, 2], lease_ms=1000),
+    indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=60, hash_count=6, chunk=b"\xff", snapshot_done=True, lease_ms=1000),
+])
+def test_a_bad_update_drops_the_copy_with_a_warning_naming_the_field(bad: indexer_pb2.WatchKeyPresenceResponse, caplog: pytest.LogCaptureFixture) -> None:
+    def stub(_address: str) -> Any:
+        class Stub:
+            def WatchKeyPresence(self, acks: Any) -> _ScriptedCall:
+                return _ScriptedCall([bad])
+        return Stub()
+
+    copies = on_loop(_make(stub))
+    try:
+        _rules_out(copies, "127.0.0.1:9", "x")
+        wait_until(lambda: any(r.levelname == "WARNING" and "bad key presence update" in r.getMessage() for r in caplog.records), what="the warning")
+        assert not on_loop(_valid(copies, "127.0.0.1:9"))
+        text = " ".join(str(getattr(r, "kv", "")) for r in caplog.records)
+        assert any(field in text for field in ("chunk_offset", "log2_bits", "whole snapshot"))
+    finally:
+        on_loop(copies.close())
+
+
+async def _valid(copies: PresenceCopies, address: str) -> bool:
+    return copies.valid(address)
