@@ -27,7 +27,7 @@ from typing import AsyncIterator, Sequence
 from quarry.v1 import indexer_pb2
 from quarry.services.errors import InvalidArgument, Unavailable
 from quarry.services.indexer.index_store import IndexStore
-from quarry.services.key_presence import BITS_PER_KEY, KeyPresence, log2_bits_for
+from quarry.services.key_presence import BITS_PER_KEY, MAX_LOG2_BITS, KeyPresence, log2_bits_for
 from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.index.presence")
@@ -121,8 +121,11 @@ class KeyPresencePublisher:
         for f in (self.filter, self._building):
             if f is not None:
                 f.add(key_hashes)
-        if self.filter is not None and self._building is None and self.filter.added > (1 << self.filter.log2_bits) // BITS_PER_KEY:
-            self._begin_build(self.filter.added * 2)
+        cur = self.filter
+        # Full: rebuilt larger, unless it is the largest (a rebuild as large would re-read every
+        # file and drop every watcher, again at each batch, for no fewer false "may hold").
+        if cur is not None and self._building is None and cur.added > (1 << cur.log2_bits) // BITS_PER_KEY and cur.log2_bits < MAX_LOG2_BITS:
+            self._begin_build(cur.added * 2)
         if not self._watchers:
             return []
         hashes = list(key_hashes)

@@ -450,3 +450,22 @@ def test_a_bad_update_drops_the_copy_with_a_warning_naming_the_field(bad: indexe
 
 async def _valid(copies: PresenceCopies, address: str) -> bool:
     return copies.valid(address)
+
+
+def test_a_full_filter_at_the_largest_size_is_not_rebuilt_again_and_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beyond the largest filter's capacity it only answers "may hold" more often: a rebuild
+    # could be no larger, and each would re-read every file and drop every watcher.
+    monkeypatch.setattr(key_presence, "MIN_LOG2_BITS", 10)
+    monkeypatch.setattr(key_presence, "MAX_LOG2_BITS", 10)  # room for 102 keys, and no more
+    monkeypatch.setattr("quarry.services.indexer.presence.MAX_LOG2_BITS", 10, raising=False)
+    monkeypatch.setattr("quarry.services.indexer.presence.MIN_KEYS", 1)
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        publisher = ix.publisher
+        assert publisher is not None
+        wait_until(lambda: publisher.filter is not None, what="the first filter")
+        builds: list[int] = []
+        begin = publisher._begin_build
+        monkeypatch.setattr(publisher, "_begin_build", lambda keys: (builds.append(keys), begin(keys)))
+        for i in range(0, 300, 10):
+            ix.index_keys([f"k{j}" for j in range(i, i + 10)], 100 + i)
+        assert builds == []
