@@ -53,6 +53,7 @@ class _Copy:
         self.refused = ""  # the indexer keeps no filter: why (logged once)
         self.leaving = False
         self.acks: asyncio.Queue[indexer_pb2.WatchKeyPresenceRequest | None] | None = None
+        self.snapshots = 0  # whole snapshots received (a watch that worked)
 
     def rules_out(self, hashes: Sequence[int]) -> bool:
         f = self.filter
@@ -100,6 +101,7 @@ class PresenceCopies:
         pause, bad = RETRY_S[0], ""
         while not copy.leaving:
             copy.acks = asyncio.Queue()
+            snapshots = copy.snapshots
             try:
                 await self._follow(address, copy, copy.acks)
                 why = "the indexer ended the watch"
@@ -124,6 +126,8 @@ class PresenceCopies:
                 return
             if not copy.refused:
                 log_event(log, "key presence watch ended; watching again", logging.DEBUG, indexer=address, reason=why)
+            if copy.snapshots != snapshots and pause < REFUSED_RETRY_S:
+                pause = RETRY_S[0]  # this watch worked: a later end (a resize, a restart) is not a run of failures
             await asyncio.sleep(pause)
             pause = min(RETRY_S[1], pause * 2) if pause < REFUSED_RETRY_S else RETRY_S[0]
 
@@ -144,6 +148,7 @@ class PresenceCopies:
                     building.merge(u.chunk, u.chunk_offset)
                     if u.snapshot_done:
                         copy.filter, building, copy.refused = building, None, ""
+                        copy.snapshots += 1
                 elif u.key_hashes:
                     if copy.filter is None:
                         raise ValueError(f"key presence update {u.seq} of {address} came before a whole snapshot")

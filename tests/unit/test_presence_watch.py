@@ -469,3 +469,29 @@ def test_a_full_filter_at_the_largest_size_is_not_rebuilt_again_and_again(tmp_pa
         for i in range(0, 300, 10):
             ix.index_keys([f"k{j}" for j in range(i, i + 10)], 100 + i)
         assert builds == []
+
+
+def test_a_watch_that_worked_and_ended_is_watched_again_without_a_growing_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Resizes and restarts end watches that worked: over a router's life they must not add up
+    # to the longest pause (the broker asked every key query meanwhile).
+    monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 60.0))
+    calls: list[int] = []
+
+    class _EndsAfterSnapshot(_ScriptedCall):
+        async def __aiter__(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
+            for u in self._updates:
+                yield u  # then the indexer ends the watch (as a resize does)
+
+    def stub(_address: str) -> Any:
+        class Stub:
+            def WatchKeyPresence(self, acks: Any) -> _ScriptedCall:
+                calls.append(1)
+                return _EndsAfterSnapshot([indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True, lease_ms=1000)])
+        return Stub()
+
+    copies = on_loop(_make(stub))
+    try:
+        _rules_out(copies, "127.0.0.1:9", "x")
+        wait_until(lambda: len(calls) >= 30, what="watched again after each end")  # 0.01 s doubling: 30 ends take hours
+    finally:
+        on_loop(copies.close())
