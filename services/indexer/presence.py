@@ -154,7 +154,9 @@ class KeyPresencePublisher:
             await asyncio.sleep(left)
 
     def written(self) -> None:
-        """Under the lock, after the oldest added batch is in the index."""
+        """Under the lock, after the oldest added batch is in the index (or will not be: a
+        failed or cancelled write; its records are delivered and added again, and what part
+        of it was written is in the files a build reads)."""
         if self._inflight:
             self._inflight.pop(0)
 

@@ -181,14 +181,21 @@ class Tailer:
             with self.lock:
                 batch = self.index.prepare_records(response.records)  # type: ignore[attr-defined]
                 waits = presence.add(batch.key_hashes)
-            await presence.acknowledged(waits)
+            try:
+                await presence.acknowledged(waits)
+            except BaseException:  # cancelled (stopping): not written; delivered and added again later
+                with self.lock:
+                    presence.written()
+                raise
         with self.lock:
             if response.records:
                 if presence is None:
                     self.index.index_records(response.records)
                 else:
-                    self.index.write_prepared(batch)  # type: ignore[attr-defined]
-                    presence.written()
+                    try:
+                        self.index.write_prepared(batch)  # type: ignore[attr-defined]
+                    finally:  # written, or failed (delivered again): no longer in flight either way
+                        presence.written()
                 self.state.last_store_timestamp = response.records[-1].store_timestamp
             self.state.next_offset = response.next_offset
             self.state.commitlog_max_offset = response.max_offset

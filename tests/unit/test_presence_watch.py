@@ -495,3 +495,28 @@ def test_a_watch_that_worked_and_ended_is_watched_again_without_a_growing_pause(
         wait_until(lambda: len(calls) >= 30, what="watched again after each end")  # 0.01 s doubling: 30 ends take hours
     finally:
         on_loop(copies.close())
+
+
+def test_a_batch_the_tailer_gave_up_on_is_no_longer_in_flight(tmp_path: Path) -> None:
+    # A stop cancels the tailer while a batch waits for a watcher: the batch is not written,
+    # and is delivered and added again later; kept "in flight" it would never leave.
+    from quarry.services.indexer.tailer import Tailer
+    from quarry.v1 import commitlog_pb2
+
+    with Indexer(tmp_path, lease_s=5.0) as ix:
+        publisher = ix.publisher
+        assert publisher is not None
+        _call, (_reader, got) = _raw_watch(ix.address, _acks_never())
+        wait_until(lambda: publisher.watchers == 1 and got and got[-1].snapshot_done, what="the snapshot sent")
+        tailer = Tailer("127.0.0.1:1", ix.index, IndexCheckpoint(tmp_path / "ckpt"), 0, lock=ix.lock, presence=publisher)
+        record = common_pb2.DispatchRecord(physical_offset=100, topic="T", keys="cancelled", store_timestamp=1_700_000_000_000)
+
+        async def apply_then_cancel() -> int:
+            task = asyncio.ensure_future(tailer._apply(commitlog_pb2.TailResponse(records=[record], next_offset=200, max_offset=200)))
+            while not any(u.key_hashes for u in got):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return len(publisher._inflight)
+        assert on_loop(apply_then_cancel()) == 0
+        assert ix.index.query("T", "cancelled", 10, 0, 2**62) == []
