@@ -103,6 +103,9 @@ class KeyPresencePublisher:
         """Build the filter from the files on disk (on the loop that will use it)."""
         self._loop = asyncio.get_running_loop()
         self._ready = asyncio.Event()
+        # A router may still trust a copy from this indexer's previous run (a crash, a quick
+        # restart) for up to a lease: what this run writes first waits that out.
+        self._hold_until = time.monotonic() + self.lease_s + LEASE_MARGIN_S
         with self.lock:
             self._begin_build(MIN_KEYS)
         return self

@@ -520,3 +520,38 @@ def test_a_batch_the_tailer_gave_up_on_is_no_longer_in_flight(tmp_path: Path) ->
             return len(publisher._inflight)
         assert on_loop(apply_then_cancel()) == 0
         assert ix.index.query("T", "cancelled", 10, 0, 2**62) == []
+
+
+def test_a_restarted_indexer_writes_nothing_while_a_copy_of_its_previous_run_may_be_trusted(tmp_path: Path) -> None:
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        gate = on_loop(_semaphore())
+        channel = on_loop(_channel(ix.address))
+
+        def stub(_address: str) -> Any:
+            class Stub:
+                def WatchKeyPresence(self, acks: Any) -> _GatedCall:
+                    return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
+            return Stub()
+
+        copies = on_loop(_make(stub))
+        try:
+            _rules_out(copies, ix.address, "x")
+            assert on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
+            # The indexer crashes and starts again at once; the router (busy) has not read the
+            # end of the old stream: its copy is still valid, and the new run knows nothing of it.
+
+            async def restarted() -> KeyPresencePublisher:
+                return KeyPresencePublisher(ix.index, ix.lock, 1.0).start()
+            ix.publisher = on_loop(restarted())
+            wait_until(lambda: ix.publisher.filter is not None, what="the new run's filter")  # type: ignore[union-attr]
+            ix.index_keys(["after-restart"], 100)
+            assert ix.index.query("T", "after-restart", 10, 0, 2**62) == [100]
+
+            async def check() -> None:
+                if copies.valid(ix.address):
+                    assert not copies.rules_out(ix.address, [_hash("after-restart")]), "a valid copy rules out a key the indexer finds"
+            on_loop(check())
+        finally:
+            on_loop(_release_all(gate))
+            on_loop(copies.close())
+            on_loop(channel.close())
