@@ -54,6 +54,7 @@ class _Copy:
         self.leaving = False
         self.acks: asyncio.Queue[indexer_pb2.WatchKeyPresenceRequest | None] | None = None
         self.snapshots = 0  # whole snapshots received (a watch that worked)
+        self.whole_since = 0.0  # monotonic: when the latest one was
 
     def rules_out(self, hashes: Sequence[int]) -> bool:
         f = self.filter
@@ -126,8 +127,10 @@ class PresenceCopies:
                 return
             if not copy.refused:
                 log_event(log, "key presence watch ended; watching again", logging.DEBUG, indexer=address, reason=why)
-            if copy.snapshots != snapshots and pause < REFUSED_RETRY_S:
-                pause = RETRY_S[0]  # this watch worked: a later end (a resize, a restart) is not a run of failures
+            if copy.snapshots != snapshots and time.monotonic() - copy.whole_since >= RETRY_S[1] and pause < REFUSED_RETRY_S:
+                # It worked for a while: its end (a resize, a restart) is not one of a run of
+                # failures. One that ends at once (too slow for the indexer) still backs off.
+                pause = RETRY_S[0]
             await asyncio.sleep(pause)
             pause = min(RETRY_S[1], pause * 2) if pause < REFUSED_RETRY_S else RETRY_S[0]
 
@@ -148,7 +151,7 @@ class PresenceCopies:
                     building.merge(u.chunk, u.chunk_offset)
                     if u.snapshot_done:
                         copy.filter, building, copy.refused = building, None, ""
-                        copy.snapshots += 1
+                        copy.snapshots, copy.whole_since = copy.snapshots + 1, time.monotonic()
                 elif u.key_hashes:
                     if copy.filter is None:
                         raise ValueError(f"key presence update {u.seq} of {address} came before a whole snapshot")

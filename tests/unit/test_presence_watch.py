@@ -471,28 +471,48 @@ def test_a_full_filter_at_the_largest_size_is_not_rebuilt_again_and_again(tmp_pa
         assert builds == []
 
 
-def test_a_watch_that_worked_and_ended_is_watched_again_without_a_growing_pause(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Resizes and restarts end watches that worked: over a router's life they must not add up
-    # to the longest pause (the broker asked every key query meanwhile).
-    monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 60.0))
-    calls: list[int] = []
+class _Pauses:
+    """asyncio for services/query/presence.py, with the pauses before watching again recorded
+    (and not waited)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("open_s,grows", [(0.08, False), (0.0, True)])
+def test_the_pause_before_watching_again_starts_over_after_a_lasting_watch_only(open_s: float, grows: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Resizes and restarts end watches that worked for long: over a router's life they must not
+    # add up to the longest pause (the broker asked every key query meanwhile). A watch that
+    # ends as soon as it starts (a router too slow for the indexer) still backs off: each
+    # snapshot costs the indexer a wait of up to a lease.
+    monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 0.05))
+    pauses = _Pauses()
+    monkeypatch.setattr("quarry.services.query.presence.asyncio", pauses)
 
     class _EndsAfterSnapshot(_ScriptedCall):
         async def __aiter__(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
             for u in self._updates:
-                yield u  # then the indexer ends the watch (as a resize does)
+                yield u
+            await asyncio.sleep(open_s)  # then the indexer ends the watch (as a resize does)
 
     def stub(_address: str) -> Any:
         class Stub:
             def WatchKeyPresence(self, acks: Any) -> _ScriptedCall:
-                calls.append(1)
                 return _EndsAfterSnapshot([indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True, lease_ms=1000)])
         return Stub()
 
     copies = on_loop(_make(stub))
     try:
         _rules_out(copies, "127.0.0.1:9", "x")
-        wait_until(lambda: len(calls) >= 30, what="watched again after each end")  # 0.01 s doubling: 30 ends take hours
+        wait_until(lambda: len(pauses.pauses) >= 6, what="watched again six times")
+        assert (pauses.pauses[5] == 0.05) == grows, pauses.pauses
     finally:
         on_loop(copies.close())
 
