@@ -8,7 +8,9 @@ filter, and as an update to every watcher), `await acknowledged()`, and only the
 entries where queries read them. A watcher that does not acknowledge within its lease is
 dropped; the router stops trusting its copy `lease_s` after it sent the latest acknowledgement
 this side says (each update's `acked`) it received, so when the wait here gives up the copy is
-no longer used, even if the router reads updates sent before that much later. A dropped watcher's stream ends UNAVAILABLE and the router watches again (snapshot).
+no longer used, even if the router reads updates sent before that much later. A dropped
+watcher's stream ends UNAVAILABLE and the router watches again (snapshot); a watcher dropped
+before its lease ran out (resize, broken stream, stop) holds every later batch to its end.
 
 At start the filter is built from the IndexFiles on disk in a thread (the tailer's adds go
 into it meanwhile); watchers wait for it. When more keys were added than it was sized for, a
