@@ -131,66 +131,50 @@ def _sqlite(root: Path, n: int, selects: list[int], base: int) -> list[Result]:
 
 
 class _Watchers:
-    """`n` routers' key presence copies of one indexer (services/query/presence.py), on a loop
-    of their own: each indexing batch then waits for their acknowledgements, as in a cluster."""
+    """`n` router processes over the broker, each watching the indexer's key presence filter:
+    every indexing batch then waits for their acknowledgements, as in a cluster."""
 
-    def __init__(self, address: str, n: int) -> None:
-        import asyncio
+    def __init__(self, root: Path, commitlog: str, indexer: str, n: int) -> None:
+        with grpc.insecure_channel(commitlog) as ch:
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+            host = stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10).store_host
+            # The topic must exist for a router to ask this broker at all.
+            stub.SendMessage(commitlog_pb2.SendMessageRequest(message=common_pb2.MessageInput(topic="TopicTest", body=b"w", keys=["warm-up"], queue_id=0)), timeout=10)
+        static = f"broker-a={commitlog},{indexer},{host.ip}:{host.port}"
+        self.routers = [ServiceProcess("router", f"127.0.0.1:{free_port()}", ["--static-brokers", static, "--remoting-bind", "off"], root / f"router-{i}.log").start()
+                        for i in range(n)]
 
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self.address, self.n = address, n
-        self._copies: list = []  # type: ignore[type-arg]
-        self._channels: list = []  # type: ignore[type-arg]
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+    def wait_watching(self, timeout_s: float = 60.0) -> None:
+        """Until every router rules the broker out for an absent key (its copy is trusted)."""
+        from quarry.v1 import router_pb2, router_pb2_grpc
 
-    async def _start(self) -> None:
-        from quarry.services.query.presence import PresenceCopies
-
-        for _ in range(self.n):
-            ch = grpc.aio.insecure_channel(self.address)
-            self._channels.append(ch)
-            copies = PresenceCopies(lambda _a, ch=ch: indexer_pb2_grpc.IndexerServiceStub(ch))
-            copies.rules_out(self.address, [])  # starts the watch
-            self._copies.append(copies)
-
-    def valid(self) -> bool:
-        import asyncio
-
-        async def check() -> bool:
-            return all(c.valid(self.address) for c in self._copies)
-        return asyncio.run_coroutine_threadsafe(check(), self._loop).result(10)
+        deadline, pause = time.monotonic() + timeout_s, threading.Event()
+        for r in self.routers:
+            with grpc.insecure_channel(r.address) as ch:
+                stub = router_pb2_grpc.QueryRouterServiceStub(ch)
+                while not any(o.ruled_out_by_key_filter for o in stub.QueryMsgByKey(
+                        router_pb2.QueryMsgByKeyRequest(topic="TopicTest", key="absent"), timeout=10).result.brokers):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"router {r.address} did not watch the indexer's key presence")
+                    pause.wait(0.05)
 
     def close(self) -> None:
-        import asyncio
-
-        async def stop() -> None:
-            for c in self._copies:
-                await c.close()
-            for ch in self._channels:
-                await ch.close()
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        for r in self.routers:
+            r.stop()
 
 
 def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2, watchers: int = 0) -> list[Result]:
     """Send batches (2 keys each: KEYS + UNIQ_KEY) at `rate` msg/s (0: as fast as the
-    commitlog takes them) and measure how far the index trails; with `watchers` routers'
-    key presence copies watching the indexer (each batch waits for their acknowledgements)."""
+    commitlog takes them) and measure how far the index trails; with `watchers` router
+    processes watching the indexer's key presence (each batch waits for their acknowledgements)."""
     cl = ServiceProcess("commitlog", f"127.0.0.1:{free_port()}", ["--store-dir", str(root / "store"), "--segment-size", str(512 << 20)], root / "cl.log").start()
     ix = ServiceProcess("indexer", f"127.0.0.1:{free_port()}", ["--index-dir", str(root / "ix"), "--commitlog", cl.address, "--hash-slots", "5000000", "--index-num", str(messages * 2 + 10)], root / "ix.log").start()
     lags: list[float] = []
     stop = threading.Event()
-    watching = _Watchers(ix.address, watchers) if watchers else None
+    watching = _Watchers(root, cl.address, ix.address, watchers) if watchers else None
     try:
         if watching is not None:
-            deadline = time.monotonic() + 30
-            while not watching.valid():
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the key presence watchers got no snapshot")
-                stop.wait(0.05)
+            watching.wait_watching()
         with grpc.insecure_channel(cl.address, options=[("grpc.max_send_message_length", 128 << 20)]) as cch, grpc.insecure_channel(ix.address) as ich:
             cstub = commitlog_pb2_grpc.CommitLogServiceStub(cch)
             istub = indexer_pb2_grpc.IndexerServiceStub(ich)
@@ -200,7 +184,9 @@ def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2,
                     st = istub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=5)
                     cst = cstub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=5)
                     if st.index_last_update_timestamp:
-                        lags.append(max(0, time.time() * 1000 - st.index_last_update_timestamp) if st.checkpoint_offset < cst.max_offset else 0.0)
+                        # Behind since sending began at the earliest (a warm-up record is older).
+                        behind_since = max(st.index_last_update_timestamp, started_ms)
+                        lags.append(max(0, time.time() * 1000 - behind_since) if st.checkpoint_offset < cst.max_offset else 0.0)
                     stop.wait(0.2)
 
             sampler = threading.Thread(target=sample)
@@ -209,6 +195,7 @@ def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2,
                 commitlog_pb2.SendBatchRequest(messages=[common_pb2.MessageInput(topic="TopicTest", body=b"x" * 1024, keys=[f"order-{i}"], unique_key=f"{i:032X}", queue_id=(start // batch) % 4) for i in range(start, min(messages, start + batch))])
                 for start in range(0, messages, batch)
             ]
+            started_ms = time.time() * 1000
             sampler.start()
             t0 = time.perf_counter()
 
@@ -257,7 +244,7 @@ def _lag(root: Path, messages: int, batch: int, rate: float, senders_n: int = 2,
 
 
 def _lag_runs(root: Path, args: argparse.Namespace) -> list[Result]:
-    """Paced and flat out, each without and with three routers' key presence copies watching."""
+    """Paced and flat out, each without and with three routers watching the indexer's key presence."""
     return [r for rate in (args.lag_rate, 0) for w in (0, 3)
             for r in _lag(root / f"{rate or 'max'}-{w}", args.lag_messages, args.batch, rate, watchers=w)]
 

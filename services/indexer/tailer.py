@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Protocol, Sequence
 
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
@@ -62,6 +62,43 @@ class TailState:
 
 class _Disconnected(Exception):
     """The stream ended or failed; reconnect."""
+
+
+_END = object()
+GROUP_QUEUE = 32  # responses read ahead of indexing (gRPC's flow control holds the rest back)
+
+
+async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse]) -> AsyncIterator[list[commitlog_pb2.TailResponse]]:
+    """The stream's responses, those that arrived while the previous group was being indexed
+    taken together: a group costs one wait for the key presence watchers' acknowledgements
+    (and one index header write), however many responses came meanwhile."""
+    queue: asyncio.Queue[Any] = asyncio.Queue(GROUP_QUEUE)
+
+    async def read() -> None:
+        try:
+            async for response in call:
+                await queue.put(response)
+            await queue.put(_END)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the stream failed: raised where the groups are read
+            await queue.put(exc)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while True:
+            group = [await queue.get()]
+            while not queue.empty() and isinstance(group[-1], commitlog_pb2.TailResponse):
+                group.append(queue.get_nowait())
+            responses = [r for r in group if isinstance(r, commitlog_pb2.TailResponse)]
+            if responses:
+                yield responses
+            if not isinstance(group[-1], commitlog_pb2.TailResponse):
+                if group[-1] is _END:
+                    return
+                raise group[-1]
+    finally:
+        reader.cancel()
 
 
 class Tailer:
@@ -132,13 +169,13 @@ class Tailer:
         stub = commitlog_pb2_grpc.CommitLogServiceStub(channel)
         try:
             call = stub.Tail(commitlog_pb2.TailRequest(from_offset=self.state.next_offset, max_batch=1024))
-            async for response in call:
+            async for responses in _grouped(call):
                 if not self.state.connected:
                     self.state.connected = True
                     self.state.last_error = ""
                     log_event(log, "tail connected", commitlog=self.commitlog_addr, from_offset=self.state.next_offset)
                 try:
-                    await self._apply(response)
+                    await self._apply(responses)
                     await self._expire(stub)
                 except Exception as exc:  # a full disk, a damaged IndexFile: the task must live on
                     # Not counted as connected while indexing fails (health says why); the
@@ -174,12 +211,15 @@ class Tailer:
         self.state.connected = False
         self.state.last_error = why
 
-    async def _apply(self, response: commitlog_pb2.TailResponse) -> None:
+    async def _apply(self, responses: list[commitlog_pb2.TailResponse]) -> None:
+        """Index the records of consecutive responses as one batch."""
+        records = [r for response in responses for r in response.records]
+        last = responses[-1]
         presence = self.presence
-        if presence is not None and response.records:
+        if presence is not None and records:
             # Watchers hold a batch's keys before queries can find them (presence.py).
             with self.lock:
-                batch = self.index.prepare_records(response.records)  # type: ignore[attr-defined]
+                batch = self.index.prepare_records(records)  # type: ignore[attr-defined]
                 waits = presence.add(batch.key_hashes)
             try:
                 await presence.acknowledged(waits)
@@ -188,20 +228,20 @@ class Tailer:
                     presence.written()
                 raise
         with self.lock:
-            if response.records:
+            if records:
                 if presence is None:
-                    self.index.index_records(response.records)
+                    self.index.index_records(records)
                 else:
                     try:
                         self.index.write_prepared(batch)  # type: ignore[attr-defined]
                     finally:  # written, or failed (delivered again): no longer in flight either way
                         presence.written()
-                self.state.last_store_timestamp = response.records[-1].store_timestamp
-            self.state.next_offset = response.next_offset
-            self.state.commitlog_max_offset = response.max_offset
-            self._dirty = self._dirty or bool(response.records)
+                self.state.last_store_timestamp = records[-1].store_timestamp
+            self.state.next_offset = last.next_offset
+            self.state.commitlog_max_offset = last.max_offset
+            self._dirty = self._dirty or bool(records)
         if self.on_batch is not None:
-            self.on_batch(len(response.records), self.state)
+            self.on_batch(len(records), self.state)
         await self._flush()
 
     async def _expire(self, stub: commitlog_pb2_grpc.CommitLogServiceStub) -> None:

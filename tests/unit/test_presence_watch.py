@@ -532,7 +532,7 @@ def test_a_batch_the_tailer_gave_up_on_is_no_longer_in_flight(tmp_path: Path) ->
         record = common_pb2.DispatchRecord(physical_offset=100, topic="T", keys="cancelled", store_timestamp=1_700_000_000_000)
 
         async def apply_then_cancel() -> int:
-            task = asyncio.ensure_future(tailer._apply(commitlog_pb2.TailResponse(records=[record], next_offset=200, max_offset=200)))
+            task = asyncio.ensure_future(tailer._apply([commitlog_pb2.TailResponse(records=[record], next_offset=200, max_offset=200)]))
             while not any(u.key_hashes for u in got):
                 await asyncio.sleep(0.01)
             task.cancel()
