@@ -36,6 +36,7 @@ log = logging.getLogger("quarry.index.presence")
 
 LEASE_S = 1.0  # how long an acknowledgement keeps a watcher's copy valid
 LEASE_MARGIN_S = 0.05  # waited beyond a lease: monotonic clocks of two processes may drift a little
+BUILD_RETRY_S = 30.0  # after a failed build
 CHUNK_BYTES = 1 << 20  # a snapshot travels in updates of this many bytes
 MIN_KEYS = 1 << 20  # the smallest filter is sized for this many keys
 
@@ -99,6 +100,7 @@ class KeyPresencePublisher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Event | None = None
         self.failed = ""  # why no filter could be built (watchers are refused)
+        self._retry_at = 0.0  # after a failed build, none is begun before this (monotonic)
         self._stopping = False
 
     def start(self) -> "KeyPresencePublisher":
@@ -129,7 +131,8 @@ class KeyPresencePublisher:
         cur = self.filter
         # Full: rebuilt larger, unless it is the largest (a rebuild as large would re-read every
         # file and drop every watcher, again at each batch, for no fewer false "may hold").
-        if cur is not None and self._building is None and cur.added > (1 << cur.log2_bits) // BITS_PER_KEY and cur.log2_bits < MAX_LOG2_BITS:
+        if (cur is not None and self._building is None and cur.added > (1 << cur.log2_bits) // BITS_PER_KEY and cur.log2_bits < MAX_LOG2_BITS
+                and time.monotonic() >= self._retry_at):
             self._begin_build(cur.added * 2)
         if not self._watchers:
             return []
@@ -201,20 +204,30 @@ class KeyPresencePublisher:
                 return
             self._building = None
             if error:
+                # Tried again after a pause (a transient read error must not cost the saving
+                # for good, nor a failing rebuild be begun again at every batch).
+                self._retry_at = time.monotonic() + BUILD_RETRY_S
                 if self.filter is None:
                     self.failed = f"key presence filter not built: {error}"
-                    assert self._ready is not None
+                    assert self._ready is not None and self._loop is not None
                     self._ready.set()  # waiting watchers are refused
-                log_event(log, "key presence filter not built; routers ask this broker every key query", logging.ERROR, error=error)
+                    self._loop.call_later(BUILD_RETRY_S, self._retry_first_build)
+                log_event(log, "key presence filter not built; routers ask this broker every key query", logging.ERROR,
+                          error=error, retry_in_s=BUILD_RETRY_S)
                 return
             resized = self.filter is not None
-            self.filter = target
+            self.filter, self.failed = target, ""
             watchers = list(self._watchers)
         log_event(log, "key presence filter built", bytes=target.nbytes, keys=target.added, seconds=round(seconds, 3))
         for w in watchers if resized else []:
             self._drop(w, Unavailable("key presence: the filter was resized; watch again"))
         assert self._ready is not None
         self._ready.set()
+
+    def _retry_first_build(self) -> None:
+        with self.lock:
+            if self.filter is None and self._building is None and not self._stopping:
+                self._begin_build(MIN_KEYS)
 
     # -- watchers ----------------------------------------------------------------------------
     def close(self) -> None:

@@ -575,3 +575,56 @@ def test_a_restarted_indexer_writes_nothing_while_a_copy_of_its_previous_run_may
             on_loop(_release_all(gate))
             on_loop(copies.close())
             on_loop(channel.close())
+
+
+def test_a_failed_first_build_is_tried_again_after_a_pause(tmp_path: Path, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:
+    from quarry.formats.index_file import IndexFile
+
+    index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
+    index.index_records([common_pb2.DispatchRecord(physical_offset=10, topic="T", keys="old", store_timestamp=1_700_000_000_000)])
+    index.close()
+    real, failures = IndexFile.key_hash_chunks, []
+
+    def flaky(self: IndexFile, *args: Any, **kw: Any) -> Any:
+        if not failures:
+            failures.append(1)
+            raise OSError("transient read error")
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(IndexFile, "key_hash_chunks", flaky)
+    monkeypatch.setattr("quarry.services.indexer.presence.BUILD_RETRY_S", 0.2)
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        assert ix.publisher is not None
+        wait_until(lambda: ix.publisher.failed or ix.publisher.filter, what="the first build's end")  # type: ignore[union-attr]
+        assert failures and "transient read error" in ix.publisher.failed
+        _call, (reader, _got) = _raw_watch(ix.address, _acks_never())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            on_loop(_await(reader))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "not built" in (err.value.details() or "")
+        wait_until(lambda: ix.publisher.filter is not None, what="the build tried again")  # type: ignore[union-attr]
+        assert not ix.publisher.failed
+        _watched(copies, ix.address)
+        assert not _rules_out(copies, ix.address, "old") and _rules_out(copies, ix.address, "new")
+
+
+def test_a_failing_rebuild_is_not_begun_again_at_every_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from quarry.formats.index_file import IndexFile
+
+    monkeypatch.setattr(key_presence, "MIN_LOG2_BITS", 10)  # room for 102 keys
+    monkeypatch.setattr("quarry.services.indexer.presence.MIN_KEYS", 1)
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        publisher = ix.publisher
+        assert publisher is not None
+        wait_until(lambda: publisher.filter is not None, what="the first build")
+        builds: list[int] = []
+
+        def failing(self: IndexFile, *args: Any, **kw: Any) -> Any:
+            builds.append(1)
+            raise OSError("disk gone")
+
+        monkeypatch.setattr(IndexFile, "key_hash_chunks", failing)
+        for i in range(0, 150, 10):  # fills the filter: a rebuild is wanted at every batch
+            ix.index_keys([f"k{j}" for j in range(i, i + 10)], 100 + i)
+            wait_until(lambda: publisher._building is None, what="the rebuild's end")
+        assert len(builds) == 1  # one attempt, then a pause of BUILD_RETRY_S
+        assert publisher.filter is not None and not publisher.failed  # the full filter stays in use
