@@ -37,6 +37,7 @@ log = logging.getLogger("quarry.index.presence")
 LEASE_S = 1.0  # how long an acknowledgement keeps a watcher's copy valid
 LEASE_MARGIN_S = 0.05  # waited beyond a lease: monotonic clocks of two processes may drift a little
 BUILD_RETRY_S = 30.0  # after a failed build
+HOLD_LEASES = 5  # a batch waits for a watcher at most this many leases (then its lease's end)
 CHUNK_BYTES = 1 << 20  # a snapshot travels in updates of this many bytes
 MIN_KEYS = 1 << 20  # the smallest filter is sized for this many keys
 
@@ -144,17 +145,26 @@ class KeyPresencePublisher:
         (then it is dropped). A stream that broke is waited on to the end of the lease too: the
         router may not have noticed yet and trusts its copy until then; so is a watcher dropped
         for any reason but its lease (a broken stream, a resize, a stop), for every batch."""
+        give_up = time.monotonic() + HOLD_LEASES * self.lease_s
         for w, seq in waits:
             while w.acked < seq and not w.released:
-                left = w.lease_until + LEASE_MARGIN_S - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                lease_end = w.lease_until + LEASE_MARGIN_S
+                if now >= lease_end:
                     if w.closed is None:
                         log_event(log, "key presence watcher dropped: lease ran out", logging.WARNING, seq=seq, acked=w.acked)
                     self._drop(w, Unavailable(f"key presence: no acknowledgement of update {seq} within the {self.lease_s:g} s lease; watch again"))
                     break
+                if w.closed is None and now >= give_up:
+                    # Acknowledging, but not this update: a watcher whose acknowledgements fall
+                    # behind renews its lease and would hold indexing back for ever. Dropped, its
+                    # lease is waited out below (_hold_until), as for any drop.
+                    log_event(log, "key presence watcher dropped: it holds indexing back", logging.WARNING, seq=seq, acked=w.acked)
+                    self._drop(w, Unavailable(f"key presence: update {seq} not acknowledged within {HOLD_LEASES * self.lease_s:g} s; watch again"))
+                    break
                 w.changed.clear()
                 try:
-                    await asyncio.wait_for(w.changed.wait(), left)
+                    await asyncio.wait_for(w.changed.wait(), (lease_end if w.closed is not None else min(lease_end, give_up)) - now)
                 except TimeoutError:
                     pass
         left = self._hold_until - time.monotonic()

@@ -628,3 +628,37 @@ def test_a_failing_rebuild_is_not_begun_again_at_every_batch(tmp_path: Path, mon
             wait_until(lambda: publisher._building is None, what="the rebuild's end")
         assert len(builds) == 1  # one attempt, then a pause of BUILD_RETRY_S
         assert publisher.filter is not None and not publisher.failed  # the full filter stays in use
+
+
+def test_a_watcher_whose_acknowledgements_fall_behind_is_dropped_after_a_few_leases(tmp_path: Path) -> None:
+    # It acknowledges its first update again and again: alive (its lease renewed), never
+    # acknowledging a batch. Without a bound it would hold indexing back for ever.
+    with Indexer(tmp_path, lease_s=0.2) as ix:
+        publisher = ix.publisher
+        assert publisher is not None
+        queue: asyncio.Queue[Any] = on_loop(_queue())
+
+        async def acks() -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
+            while (ack := await queue.get()) is not None:
+                yield ack
+
+        _call, (reader, got) = _raw_watch(ix.address, acks())
+        wait_until(lambda: publisher.watchers == 1 and got and got[-1].snapshot_done, what="the snapshot sent")
+        watcher = next(iter(publisher._watchers))
+
+        async def stale_acks() -> None:  # every 50 ms, the first update again
+            while watcher.closed is None:
+                queue.put_nowait(indexer_pb2.WatchKeyPresenceRequest(seq=got[0].seq))
+                await asyncio.sleep(0.05)
+        pump = on_loop(_start(stale_acks()))
+        ix.index_keys(["held"], 100)  # returns: the watcher was dropped, its lease waited out
+        assert publisher.watchers == 0 and watcher.acked < watcher.seq
+        assert ix.index.query("T", "held", 10, 0, 2**62) == [100]
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            on_loop(_await(reader))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "not acknowledged within" in (err.value.details() or "")
+        on_loop(_await(pump))
+
+
+async def _start(coro: Any) -> Any:
+    return asyncio.ensure_future(coro)
