@@ -190,11 +190,7 @@ def test_a_broken_watch_holds_the_batch_to_the_end_of_its_lease_and_a_released_o
         for how in ("broken", "released"):
             queue: asyncio.Queue[Any] = on_loop(_queue())
 
-            async def acks() -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
-                while (ack := await queue.get()) is not None:
-                    yield ack
-
-            call, (reader, got) = _raw_watch(ix.address, acks())
+            call, (reader, got) = _raw_watch(ix.address, _queued(queue))
             wait_until(lambda: publisher.watchers == 1 and got and got[-1].snapshot_done, what="the snapshot sent")
             watcher = next(iter(publisher._watchers))
             on_loop(_put(queue, indexer_pb2.WatchKeyPresenceRequest(seq=got[-1].seq)))
@@ -216,6 +212,12 @@ def test_a_broken_watch_holds_the_batch_to_the_end_of_its_lease_and_a_released_o
             else:
                 assert done_at < lease_until  # it said it stopped using its copy
             wait_until(lambda: publisher.watchers == 0, what="the watcher gone")
+
+
+async def _queued(queue: "asyncio.Queue[Any]") -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
+    """The acknowledgements a test puts on `queue`, until None."""
+    while (ack := await queue.get()) is not None:
+        yield ack
 
 
 async def _queue() -> "asyncio.Queue[Any]":
@@ -282,20 +284,26 @@ async def _semaphore() -> "asyncio.Semaphore":
     return asyncio.Semaphore(0)
 
 
+def _gated_copies(address: str) -> tuple[PresenceCopies, Any, Any]:
+    """Router copies whose watch reads an update only when `gate` is released (a busy router);
+    also the gate and the channel (the caller closes the channel)."""
+    gate = on_loop(_semaphore())
+    channel = on_loop(_channel(address))
+
+    def stub(_address: str) -> Any:
+        class Stub:
+            def WatchKeyPresence(self, acks: Any) -> _GatedCall:
+                return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
+        return Stub()
+
+    return on_loop(_make(stub)), gate, channel
+
+
 def test_an_update_read_after_its_watcher_was_dropped_does_not_make_the_copy_trusted(tmp_path: Path) -> None:
     with Indexer(tmp_path, lease_s=0.3) as ix:
         publisher = ix.publisher
         assert publisher is not None
-        gate = on_loop(_semaphore())
-        channel = on_loop(_channel(ix.address))
-
-        def stub(_address: str) -> Any:
-            class Stub:
-                def WatchKeyPresence(self, acks: Any) -> _GatedCall:
-                    return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
-            return Stub()
-
-        copies = on_loop(_make(stub))
+        copies, gate, channel = _gated_copies(ix.address)
         try:
             _rules_out(copies, ix.address, "x")
             opened = on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
@@ -360,16 +368,7 @@ def test_a_batch_added_after_a_resize_dropped_the_watchers_waits_out_their_lease
     with Indexer(tmp_path, lease_s=1.0) as ix:
         publisher = ix.publisher
         assert publisher is not None
-        gate = on_loop(_semaphore())
-        channel = on_loop(_channel(ix.address))
-
-        def stub(_address: str) -> Any:
-            class Stub:
-                def WatchKeyPresence(self, acks: Any) -> _GatedCall:
-                    return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
-            return Stub()
-
-        copies = on_loop(_make(stub))
+        copies, gate, channel = _gated_copies(ix.address)
         try:
             _rules_out(copies, ix.address, "x")
             assert on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
@@ -544,16 +543,7 @@ def test_a_batch_the_tailer_gave_up_on_is_no_longer_in_flight(tmp_path: Path) ->
 
 def test_a_restarted_indexer_writes_nothing_while_a_copy_of_its_previous_run_may_be_trusted(tmp_path: Path) -> None:
     with Indexer(tmp_path, lease_s=1.0) as ix:
-        gate = on_loop(_semaphore())
-        channel = on_loop(_channel(ix.address))
-
-        def stub(_address: str) -> Any:
-            class Stub:
-                def WatchKeyPresence(self, acks: Any) -> _GatedCall:
-                    return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
-            return Stub()
-
-        copies = on_loop(_make(stub))
+        copies, gate, channel = _gated_copies(ix.address)
         try:
             _rules_out(copies, ix.address, "x")
             assert on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
@@ -638,11 +628,7 @@ def test_a_watcher_whose_acknowledgements_fall_behind_is_dropped_after_a_few_lea
         assert publisher is not None
         queue: asyncio.Queue[Any] = on_loop(_queue())
 
-        async def acks() -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
-            while (ack := await queue.get()) is not None:
-                yield ack
-
-        _call, (reader, got) = _raw_watch(ix.address, acks())
+        _call, (reader, got) = _raw_watch(ix.address, _queued(queue))
         wait_until(lambda: publisher.watchers == 1 and got and got[-1].snapshot_done, what="the snapshot sent")
         watcher = next(iter(publisher._watchers))
 
