@@ -77,6 +77,9 @@ async def _run(kind: str, query: Awaitable[Answer]) -> Answer:
     metrics.QUERY_LATENCY.labels(kind).observe(time.perf_counter() - t0)
     metrics.QUERIES.labels(kind, "ok" if answer.complete else "incomplete").inc()
     for o in answer.outcomes:
+        if o.ruled_out:  # not a call: its zero latency is not one
+            metrics.KEY_FILTER_RULED_OUT.labels(o.key).inc()
+            continue
         metrics.FANOUT_LATENCY.labels(o.key).observe(o.latency_ms / 1000.0)
         if not o.ok:
             metrics.FANOUT_FAILURES.labels(o.key, o.error_code).inc()
