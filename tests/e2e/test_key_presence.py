@@ -57,8 +57,10 @@ def _ruled_out(result: router_pb2.QueryResult) -> set[str]:
 
 def test_a_key_query_asks_only_the_broker_holding_the_key(env: Env) -> None:
     sent = env.send("broker-b", ["order-77"], unique_key="presence-uniq-77")
-    # The router watches an indexer from the first query that names it.
-    result = wait_until(lambda: (r := env.by_key("order-77")) and _ruled_out(r) == {"broker-a", "broker-c"} and r, what="brokers ruled out")
+    # The router watches an indexer from the first query that names it; broker-b's indexer
+    # finds the message once it has indexed it.
+    result = wait_until(lambda: (r := env.by_key("order-77")) and r.messages and _ruled_out(r) == {"broker-a", "broker-c"} and r,
+                        what="the message found, the other brokers ruled out")
     assert [m.offset_msg_id for m in result.messages] == [sent.offset_msg_id]  # type: ignore[union-attr]
     assert result.complete  # type: ignore[union-attr]
     outcomes = {o.broker_name: o for o in result.brokers}  # type: ignore[union-attr]
