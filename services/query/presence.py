@@ -10,7 +10,8 @@ skipping a broker it rules out never hides a message.
 
 One watch per indexer address, started by the first query that names it, on the router's
 loop; it watches again after a failure (a new snapshot), and an indexer that keeps no filter
-(read-only, or older than key presence) is asked again only every REFUSED_RETRY_S.
+(read-only, or older than key presence) or refuses the watch (ACL) is asked again only every
+REFUSED_RETRY_S.
 """
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ log = logging.getLogger("quarry.router.presence")
 RETRY_S = (0.2, 10.0)  # first and longest pause before watching again after a failure
 REFUSED_RETRY_S = 60.0  # an indexer that keeps no filter
 _ACKS_TRACKED = 4096  # acknowledgements remembered until echoed (an older echo extends nothing)
-_REFUSED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION)
+# Keeps none (read-only, older), or does not let this router watch (ACL: a watch is a stream
+# call, which the router does not sign): asked every key query, watched again after a minute.
+_REFUSED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 def key_hashes(topic: str, key: str) -> list[int]:
@@ -113,7 +116,7 @@ class PresenceCopies:
                 why = f"{exc.code().name}: {exc.details()}"
                 if exc.code() in _REFUSED:
                     if copy.refused != why:
-                        log_event(log, "indexer keeps no key presence filter; it is asked every key query", logging.INFO, indexer=address, reason=why)
+                        log_event(log, "indexer's key presence not watched; it is asked every key query", logging.INFO, indexer=address, reason=why)
                     copy.refused = why
                     pause = REFUSED_RETRY_S
             except Exception as exc:  # a bad update: drop the copy and watch again

@@ -648,3 +648,35 @@ def test_a_watcher_whose_acknowledgements_fall_behind_is_dropped_after_a_few_lea
 
 async def _start(coro: Any) -> Any:
     return asyncio.ensure_future(coro)
+
+
+def test_a_watch_refused_by_acl_is_not_retried_at_once() -> None:
+    # With ACL on the router signs its unary calls only; an indexer refusing the unsigned watch
+    # is asked every key query and watched again after REFUSED_RETRY_S, not every 0.2 s.
+    calls: list[int] = []
+
+    class Refused:
+        def __init__(self) -> None:
+            calls.append(1)
+
+        def __aiter__(self) -> "Refused":
+            return self
+
+        async def __anext__(self) -> Any:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(), grpc.aio.Metadata(), "unsigned call")
+
+        def cancel(self) -> None:
+            pass
+
+    class Stub:
+        def WatchKeyPresence(self, acks: Any) -> Refused:
+            return Refused()
+
+    copies = on_loop(_make(lambda _address: Stub()))
+    try:
+        assert not _rules_out(copies, "10.0.0.9:1", "k")
+        wait_until(lambda: on_loop(_refused(copies, "10.0.0.9:1")), what="the refusal seen")
+        assert "UNAUTHENTICATED" in on_loop(_refused(copies, "10.0.0.9:1")) and len(calls) == 1
+        assert not _rules_out(copies, "10.0.0.9:1", "k")
+    finally:
+        on_loop(copies.close())
