@@ -102,8 +102,3 @@ class KeyPresence:
     def chunks(self, size: int) -> list[tuple[int, bytes]]:
         """The filter as (byte offset, bytes) chunks of at most `size` bytes, copied now."""
         return [(o, bytes(self._bits[o:o + size])) for o in range(0, len(self._bits), size)]
-
-    def fill(self) -> float:
-        """The fraction of bits set (a false "may hold" costs about fill ** hashes)."""
-        return float(np.unpackbits(self._view).mean()) if len(self._bits) <= 1 << 24 else float(
-            np.unpackbits(self._view[:: max(1, len(self._bits) >> 20)]).mean())

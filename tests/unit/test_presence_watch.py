@@ -299,6 +299,20 @@ def _gated_copies(address: str) -> tuple[PresenceCopies, Any, Any]:
     return on_loop(_make(stub)), gate, channel
 
 
+def _no_trusted_miss(copies: PresenceCopies, address: str, key: str) -> None:
+    """A copy the router trusts never rules out a key the indexer finds."""
+    async def check() -> None:
+        if copies.valid(address):
+            assert not copies.rules_out(address, [_hash(key)]), "a valid copy rules out a key the indexer finds"
+    on_loop(check())
+
+
+def _close_gated(copies: PresenceCopies, gate: Any, channel: Any) -> None:
+    on_loop(_release_all(gate))
+    on_loop(copies.close())
+    on_loop(channel.close())
+
+
 def test_an_update_read_after_its_watcher_was_dropped_does_not_make_the_copy_trusted(tmp_path: Path) -> None:
     with Indexer(tmp_path, lease_s=0.3) as ix:
         publisher = ix.publisher
@@ -325,9 +339,7 @@ def test_an_update_read_after_its_watcher_was_dropped_does_not_make_the_copy_tru
                     await asyncio.sleep(0.02)
             on_loop(read_on())
         finally:
-            on_loop(_release_all(gate))
-            on_loop(copies.close())
-            on_loop(channel.close())
+            _close_gated(copies, gate, channel)
 
 
 async def _channel(address: str) -> grpc.aio.Channel:
@@ -383,14 +395,9 @@ def test_a_batch_added_after_a_resize_dropped_the_watchers_waits_out_their_lease
             ix.index_keys(["after-resize"], 100)
             assert ix.index.query("T", "after-resize", 10, 0, 2**62) == [100]
 
-            async def check() -> None:
-                if copies.valid(ix.address):
-                    assert not copies.rules_out(ix.address, [_hash("after-resize")]), "a valid copy rules out a key the indexer finds"
-            on_loop(check())
+            _no_trusted_miss(copies, ix.address, "after-resize")
         finally:
-            on_loop(_release_all(gate))
-            on_loop(copies.close())
-            on_loop(channel.close())
+            _close_gated(copies, gate, channel)
 
 
 def test_a_watch_waiting_for_the_first_build_ends_when_the_indexer_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -557,14 +564,9 @@ def test_a_restarted_indexer_writes_nothing_while_a_copy_of_its_previous_run_may
             ix.index_keys(["after-restart"], 100)
             assert ix.index.query("T", "after-restart", 10, 0, 2**62) == [100]
 
-            async def check() -> None:
-                if copies.valid(ix.address):
-                    assert not copies.rules_out(ix.address, [_hash("after-restart")]), "a valid copy rules out a key the indexer finds"
-            on_loop(check())
+            _no_trusted_miss(copies, ix.address, "after-restart")
         finally:
-            on_loop(_release_all(gate))
-            on_loop(copies.close())
-            on_loop(channel.close())
+            _close_gated(copies, gate, channel)
 
 
 def test_a_failed_first_build_is_tried_again_after_a_pause(tmp_path: Path, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:
