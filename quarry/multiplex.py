@@ -61,10 +61,11 @@ Item = TypeVar("Item")
 class MultiplexError(grpc.RpcError):
     """A multiplexed call's failure, read as a unary call's (`code()`, `details()`)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str, unsent: bool = False) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code = code
         self._details = details
+        self.unsent = unsent  # the call's request never reached the server: it may be sent again
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -81,10 +82,12 @@ def status_of(number: int) -> grpc.StatusCode:
 class FrameWriter(Generic[Item]):
     """Coalesces items into frames on one stream: the first item starts a writer task; items
     that arrive while it writes go together in its next frame. Both sides use it. An item's
-    `written` callback runs once its frame is written, or dropped because the stream failed."""
+    `written` callback runs once its frame is written, or dropped because the stream failed.
+    `on_error` is told the failure, the items of the frame whose write failed, and those
+    dropped before any write was tried."""
 
     def __init__(self, write: Callable[[list[Item]], Awaitable[None]], size: Callable[[Item], int],
-                 on_error: Callable[[BaseException], None], busy: Callable[[], bool] = lambda: True) -> None:
+                 on_error: Callable[[BaseException, list[Item], list[Item]], None], busy: Callable[[], bool] = lambda: True) -> None:
         self._write = write
         self._size = size
         self._on_error = on_error
@@ -108,6 +111,7 @@ class FrameWriter(Generic[Item]):
             await asyncio.shield(self._task)
 
     async def _run(self) -> None:
+        frame: list[tuple[Item, Callable[[], None] | None]] = []
         try:
             if self._busy():
                 for _ in range(_GATHER_TURNS):
@@ -126,10 +130,11 @@ class FrameWriter(Generic[Item]):
                     await self._write([item for item, _ in frame])
                 finally:
                     _run_callbacks(frame)
+                frame = []
         except BaseException as exc:  # the stream is gone: its reader reports it to the callers
             dropped, self._queue = self._queue, []
             _run_callbacks(dropped)
-            self._on_error(exc)
+            self._on_error(exc, [item for item, _ in frame], [item for item, _ in dropped])
         finally:
             self._task = None
 
@@ -145,12 +150,22 @@ class _Carrier:
     and the calls waiting for their answers on it. A subclass writes frames (`_write`) and
     reads them, handing each frame's answers to `_answered` and its end to `_ended`."""
 
-    def __init__(self, on_write_error: Callable[[BaseException], None]) -> None:
+    def __init__(self) -> None:
         self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
         self.failed: BaseException | None = None
+        self._unsent: set[int] = set()  # calls whose request was never sent: safe to send again
         self._ids = itertools.count(1)
         self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
-            self._write, lambda r: r.ByteSize(), on_write_error, lambda: len(self.waiting) > 1)
+            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1)
+
+    def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
+                      dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:
+        """A frame could not be written: the carrier is broken (its reader ends the calls).
+        `failed`: the frame whose write failed; `dropped`: requests no write was tried for."""
+        raise NotImplementedError
+
+    def _mark_unsent(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
+        self._unsent.update(r.id for r in requests if not r.cancel)
 
     async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
         raise NotImplementedError
@@ -179,9 +194,12 @@ class _Carrier:
         """The carrier is gone: every call still waiting fails with `failure`."""
         self.failed = failure
         waiting, self.waiting = self.waiting, {}
-        for answer in waiting.values():
+        for call_id, answer in waiting.items():
             if not answer.done():
-                answer.set_exception(failure)
+                if call_id in self._unsent and isinstance(failure, MultiplexError):
+                    answer.set_exception(MultiplexError(failure.code(), failure.details(), unsent=True))
+                else:
+                    answer.set_exception(failure)
 
 
 class _Stream(_Carrier):
@@ -194,11 +212,22 @@ class _Stream(_Carrier):
                                            response_deserializer=multiplex_pb2.CallsResponse.FromString)(
             metadata=((MAX_RECEIVE_KEY, str(max_receive_bytes)),))
         self._on_not_offered = on_not_offered
-        super().__init__(lambda exc: self._call.cancel())
+        self._broken: BaseException | None = None  # why a write failed, if one did
+        super().__init__()
         self._reader = asyncio.ensure_future(self._read())
 
     async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
         await self._call.write(multiplex_pb2.CallsRequest(requests=requests))
+
+    def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
+                      dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:
+        # gRPC failed the send: the stream had already ended in its core, so neither the frame
+        # nor what waited behind it reached the server. (grpc.aio then reports the stream's end
+        # as INTERNAL "Internal error from Core", hiding the real status.)
+        self._broken = exc
+        self._mark_unsent(failed)
+        self._mark_unsent(dropped)
+        self._call.cancel()
 
     async def _read(self) -> None:
         failure: BaseException
@@ -219,7 +248,7 @@ class _Stream(_Carrier):
                 self._answered(frame.responses)
         except grpc.RpcError as exc:
             code = exc.code()  # type: ignore[attr-defined]
-            if code in _NOT_OFFERED:
+            if code in _NOT_OFFERED and self._broken is None:
                 self._on_not_offered()
             failure = MultiplexError(code, exc.details() or "")  # type: ignore[attr-defined]
         except asyncio.CancelledError:
@@ -227,6 +256,11 @@ class _Stream(_Carrier):
         except Exception as exc:  # a frame that does not parse: the stream cannot be trusted
             self._call.cancel()
             failure = MultiplexError(grpc.StatusCode.INTERNAL, f"multiplexed stream broken: {type(exc).__name__}: {exc}")
+        if self._broken is not None:
+            # The stream broke under a write (the stream's own status is then INTERNAL or
+            # CANCELLED, which says nothing): a lost connection, as gRPC words it, which the
+            # router's fan-out tries once more (quarry.transport.lost_connection).
+            failure = MultiplexError(grpc.StatusCode.UNAVAILABLE, f"stream removed: the Calls stream broke under a write: {self._broken}")
         self._ended(failure)
 
     def close(self) -> None:
@@ -246,7 +280,7 @@ class _FramesStream(_Carrier):
         self._on_unreachable = on_unreachable
         self._max_receive = max_receive_bytes
         self._stream_writer: asyncio.StreamWriter | None = None
-        super().__init__(self._write_failed)
+        super().__init__()
         self._reader = asyncio.ensure_future(self._run(host, port))
 
     async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -269,7 +303,10 @@ class _FramesStream(_Carrier):
         writer.writelines(framed(multiplex_pb2.CallsRequest(requests=requests).SerializeToString()))
         await writer.drain()
 
-    def _write_failed(self, exc: BaseException) -> None:
+    def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
+                      dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:
+        # What the failed write handed the socket may have arrived; what waited behind it not.
+        self._mark_unsent(dropped)
         if self._stream_writer is not None:
             self._stream_writer.close()  # the reader sees the connection end and fails the calls
 
@@ -335,31 +372,40 @@ class _UnaryOverStream:
         return self._call(request, timeout)
 
     async def _call(self, request: Any, timeout: float | None) -> Any:
-        channel = self._channel
         payload = self._serialize(request)
-        stream = channel.stream()
-        call_id, answer = stream.start(self._method, payload, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            response = await self._carry(payload, timeout)
+        except MultiplexError as exc:
+            left = None if deadline is None else deadline - time.monotonic()
+            if not exc.unsent:
+                if self._channel.multiplexing or exc.code() not in _NOT_OFFERED:
+                    raise
+                # The server does not carry the stream, so the call never ran: make it unary.
+                if left is not None and left <= 0:
+                    raise MultiplexError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+                return await self._plain(request, timeout=left)
+            # Its carrier broke before the request left (as gRPC retries a call that never
+            # reached the server): once more, on the carrier the channel opens next.
+            if left is not None and left <= 0:
+                raise MultiplexError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            response = await self._carry(payload, left)
+        if response.code:
+            raise MultiplexError(status_of(response.code), response.details)
+        return self._deserialize(response.payload)
+
+    async def _carry(self, payload: bytes, timeout: float | None) -> multiplex_pb2.MultiplexedResponse:
+        stream = self._channel.stream()
+        call_id, answer = stream.start(self._method, payload, timeout)
         # One timer per call (asyncio.wait_for costs a waiter future and callbacks more).
         timer = None if timeout is None else asyncio.get_running_loop().call_later(timeout, _expire, answer)
         try:
-            response = await answer
-        except MultiplexError as exc:
-            if channel.multiplexing or exc.code() not in _NOT_OFFERED:
-                raise
-            # The server does not carry the stream, so the call never ran: make it unary.
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise MultiplexError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-            return await self._plain(request, timeout=left)
+            return await answer
         finally:
             if timer is not None:
                 timer.cancel()
             if stream.waiting.pop(call_id, None) is not None:
                 stream.cancel(call_id)  # no answer came: timed out or cancelled here
-        if response.code:
-            raise MultiplexError(status_of(response.code), response.details)
-        return self._deserialize(response.payload)
 
 
 class MultiplexedChannel:

@@ -7,6 +7,7 @@ all of them start services exactly the same way (`python -m quarry.services.<nam
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -25,9 +26,37 @@ from quarry.services.settings import address_or_off
 MODULES = {"commitlog": "quarry.services.commitlog", "indexer": "quarry.services.indexer", "router": "quarry.services.query"}
 
 
+_GIVEN: set[tuple[str, int]] = set()  # ports this process handed out (each once)
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel picks a port from for bind(0) and outgoing connections."""
+    try:
+        low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on host a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port that was free on host a moment ago, outside the kernel's ephemeral range: the
+    port is bound only later, by the service, and meanwhile the kernel may hand an ephemeral
+    port to anyone binding port 0 (a service's own frames port, say) or connecting out."""
+    low, high = _ephemeral_ports()
+    first, last = (10000, low - 1) if low > 12000 else (high + 1, 65535)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(1000):
+        port = random.randint(first, last)
+        if (host, port) in _GIVEN:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue  # taken (or in TIME_WAIT): another
+        _GIVEN.add((host, port))
+        return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:  # no free port outside the range: any
         s.bind((host, 0))
         return int(s.getsockname()[1])
 

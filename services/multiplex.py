@@ -114,7 +114,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         running: dict[int, asyncio.Task[None]] = {}
         # Gather answers while other calls run (the one being answered is still counted).
         writer: FrameWriter[multiplex_pb2.MultiplexedResponse] = FrameWriter(
-            write, lambda r: r.ByteSize(), lambda exc: None, lambda: len(running) > 1)
+            write, lambda r: r.ByteSize(), lambda exc, failed, dropped: None, lambda: len(running) > 1)
         limit = min(self._max_send, caller_limit)
         room = asyncio.Event()
         room.set()

@@ -393,3 +393,44 @@ def test_a_caller_that_closes_its_channel_cancels_its_calls_on_the_server(carrie
             await stop_server(running, 0)
 
     assert on_loop(go()) == (1, 0)
+
+
+def test_a_call_whose_frame_the_broken_stream_never_sent_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC fails a write on a Calls stream that already ended in its core (a server that
+    stopped a moment ago) and grpc.aio reports that end as INTERNAL "Internal error from
+    Core". The call in that frame never reached the server: it is sent again on a new stream
+    and answered. A call sent before the break may have run: it fails UNAVAILABLE, worded as
+    a lost connection (the router's fan-out tries it once more), never INTERNAL."""
+    from quarry import multiplex
+    from quarry.transport import lost_connection
+
+    async def go() -> tuple[tuple[str, Any], tuple[str, Any], bool]:
+        slow, running = await _slow_indexer()
+        mux = MultiplexedChannel(grpc.aio.insecure_channel(running.address))
+        real_write = multiplex._Stream._write
+        broken: list[multiplex._Stream] = []
+
+        async def write(stream: multiplex._Stream, requests: list[Any]) -> None:
+            if any(indexer_pb2.QueryMessageRequest.FromString(r.payload).key == "doomed" for r in requests) and not broken:
+                broken.append(stream)
+                raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), "Internal error from Core")
+            await real_write(stream, requests)
+
+        monkeypatch.setattr(multiplex._Stream, "_write", write)
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            sent_before = asyncio.ensure_future(_outcome(stub.QueryMessage(_query("slow"), timeout=10)))
+            await asyncio.wait_for(slow.started.wait(), 10)
+            doomed = await _outcome(stub.QueryMessage(_query("doomed"), timeout=10))
+            before = await asyncio.wait_for(sent_before, 10)
+            return doomed, before, len(broken) == 1 and mux.stream() is not broken[0]
+        finally:
+            slow.release.set()
+            await mux.close()
+            await stop_server(running, 0)
+
+    (doomed_code, doomed), (before_code, before_details), new_stream = on_loop(go())
+    assert (doomed_code, list(doomed.physical_offsets)) == ("OK", [6])
+    assert new_stream
+    assert before_code == "UNAVAILABLE"
+    assert lost_connection(multiplex.MultiplexError(grpc.StatusCode.UNAVAILABLE, before_details))
