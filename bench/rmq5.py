@@ -5,7 +5,9 @@ and a tag each, ASYNC flush, router + one broker on loopback.
 
 `.venv/bin/python -m bench rmq5 [--messages N] [--concurrency N]`
 Target (issue 16): SDK single-send rate >= 70% of quarry.v1's, SDK p50 < 1 ms. Each rate is also
-given as a ratio to the echo ceiling (bench/ceiling.py) at the same concurrency, same run (issue 21).
+given as a ratio to the echo ceiling (bench/ceiling.py) at the same concurrency, same run (issue 21),
+and the SDK's as a ratio to the same SDK sending to a MessagingService that answers at once
+(bench/rmq5_echo.py): what the SDK itself can do on this machine in this run.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from bench.ceiling import EchoCeiling
+from bench.rmq5_echo import SdkEcho
 from bench.runner import Result, process_cpu_s
 from quarry.clients.producer import Producer as QuarryProducer
 from scripts.launcher import LocalCluster
@@ -160,6 +163,17 @@ def run(argv: list[str]) -> list[Result]:
                 quarry.close()
         finally:
             cluster.stop()
+    # The SDK's own ceiling, the cluster stopped: the same SDK, messages and rounds, to an echo.
+    with SdkEcho() as sdk_echo:
+        echo_sdk = Producer(ClientConfiguration(sdk_echo.address, Credentials(), request_timeout=10), (TOPIC,))
+        echo_sdk.startup()
+        try:
+            for i in range(300):
+                echo_sdk.send(_sdk_message(i))
+            sdk_echo1 = statistics.median(_sequential(lambda i: echo_sdk.send(_sdk_message(i)), n // 3)[0] for _ in range(3))
+            sdk_echoc = statistics.median(_async_window(echo_sdk, n // 3, c) for _ in range(3))
+        finally:
+            echo_sdk.shutdown()
     results += [
         Result("quarry.v1 single sends (1 in flight)", v1_rate, "msg/s", {**params, "concurrency": 1}),
         Result("quarry.v1 single send p50", statistics.median(v1_lat), "ms", {**params, "concurrency": 1}),
@@ -179,6 +193,10 @@ def run(argv: list[str]) -> list[Result]:
         Result(f"quarry.v1 sends, {c} threads", v1_conc, "msg/s", {**params, "concurrency": c}),
         Result(f"SDK send_async, {c} in flight", v2_conc, "msg/s", {**params, "concurrency": c}),
         Result(f"SDK / quarry.v1 rate at concurrency {c}", v2_conc / v1_conc, "x", {**params, "concurrency": c, "target": ">= 0.7"}),
+        Result("SDK single sends to the SDK echo (bench/rmq5_echo.py)", sdk_echo1, "msg/s", {**params, "concurrency": 1}),
+        Result("SDK single sends / SDK echo", v2_rate / sdk_echo1, "x", {**params, "concurrency": 1}),
+        Result(f"SDK send_async, {c} in flight, to the SDK echo", sdk_echoc, "msg/s", {**params, "concurrency": c}),
+        Result(f"SDK send_async, {c} in flight / SDK echo", v2_conc / sdk_echoc, "x", {**params, "concurrency": c}),
         # Where the gap comes from: the commitlog's own CPU per message on each path.
         Result("commitlog CPU per message, quarry.v1 single sends", cpu["v1"] / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": 1}),
         Result("commitlog CPU per message, SDK single sends", cpu["v2"] / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": 1}),

@@ -23,6 +23,16 @@ from quarry.services.commitlog.metrics import FLUSH_SECONDS
 log = logging.getLogger("quarry.store")
 
 RETENTION_EVERY_S = 60
+# A reader waiting on the durable end (a tailer, a consumer) gets a flush at most this long
+# after the previous one: under a steady stream of sends each flush (fsyncs and a checkpoint)
+# then carries several sends' records, not one or two, at a few ms of indexing latency.
+READER_FLUSH_GAP_S = 0.005
+# The checkpoint only shortens recovery's scan (it starts at the segment holding the
+# checkpoint's offset and verifies every record after it), so an older one is never wrong:
+# it is written at most this often (and at a clean close), not by every flush. Writing it
+# (a file, an fsync, a rename) cost more than the segment's own fsync, and the fsync of a
+# file being appended to slows the appends.
+CHECKPOINT_EVERY_S = 1.0
 
 
 class Flusher:
@@ -34,6 +44,10 @@ class Flusher:
         self._listeners: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._wanted = threading.Event()
+        self._urgent = threading.Event()  # a writer waits (SYNC): no gap
+        self._last_flush = 0.0
+        self._checkpoint_at = -CHECKPOINT_EVERY_S  # monotonic time of the last checkpoint written
+        self._checkpointed = -1  # the offset it holds
         self._thread: threading.Thread | None = None
         # One flush at a time: the flusher thread, close() and callers of store.flush() may
         # overlap, and two overlapping flushes could write the checkpoint out of order.
@@ -51,6 +65,7 @@ class Flusher:
     def stop(self) -> None:
         """End the thread without a last flush (close() flushes itself; a crash test does not)."""
         self._stop.set()
+        self._urgent.set()
         self._wanted.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -60,12 +75,18 @@ class Flusher:
         last_retention = 0.0
         while not self._stop.is_set():
             self._wanted.wait(interval)
+            if self._wanted.is_set() and not self._urgent.is_set():
+                gap = self._last_flush + READER_FLUSH_GAP_S - time.monotonic()
+                if gap > 0:
+                    self._urgent.wait(gap)
             self._wanted.clear()
+            self._urgent.clear()
             if self._stop.is_set():
                 break  # close() does the last flush itself
             # Nothing may end this thread: without it the durable end never moves again
             # (SYNC sends time out, tailers see nothing new).
             self._rounds.run(self.flush)
+            self._last_flush = time.monotonic()
             if time.monotonic() - last_retention > RETENTION_EVERY_S:
                 last_retention = time.monotonic()
                 try:
@@ -92,6 +113,7 @@ class Flusher:
             # so appends are never held up by an fsync.
             cq_fds = state.cqs.take_dirty()
         if target == state.flushed_offset and not clean and not dirty and not cq_fds:
+            self._checkpoint(target, clean)  # one a busy spell put off is written once idle
             return target
         t0 = time.perf_counter()
         for seg in dirty:
@@ -99,10 +121,16 @@ class Flusher:
         for fd in cq_fds:
             os.fdatasync(fd)
         FLUSH_SECONDS.observe(time.perf_counter() - t0)
-        save_checkpoint(state.dir, StoreCheckpoint(target, int(time.time() * 1000), clean))
+        self._checkpoint(target, clean)
         state.flushed_offset = max(state.flushed_offset, target)
         self.notify()
         return target
+
+    def _checkpoint(self, flushed: int, clean: bool) -> None:
+        if clean or (flushed != self._checkpointed and time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY_S):
+            save_checkpoint(self.state.dir, StoreCheckpoint(flushed, int(time.time() * 1000), clean))
+            self._checkpoint_at = time.monotonic()
+            self._checkpointed = flushed
 
     def notify(self) -> None:
         for listener in list(self._listeners):
@@ -114,8 +142,12 @@ class Flusher:
     def remove_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.remove(listener)
 
-    def request_flush(self) -> None:
+    def request_flush(self, reader: bool = False) -> None:
+        """Flush now rather than at the next interval; for a `reader` (not a writer waiting
+        on its own send), no sooner than READER_FLUSH_GAP_S after the previous flush."""
         if self.state.write_offset > self.state.flushed_offset:
+            if not reader:
+                self._urgent.set()
             self._wanted.set()
 
 

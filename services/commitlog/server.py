@@ -151,7 +151,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                         tags_code=d.tags_code, store_timestamp=d.store_timestamp, sys_flag=d.sys_flag)
                 yield response
                 continue
-            self.store.request_flush()  # in ASYNC mode a waiting tailer should not wait a whole interval
+            self.store.request_flush(reader=True)  # in ASYNC mode a waiting tailer should not wait a whole interval
             await self.flushed.wait(event, TAIL_IDLE_S)
             if self.store.committed_offset <= offset and not self.stopping.is_set():
                 yield commitlog_pb2.TailResponse(next_offset=offset, max_offset=self.store.committed_offset)

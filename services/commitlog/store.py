@@ -182,10 +182,11 @@ class CommitLogStore:
         """Call `listener` (from the flushing thread) each time the durable end may have moved."""
         self.flusher.add_listener(listener)
 
-    def request_flush(self) -> None:
-        """Flush now rather than at the next interval: someone waits on the durable end
-        (a SYNC sender, or a tailer in ASYNC mode, which should not wait a whole interval)."""
-        self.flusher.request_flush()
+    def request_flush(self, reader: bool = False) -> None:
+        """Flush now rather than at the next interval: someone waits on the durable end (a
+        SYNC sender; or a `reader`, a tailer or consumer in ASYNC mode, which should not wait
+        a whole interval but may wait a few ms, so one flush serves a run of sends)."""
+        self.flusher.request_flush(reader)
 
     # -- read -----------------------------------------------------------------------------
     def read(self, physical_offset: int) -> Record:

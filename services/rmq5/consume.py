@@ -207,7 +207,7 @@ class Consumption:
             if got or time.monotonic() >= deadline or self.core.stopping.is_set():
                 break
             if self.store.write_offset > self.store.committed_offset:
-                self.store.request_flush()  # ASYNC: a waiting consumer should not wait a flush interval
+                self.store.request_flush(reader=True)  # ASYNC: a waiting consumer should not wait a flush interval
             await _first(wake, min(POLL_STEP_S, max(0.0, deadline - time.monotonic())))
         if not got:
             yield service.ReceiveMessageResponse(status=v2.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message"))

@@ -1,0 +1,130 @@
+"""The flusher's pacing: a writer waiting on its send is flushed at once, a reader waiting on
+the durable end (a tailer, a consumer) no sooner than READER_FLUSH_GAP_S after the previous
+flush; the checkpoint is written at most every CHECKPOINT_EVERY_S (one put off is written
+once the store is idle) and always at a clean close, and recovery is as exact as before."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from quarry.services.commitlog import flushing
+from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.flushing import wait_flushed_blocking
+
+
+def _open(d: Path, interval_ms: int = 60_000) -> CommitLogStore:
+    return CommitLogStore(StoreConfig(store_dir=d, segment_size=1 << 20, flush_interval_ms=interval_ms))
+
+
+def _msg(i: int) -> NewMessage:
+    return NewMessage(topic="T", body=f"body-{i}".encode(), keys=[f"k{i}"])
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def _checkpoint(d: Path) -> dict[str, object]:
+    return json.loads((d / "quarry-checkpoint.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_a_waiting_writer_is_flushed_at_once_even_while_a_reader_waits_out_its_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flushing, "READER_FLUSH_GAP_S", 3600.0)  # a reader alone would wait an hour
+    store = _open(tmp_path)
+    try:
+        store.append(_msg(0))
+        store.flush()  # the previous flush the gap counts from
+        end = store.append(_msg(1)).physical_offset + 1
+        store.request_flush(reader=True)
+        assert store.state.flushed_offset < end  # the reader's request waits out its gap
+        done = threading.Event()
+        threading.Thread(target=lambda: done.set() if wait_flushed_blocking(store.flusher, end, 10) else None, daemon=True).start()
+        _wait(done.is_set, "the writer's flush")
+    finally:
+        store.close()
+
+
+def test_a_reader_is_flushed_no_sooner_than_the_gap_after_the_previous_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flushing, "READER_FLUSH_GAP_S", 0.3)
+    flushed_at: list[float] = []
+    real_flush = flushing.Flusher.flush
+
+    def timed(self: flushing.Flusher, clean: bool = False) -> int:
+        end = real_flush(self, clean)
+        flushed_at.append(time.monotonic())
+        return end
+
+    monkeypatch.setattr(flushing.Flusher, "flush", timed)
+    store = _open(tmp_path)
+    try:
+        end = 0
+        for i in range(4):
+            end = store.append(_msg(i)).physical_offset + 1
+            store.request_flush(reader=True)
+            _wait(lambda: store.state.flushed_offset >= end, f"reader flush {i}")
+        gaps = [b - a for a, b in zip(flushed_at, flushed_at[1:])]
+        assert len(gaps) >= 3 and min(gaps) >= 0.3, gaps  # a lower bound: the flusher waited at least this
+    finally:
+        store.close()
+
+
+def test_the_checkpoint_is_written_at_most_once_a_period_and_a_put_off_one_once_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
+    writes: list[int] = []
+    real_save = flushing.save_checkpoint
+
+    def counted(store_dir: Path, checkpoint: flushing.StoreCheckpoint) -> None:
+        writes.append(checkpoint.flushed_offset)
+        real_save(store_dir, checkpoint)
+
+    monkeypatch.setattr(flushing, "save_checkpoint", counted)
+    store = _open(tmp_path, interval_ms=20)
+    try:
+        results = []
+        for i in range(20):
+            results.append(store.append(_msg(i)))
+            store.flush()
+        assert len(writes) == 1  # the first flush's, then none for an hour
+        assert _checkpoint(tmp_path)["flushed_offset"] < results[-1].physical_offset
+        # Once the period is over, the idle flusher (every 20 ms here) writes the one put off.
+        monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 0.0)
+        end = results[-1].physical_offset + results[-1].size
+        _wait(lambda: _checkpoint(tmp_path)["flushed_offset"] == end, "the put-off checkpoint")
+        count = len(writes)
+        store.flush()
+        store.flush()
+        assert len(writes) == count  # nothing new: not written again
+    finally:
+        store.close()
+    assert _checkpoint(tmp_path) == {"flushed_offset": end, "timestamp": _checkpoint(tmp_path)["timestamp"], "clean": True}
+
+
+def test_a_crash_after_a_put_off_checkpoint_loses_nothing_that_was_flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
+    store = _open(tmp_path)
+    results = []
+    for i in range(200):
+        results.append(store.append(_msg(i)))
+        store.flush()
+    checkpointed = _checkpoint(tmp_path)["flushed_offset"]
+    assert isinstance(checkpointed, int) and checkpointed < results[-1].physical_offset
+    store.flusher.stop()  # a crash: no clean close, no last checkpoint
+    for seg in store.segments.segments:
+        os.close(seg.fd)
+    again = _open(tmp_path)
+    try:
+        assert again.state.write_offset == results[-1].physical_offset + results[-1].size
+        assert [again.read(r.physical_offset).keys for r in results] == [[f"k{i}"] for i in range(200)]
+    finally:
+        again.close()
