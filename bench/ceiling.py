@@ -125,6 +125,12 @@ class EchoCeiling:
         return asyncio.run(run())
 
 
+def median_run(runs: list[Stats]) -> Stats:
+    """The run of median rate among interleaved rounds (a burst of load on the shared machine
+    skews one round, not the median)."""
+    return sorted(runs, key=lambda s: s.rate)[len(runs) // 2]
+
+
 def compare(label: str, figure: Stats, ceiling: Stats, params: dict[str, object], unit_scale: float = 1.0, unit: str = "calls/s") -> list[Result]:
     """The rows for one figure: rate, p50, p99, the ceiling's, and rate / ceiling rate.
 

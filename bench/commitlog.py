@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.ceiling import EchoCeiling, Stats, compare, drive
+from bench.ceiling import EchoCeiling, Stats, compare, drive, median_run
 from bench.runner import Result
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from scripts.launcher import ServiceProcess, free_port
@@ -57,11 +57,6 @@ def _drive_batches(address: str, batch: commitlog_pb2.SendBatchRequest, concurre
     return asyncio.run(go())
 
 
-def _median(runs: list[Stats]) -> Stats:
-    mid = sorted(runs, key=lambda s: s.rate)[len(runs) // 2]
-    return mid
-
-
 def _run_mode(mode: str, args: argparse.Namespace, root: Path, echo: EchoCeiling) -> list[Result]:
     proc = ServiceProcess("commitlog", f"127.0.0.1:{free_port()}", ["--store-dir", str(root / mode), "--flush-mode", mode, "--segment-size", str(256 << 20)], root / f"{mode}.log").start()
     results: list[Result] = []
@@ -76,7 +71,7 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path, echo: EchoCeiling
             for _ in range(2):
                 figs.append(_drive_sends(proc.address, c, calls))
                 ceils.append(echo.measure(single.ByteSize(), resp_bytes, c, calls))
-            results += compare("single send", _median(figs), _median(ceils), params)
+            results += compare("single send", median_run(figs), median_run(ceils), params)
         batch = _batch(args.batch_size)
         batch_resp = _sizes(proc.address, batch, "SendBatch")
         figs, ceils = [], []
@@ -84,7 +79,7 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path, echo: EchoCeiling
             figs.append(_drive_batches(proc.address, batch, args.clients, args.batches))
             ceils.append(echo.measure(batch.ByteSize(), batch_resp, args.clients, args.batches))
         bparams = {**params, "batch_size": args.batch_size, "messages": args.batches * args.batch_size, "rounds": args.rounds}
-        results += compare("batched send", _median(figs), _median(ceils), bparams, unit_scale=args.batch_size, unit="msg/s")
+        results += compare("batched send", median_run(figs), median_run(ceils), bparams, unit_scale=args.batch_size, unit="msg/s")
         results.append(Result("batched send msg/s, slowest round", min(s.rate for s in figs) * args.batch_size, "msg/s", {**bparams, "concurrency": args.clients}))
     finally:
         proc.stop()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.ceiling import EchoCeiling, Stats, compare, drive
+from bench.ceiling import EchoCeiling, Stats, compare, drive, median_run
 from bench.runner import Result
 from quarry.formats.unique_key import UniqueKeyGenerator
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
@@ -105,9 +105,16 @@ def _queries(address: str, samples: list[Sample], args: argparse.Namespace, para
         for c in (1, 16):
             for kind, reqs in [*kinds.items(), ("mixed", mixed)]:
                 calls = args.queries * (2 if kind == "mixed" else 1)
-                fig, req_b, resp_b = _drive(address, reqs, calls, c)
-                ceil = echo.measure(req_b, resp_b, c, calls)
-                out += compare(kind, fig, ceil, {**params, "request_bytes": req_b, "response_bytes": resp_b})
+                # Figure and ceiling interleaved, round after round, and the median round of
+                # each taken: a burst of other load on the shared machine skews one round.
+                figs, ceils = [], []
+                for _ in range(args.rounds):
+                    fig, req_b, resp_b = _drive(address, reqs, calls, c)
+                    figs.append(fig)
+                    ceils.append(echo.measure(req_b, resp_b, c, calls))
+                rows = compare(kind, median_run(figs), median_run(ceils), {**params, "request_bytes": req_b, "response_bytes": resp_b, "rounds": args.rounds})
+                rows[-1].params = {**rows[-1].params, "round_ratios": sorted(round(f.rate / e.rate, 3) for f, e in zip(figs, ceils))}
+                out += rows
     return out
 
 
@@ -118,6 +125,7 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--read-bodies-from", choices=("indexer", "commitlog"), default="indexer")
     p.add_argument("--indexer-reads", choices=("store", "commitlog"), default="store")
     p.add_argument("--broker-calls", choices=("multiplexed", "unary"), default="multiplexed")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of figure and ceiling per kind (medians reported)")
     args = p.parse_args(argv)
     out: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="quarry-bench-") as tmp:
