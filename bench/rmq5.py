@@ -20,7 +20,7 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from bench.ceiling import EchoCeiling
+from bench.ceiling import EchoCeiling, median_run
 from bench.rmq5_echo import SdkEcho
 from bench.runner import Result, process_cpu_s
 from quarry.clients.producer import Producer as QuarryProducer
@@ -108,16 +108,20 @@ def run(argv: list[str]) -> list[Result]:
     from rocketmq import ClientConfiguration, Credentials, Producer
 
     results: list[Result] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    n, c = args.messages, args.concurrency
+    params = {"body_bytes": 1024, "messages": n, "flush_mode": "ASYNC", "brokers": 1}
+    # The ceilings run beside the (then idle) cluster, each round interleaved with the figures:
+    # a 1 KiB body plus topic, key and tag is ~1.1 KB each way (SendResult ~0.2 KB).
+    with tempfile.TemporaryDirectory() as tmp, EchoCeiling() as echo, SdkEcho() as sdk_echo:
         cluster = LocalCluster(root=Path(tmp), commitlog_args=["--segment-size", str(512 << 20)])
         try:
             cluster.start_router(host="127.0.0.71")
             cluster.add_broker("broker-a", "127.0.0.72")
             assert cluster.router is not None
-            n, c = args.messages, args.concurrency
-            params = {"body_bytes": 1024, "messages": n, "flush_mode": "ASYNC", "brokers": 1}
             sdk = Producer(ClientConfiguration(cluster.router.address, Credentials(), request_timeout=10), (TOPIC,))
             sdk.startup()
+            echo_sdk = Producer(ClientConfiguration(sdk_echo.address, Credentials(), request_timeout=10), (TOPIC,))
+            echo_sdk.startup()
             quarry = QuarryProducer(cluster.router.address)
             try:
                 def v1(i: int) -> None:
@@ -126,13 +130,15 @@ def run(argv: list[str]) -> list[Result]:
                 def v2(i: int) -> None:
                     sdk.send(_sdk_message(i))
 
-                for i in range(300):  # warm both paths (routes, channels, telemetry, topic creation)
+                for i in range(300):  # warm every path (routes, channels, telemetry, topic creation)
                     v1(i)
                     v2(i)
+                    echo_sdk.send(_sdk_message(i))
                 pid = cluster.brokers["broker-a"].commitlog.proc.pid  # type: ignore[union-attr]
                 cpu = {"v1": 0.0, "v2": 0.0}
-                # Three interleaved rounds per mode (medians reported), so drift (page cache, the indexer's tailing) hits both alike.
-                v1_rates, v2_rates, v1_lat, v2_lat = [], [], [], []
+                # Three interleaved rounds (medians reported), so drift (page cache, the indexer's
+                # tailing, other load on the machine) hits the figures and the ceilings alike.
+                v1_rates, v2_rates, v1_lat, v2_lat, ceil1s, sdk_echo1s = [], [], [], [], [], []
                 for _ in range(3):
                     t = process_cpu_s(pid)
                     r, lat = _sequential(v1, n // 3)
@@ -144,8 +150,11 @@ def run(argv: list[str]) -> list[Result]:
                     cpu["v2"] += process_cpu_s(pid) - t
                     v2_rates.append(r)
                     v2_lat += lat
-                v1_rate, v2_rate = statistics.median(v1_rates), statistics.median(v2_rates)
-                v1_concs, v2_concs, cpu_v1_conc, cpu_v2_conc = [], [], 0.0, 0.0
+                    ceil1s.append(echo.measure(1150, 200, 1, n // 3))
+                    sdk_echo1s.append(_sequential(lambda i: echo_sdk.send(_sdk_message(i)), n // 3)[0])
+                v1_rate, v2_rate, sdk_echo1 = statistics.median(v1_rates), statistics.median(v2_rates), statistics.median(sdk_echo1s)
+                ceil1 = median_run(ceil1s)
+                v1_concs, v2_concs, ceilcs, sdk_echocs, cpu_v1_conc, cpu_v2_conc = [], [], [], [], 0.0, 0.0
                 for _ in range(3):
                     t = process_cpu_s(pid)
                     v1_concs.append(_threads(v1, n // 3, c))
@@ -153,27 +162,16 @@ def run(argv: list[str]) -> list[Result]:
                     t = process_cpu_s(pid)
                     v2_concs.append(_async_window(sdk, n // 3, c))
                     cpu_v2_conc += process_cpu_s(pid) - t
-                v1_conc, v2_conc = statistics.median(v1_concs), statistics.median(v2_concs)
-                # The ceiling: a 1 KiB body plus topic, key and tag is ~1.1 KB each way (SendResult ~0.2 KB).
-                with EchoCeiling() as echo:
-                    ceil1 = echo.measure(1150, 200, 1, n // 3)
-                    ceilc = echo.measure(1150, 200, c, n // 3)
+                    ceilcs.append(echo.measure(1150, 200, c, n // 3))
+                    sdk_echocs.append(_async_window(echo_sdk, n // 3, c))
+                v1_conc, v2_conc, sdk_echoc = statistics.median(v1_concs), statistics.median(v2_concs), statistics.median(sdk_echocs)
+                ceilc = median_run(ceilcs)
             finally:
                 sdk.shutdown()
+                echo_sdk.shutdown()
                 quarry.close()
         finally:
             cluster.stop()
-    # The SDK's own ceiling, the cluster stopped: the same SDK, messages and rounds, to an echo.
-    with SdkEcho() as sdk_echo:
-        echo_sdk = Producer(ClientConfiguration(sdk_echo.address, Credentials(), request_timeout=10), (TOPIC,))
-        echo_sdk.startup()
-        try:
-            for i in range(300):
-                echo_sdk.send(_sdk_message(i))
-            sdk_echo1 = statistics.median(_sequential(lambda i: echo_sdk.send(_sdk_message(i)), n // 3)[0] for _ in range(3))
-            sdk_echoc = statistics.median(_async_window(echo_sdk, n // 3, c) for _ in range(3))
-        finally:
-            echo_sdk.shutdown()
     results += [
         Result("quarry.v1 single sends (1 in flight)", v1_rate, "msg/s", {**params, "concurrency": 1}),
         Result("quarry.v1 single send p50", statistics.median(v1_lat), "ms", {**params, "concurrency": 1}),
