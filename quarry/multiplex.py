@@ -248,7 +248,7 @@ class _Stream(_Carrier):
                 self._answered(frame.responses)
         except grpc.RpcError as exc:
             code = exc.code()  # type: ignore[attr-defined]
-            if code in _NOT_OFFERED and self._broken is None:
+            if code in _NOT_OFFERED:
                 self._on_not_offered()
             failure = MultiplexError(code, exc.details() or "")  # type: ignore[attr-defined]
         except asyncio.CancelledError:
@@ -256,7 +256,7 @@ class _Stream(_Carrier):
         except Exception as exc:  # a frame that does not parse: the stream cannot be trusted
             self._call.cancel()
             failure = MultiplexError(grpc.StatusCode.INTERNAL, f"multiplexed stream broken: {type(exc).__name__}: {exc}")
-        if self._broken is not None:
+        if self._broken is not None and not (isinstance(failure, MultiplexError) and failure.code() in _NOT_OFFERED):
             # The stream broke under a write (the stream's own status is then INTERNAL or
             # CANCELLED, which says nothing): a lost connection, as gRPC words it, which the
             # router's fan-out tries once more (quarry.transport.lost_connection).
@@ -378,13 +378,13 @@ class _UnaryOverStream:
             response = await self._carry(payload, timeout)
         except MultiplexError as exc:
             left = None if deadline is None else deadline - time.monotonic()
-            if not exc.unsent:
-                if self._channel.multiplexing or exc.code() not in _NOT_OFFERED:
-                    raise
+            if not self._channel.multiplexing and exc.code() in _NOT_OFFERED:
                 # The server does not carry the stream, so the call never ran: make it unary.
                 if left is not None and left <= 0:
                     raise MultiplexError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
                 return await self._plain(request, timeout=left)
+            if not exc.unsent:
+                raise
             # Its carrier broke before the request left (as gRPC retries a call that never
             # reached the server): once more, on the carrier the channel opens next.
             if left is not None and left <= 0:

@@ -86,7 +86,6 @@ class Flusher:
             # Nothing may end this thread: without it the durable end never moves again
             # (SYNC sends time out, tailers see nothing new).
             self._rounds.run(self.flush)
-            self._last_flush = time.monotonic()
             if time.monotonic() - last_retention > RETENTION_EVERY_S:
                 last_retention = time.monotonic()
                 try:
@@ -121,6 +120,7 @@ class Flusher:
         for fd in cq_fds:
             os.fdatasync(fd)
         FLUSH_SECONDS.observe(time.perf_counter() - t0)
+        self._last_flush = time.monotonic()  # a reader's gap counts from any flush
         self._checkpoint(target, clean)
         state.flushed_offset = max(state.flushed_offset, target)
         self.notify()
