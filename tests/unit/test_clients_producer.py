@@ -11,7 +11,7 @@ from typing import Iterator
 import grpc
 import pytest
 
-from quarry.clients.errors import InvalidArgumentError
+from quarry.clients.errors import InvalidArgumentError, UnavailableError
 from quarry.clients.model import MessageQueue, SendResult
 from quarry.clients import producer as producer_module
 from quarry.clients.producer import Producer, unique_key_generator
@@ -84,6 +84,16 @@ def test_unavailable_broker_is_retried_on_another_with_the_same_unique_key(world
     assert r.message_queue.broker_name == "broker-b"
     assert len(down.seen) == 1 and len(up.seen) == 1
     assert down.seen[0].unique_key == up.seen[0].unique_key == r.msg_id
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+def test_a_send_makes_retries_plus_one_attempts_when_every_broker_is_down(world, retries: int) -> None:  # type: ignore[no-untyped-def]
+    router, down, up = world
+    up.fail = grpc.StatusCode.UNAVAILABLE
+    with Producer(router, retries=retries) as p, pytest.raises(UnavailableError):
+        p.send("T", b"x")
+    assert len(down.seen) + len(up.seen) == retries + 1
+    assert len({m.unique_key for m in down.seen + up.seen}) == 1  # one message, sent again
 
 
 def test_invalid_argument_is_never_retried(world) -> None:  # type: ignore[no-untyped-def]
