@@ -219,7 +219,9 @@ class Appender:
             # (The three are ints: their OR is negative when one is, 0 when all are; a port is
             # checked when the host changes.)
             optional = born_ts | reconsume | prepared_offset
-            if not 0 < lb <= max_size or want_qid < -1 or optional < 0:
+            flag = m.flag
+            # (Also past their fields' widths: a 64-bit one when the OR needs more than 63 bits.)
+            if not 0 < lb <= max_size or want_qid < -1 or optional < 0 or optional >> 63 or reconsume >> 31 or not -0x80000000 <= flag <= 0x7FFFFFFF:
                 reject(m, f"messages[{i}]." if many else "", max_size, peer)
             tags = m.tags
             ukey = m.unique_key
@@ -326,7 +328,7 @@ class Appender:
             # Born at the store time, never reconsumed, not prepared (the usual message): the
             # middle packed when the born host was last set.
             middle = usual_middle if not optional else record_middle(born_ts or now, born_b, now, store_b, reconsume, prepared_offset)
-            rs.pack_into(view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, m.flag, queue_offset, at, stored_flag, middle,
+            rs.pack_into(view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, flag, queue_offset, at, stored_flag, middle,
                          lb, body, tf, lp, props_b)
 
             # The dispatch fields (formats.dispatch.build_dispatch's rule), as a plain tuple.

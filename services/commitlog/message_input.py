@@ -98,6 +98,10 @@ class NewMessage:
             self.properties = [Property(*p) for p in self.properties]
 
 
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+
 def reject(msg: MessageFields, field_prefix: str, max_message_size: int, peer: tuple[str, int] | None) -> None:
     """Raise InvalidArgument naming the first field of `msg` that breaks a rule (the append
     calls this only once a cheap check failed; it returns if every rule holds)."""
@@ -118,6 +122,15 @@ def reject(msg: MessageFields, field_prefix: str, max_message_size: int, peer: t
         raise InvalidArgument(f"{field_prefix}reconsume_times", "must be >= 0")
     if msg.prepared_transaction_offset < 0:
         raise InvalidArgument(f"{field_prefix}prepared_transaction_offset", "must be >= 0")
+    # The record's widths (RocketMQ's): what does not fit is refused, not cut.
+    if msg.born_timestamp > INT64_MAX:
+        raise InvalidArgument(f"{field_prefix}born_timestamp", f"must be at most {INT64_MAX} (ms, a 64-bit field)")
+    if msg.prepared_transaction_offset > INT64_MAX:
+        raise InvalidArgument(f"{field_prefix}prepared_transaction_offset", f"must be at most {INT64_MAX} (a 64-bit field)")
+    if msg.reconsume_times > INT32_MAX:
+        raise InvalidArgument(f"{field_prefix}reconsume_times", f"must be at most {INT32_MAX} (a 32-bit field)")
+    if not -INT32_MAX - 1 <= msg.flag <= INT32_MAX:
+        raise InvalidArgument(f"{field_prefix}flag", f"must be {-INT32_MAX - 1}..{INT32_MAX} (a 32-bit field, as RocketMQ's Message.flag)")
     host = msg.born_host
     ip, port = (host.ip, host.port) if host.ip or peer is None else peer
     if not 0 <= port <= 65535:

@@ -227,6 +227,12 @@ def test_expired_segments_are_deleted_and_reads_below_say_so(tmp_path: Path) -> 
         (NewMessage(topic="T", body=b"x", queue_id=7), "queue_id"),
         (NewMessage(topic="T", body=b"x", queue_id=-2), "queue_id"),
         (NewMessage(topic="T", body=b"x", born_timestamp=-1), "born_timestamp"),
+        # Past their record fields' widths (a struct.error from deep in the append before).
+        (NewMessage(topic="T", body=b"x", born_timestamp=1 << 63), "born_timestamp"),
+        (NewMessage(topic="T", body=b"x", prepared_transaction_offset=1 << 63), "prepared_transaction_offset"),
+        (NewMessage(topic="T", body=b"x", reconsume_times=1 << 31), "reconsume_times"),
+        (NewMessage(topic="T", body=b"x", flag=1 << 31), "flag"),
+        (NewMessage(topic="T", body=b"x", flag=-(1 << 31) - 1), "flag"),
     ],
 )
 def test_bad_input_is_rejected_naming_the_field_and_nothing_is_stored(tmp_path: Path, msg: NewMessage, field: str) -> None:
