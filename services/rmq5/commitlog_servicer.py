@@ -25,6 +25,9 @@ log = logging.getLogger("quarry.rmq5")
 MAX_MESSAGES = 1024
 
 
+_TRANSACTION = v2.MessageType.TRANSACTION  # read per message: looked up once
+_NO_HEADERS: dict[str, str] = {}
+
 class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
     def __init__(self, core: Any, auth: Authenticator, policy: telemetry.ServerPolicy) -> None:
         """`core`: the commitlog's CommitLogServicer (store + sending.append_flushed)."""
@@ -47,7 +50,8 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
 
     async def SendMessage(self, request: service.SendMessageRequest, context: Any) -> service.SendMessageResponse:
         try:
-            md = client_calls.metadata(context)
+            # (The headers are read only when ACL is on: nothing else in a send uses them.)
+            md = client_calls.metadata(context) if self.auth.enabled else _NO_HEADERS
             self.auth.caller(md, "SendMessage")  # who, before anything about the request is said
             messages = request.messages
             if not messages:
@@ -62,7 +66,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             peer = parse_peer(context.peer())
             msgs, halves = [], []
             for i, m in enumerate(messages):
-                is_half = m.system_properties.message_type == v2.MessageType.TRANSACTION
+                is_half = m.system_properties.message_type == _TRANSACTION
                 msgs.append(half_message(m, peer, f"messages[{i}]") if is_half else to_new_message(m, peer, f"messages[{i}]"))
                 halves.append(is_half)
             results = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)

@@ -15,6 +15,7 @@ Transactional messages go through transaction.py instead (half records).
 """
 from __future__ import annotations
 
+import re
 import time
 
 from quarry.formats.properties import BORN_HOST, BORN_TIMESTAMP, SHARDING_KEY, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS
@@ -27,8 +28,16 @@ MAX_USER_PROPERTIES = 128  # RocketMQ proxy's userPropertyMaxNum
 MAX_DELAY_MS = 24 * 3_600_000  # RocketMQ proxy's maxDelayTimeMills (1 day)
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+# The enum values read per message, looked up once (each read through protobuf's enum
+# wrapper is a Python __getattr__).
+_FIFO, _DELAY, _TRANSACTION = v2.MessageType.FIFO, v2.MessageType.DELAY, v2.MessageType.TRANSACTION
+_UNSUPPORTED_TYPES = (v2.MessageType.LITE, v2.MessageType.PRIORITY)
+_OK = Code.OK
+
+
 def _has_control(text: str) -> bool:
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+    return _CONTROL.search(text) is not None
 
 
 def _check_tag(tag: str, field: str) -> None:
@@ -47,13 +56,13 @@ def _check_type(sp: v2.SystemProperties, field: str) -> None:
     """The message type must agree with the properties that make it (as the SDKs set them)."""
     t = sp.message_type
     has_group, has_delay = bool(sp.message_group), sp.HasField("delivery_timestamp")
-    if t == v2.MessageType.FIFO and not has_group:
+    if t == _FIFO and not has_group:
         raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.message_group: required for a FIFO message")
-    if t == v2.MessageType.DELAY and not has_delay:
+    if t == _DELAY and not has_delay:
         raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.delivery_timestamp: required for a DELAY message")
-    if t == v2.MessageType.TRANSACTION and (has_group or has_delay):
+    if t == _TRANSACTION and (has_group or has_delay):
         raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}: a TRANSACTION message must set neither message_group nor delivery_timestamp")
-    if t in (v2.MessageType.LITE, v2.MessageType.PRIORITY):
+    if t in _UNSUPPORTED_TYPES:
         raise RmqError(Code.UNSUPPORTED, f"{field}.message_type: {v2.MessageType.Name(t)} messages are not supported by Quarry")
 
 
@@ -123,4 +132,4 @@ def to_new_message(m: v2.Message, peer: tuple[str, int], field: str = "messages[
 
 def receipt(message_id: str, queue_offset: int, transaction_id: str = "") -> service.SendResultEntry:
     """A stored message's entry: its id (UNIQ_KEY), queue offset and, for a half, the transaction id."""
-    return service.SendResultEntry(status=v2.Status(code=Code.OK, message="OK"), message_id=message_id, offset=queue_offset, transaction_id=transaction_id)
+    return service.SendResultEntry(status=v2.Status(code=_OK, message="OK"), message_id=message_id, offset=queue_offset, transaction_id=transaction_id)

@@ -17,8 +17,11 @@ class RmqError(Exception):
         self.message = message
 
 
+_OK = Code.OK  # looked up once: each read through protobuf's enum wrapper is a Python call
+
+
 def ok() -> v2.Status:
-    return v2.Status(code=Code.OK, message="OK")
+    return v2.Status(code=_OK, message="OK")
 
 
 def status_of(exc: RmqError) -> v2.Status:
