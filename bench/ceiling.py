@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Self
 
 import grpc
 
@@ -87,22 +87,25 @@ def _serve(port_file: str) -> None:
     asyncio.run(main())
 
 
-class EchoCeiling:
-    """The echo server process and an asyncio client for it."""
+class ServerProcess:
+    """A bench server in its own process: `module`'s `_serve(port_file)`, which writes the port
+    it listens on to the file once serving; `address` is then 127.0.0.1:<port>."""
+
+    module = ""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self.address = ""
 
-    def __enter__(self) -> "EchoCeiling":
-        port_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"quarry-echo-{os.getpid()}-{id(self)}.port"
+    def __enter__(self) -> "Self":
+        port_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"quarry-{self.module}-{os.getpid()}-{id(self)}.port"
         port_file.unlink(missing_ok=True)
-        self._proc = subprocess.Popen([sys.executable, "-c", f"from bench.ceiling import _serve; _serve({str(port_file)!r})"],
+        self._proc = subprocess.Popen([sys.executable, "-c", f"from {self.module} import _serve; _serve({str(port_file)!r})"],
                                       cwd=Path(__file__).resolve().parent.parent)
         deadline = time.monotonic() + 30
         while not port_file.exists() or not port_file.read_text():
             if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("echo server did not start")
+                raise RuntimeError(f"{self.module} server did not start")
             time.sleep(0.02)
         self.address = f"127.0.0.1:{port_file.read_text()}"
         port_file.unlink()
@@ -112,6 +115,12 @@ class EchoCeiling:
         if self._proc is not None:
             self._proc.terminate()
             self._proc.wait(10)
+
+
+class EchoCeiling(ServerProcess):
+    """The echo server process and an asyncio client for it."""
+
+    module = "bench.ceiling"
 
     def measure(self, request_bytes: int, response_bytes: int, concurrency: int, calls: int) -> Stats:
         """The ceiling for calls of these payload sizes at this concurrency."""

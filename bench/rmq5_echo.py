@@ -12,14 +12,12 @@ message, storing nothing. Its own process, as Quarry's services are.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import grpc
+
+from bench.ceiling import ServerProcess
 
 
 def _serve(port_file: str) -> None:
@@ -69,28 +67,7 @@ def _serve(port_file: str) -> None:
     asyncio.run(main())
 
 
-class SdkEcho:
+class SdkEcho(ServerProcess):
     """The SDK echo's process; `address` is its access point (QueryRoute points back at it)."""
 
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
-        self.address = ""
-
-    def __enter__(self) -> "SdkEcho":
-        port_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"quarry-rmq5-echo-{os.getpid()}-{id(self)}.port"
-        port_file.unlink(missing_ok=True)
-        self._proc = subprocess.Popen([sys.executable, "-c", f"from bench.rmq5_echo import _serve; _serve({str(port_file)!r})"],
-                                      cwd=Path(__file__).resolve().parent.parent)
-        deadline = time.monotonic() + 30
-        while not port_file.exists() or not port_file.read_text():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the SDK echo server did not start")
-            time.sleep(0.02)
-        self.address = f"127.0.0.1:{port_file.read_text()}"
-        port_file.unlink()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            self._proc.wait(10)
+    module = "bench.rmq5_echo"
