@@ -239,13 +239,22 @@ def test_a_read_only_indexer_is_never_ruled_out(tmp_path: Path, copies: Presence
         assert not _rules_out(copies, ix.address, "anything")
 
 
+def _small_filters(monkeypatch: pytest.MonkeyPatch, none_larger: bool = False) -> None:
+    """Filters of 1,024 bits (room for 102 keys) from the first key on; `none_larger`: that
+    is also the largest size."""
+    monkeypatch.setattr(key_presence, "MIN_LOG2_BITS", 10)
+    if none_larger:
+        monkeypatch.setattr(key_presence, "MAX_LOG2_BITS", 10)
+        monkeypatch.setattr("quarry.services.indexer.presence.MAX_LOG2_BITS", 10, raising=False)
+    monkeypatch.setattr("quarry.services.indexer.presence.MIN_KEYS", 1)
+
+
 async def _refused(copies: PresenceCopies, address: str) -> str:
     return copies._copies[address].refused
 
 
 def test_a_full_filter_is_rebuilt_larger_and_watched_again(tmp_path: Path, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(key_presence, "MIN_LOG2_BITS", 10)  # room for 102 keys
-    monkeypatch.setattr("quarry.services.indexer.presence.MIN_KEYS", 1)
+    _small_filters(monkeypatch)
     with Indexer(tmp_path, lease_s=1.0) as ix:
         assert ix.publisher is not None
         _watched(copies, ix.address)
@@ -461,10 +470,7 @@ async def _valid(copies: PresenceCopies, address: str) -> bool:
 def test_a_full_filter_at_the_largest_size_is_not_rebuilt_again_and_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Beyond the largest filter's capacity it only answers "may hold" more often: a rebuild
     # could be no larger, and each would re-read every file and drop every watcher.
-    monkeypatch.setattr(key_presence, "MIN_LOG2_BITS", 10)
-    monkeypatch.setattr(key_presence, "MAX_LOG2_BITS", 10)  # room for 102 keys, and no more
-    monkeypatch.setattr("quarry.services.indexer.presence.MAX_LOG2_BITS", 10, raising=False)
-    monkeypatch.setattr("quarry.services.indexer.presence.MIN_KEYS", 1)
+    _small_filters(monkeypatch, none_larger=True)
     with Indexer(tmp_path, lease_s=1.0) as ix:
         publisher = ix.publisher
         assert publisher is not None
@@ -602,8 +608,7 @@ def test_a_failed_first_build_is_tried_again_after_a_pause(tmp_path: Path, copie
 def test_a_failing_rebuild_is_not_begun_again_at_every_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from quarry.formats.index_file import IndexFile
 
-    monkeypatch.setattr(key_presence, "MIN_LOG2_BITS", 10)  # room for 102 keys
-    monkeypatch.setattr("quarry.services.indexer.presence.MIN_KEYS", 1)
+    _small_filters(monkeypatch)
     with Indexer(tmp_path, lease_s=1.0) as ix:
         publisher = ix.publisher
         assert publisher is not None
