@@ -15,7 +15,7 @@ from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.consume import Consumption
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
-from quarry.services.rmq5.send import receipt, to_new_message
+from quarry.services.rmq5.send import TRANSACTION, receipt, to_new_message
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, ok
 from quarry.services.rmq5.transaction import Transactions, half_message
@@ -24,9 +24,6 @@ from quarry.services.rmq5.unsupported import fill_unsupported
 log = logging.getLogger("quarry.rmq5")
 MAX_MESSAGES = 1024
 
-
-_TRANSACTION = v2.MessageType.TRANSACTION  # read per message: looked up once
-_NO_HEADERS: dict[str, str] = {}
 
 class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
     def __init__(self, core: Any, auth: Authenticator, policy: telemetry.ServerPolicy) -> None:
@@ -50,8 +47,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
 
     async def SendMessage(self, request: service.SendMessageRequest, context: Any) -> service.SendMessageResponse:
         try:
-            # (The headers are read only when ACL is on: nothing else in a send uses them.)
-            md = client_calls.metadata(context) if self.auth.enabled else _NO_HEADERS
+            md = client_calls.metadata(context)
             self.auth.caller(md, "SendMessage")  # who, before anything about the request is said
             messages = request.messages
             if not messages:
@@ -66,7 +62,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             peer = parse_peer(context.peer())
             msgs, halves = [], []
             for i, m in enumerate(messages):
-                is_half = m.system_properties.message_type == _TRANSACTION
+                is_half = m.system_properties.message_type == TRANSACTION
                 msgs.append(half_message(m, peer, f"messages[{i}]") if is_half else to_new_message(m, peer, f"messages[{i}]"))
                 halves.append(is_half)
             results = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)

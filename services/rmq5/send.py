@@ -21,7 +21,7 @@ import time
 from quarry.formats.properties import BORN_HOST, BORN_TIMESTAMP, SHARDING_KEY, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.rmq5.contract import Code, service, v2
-from quarry.services.rmq5.status import RmqError
+from quarry.services.rmq5.status import RmqError, ok
 
 MAX_MESSAGE_GROUP = 64  # RocketMQ proxy's maxMessageGroupSize
 MAX_USER_PROPERTIES = 128  # RocketMQ proxy's userPropertyMaxNum
@@ -31,9 +31,8 @@ MAX_DELAY_MS = 24 * 3_600_000  # RocketMQ proxy's maxDelayTimeMills (1 day)
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 # The enum values read per message, looked up once (each read through protobuf's enum
 # wrapper is a Python __getattr__).
-_FIFO, _DELAY, _TRANSACTION = v2.MessageType.FIFO, v2.MessageType.DELAY, v2.MessageType.TRANSACTION
+_FIFO, _DELAY, TRANSACTION = v2.MessageType.FIFO, v2.MessageType.DELAY, v2.MessageType.TRANSACTION
 _UNSUPPORTED_TYPES = (v2.MessageType.LITE, v2.MessageType.PRIORITY)
-_OK = Code.OK
 
 
 def _has_control(text: str) -> bool:
@@ -60,7 +59,7 @@ def _check_type(sp: v2.SystemProperties, field: str) -> None:
         raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.message_group: required for a FIFO message")
     if t == _DELAY and not has_delay:
         raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.delivery_timestamp: required for a DELAY message")
-    if t == _TRANSACTION and (has_group or has_delay):
+    if t == TRANSACTION and (has_group or has_delay):
         raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}: a TRANSACTION message must set neither message_group nor delivery_timestamp")
     if t in _UNSUPPORTED_TYPES:
         raise RmqError(Code.UNSUPPORTED, f"{field}.message_type: {v2.MessageType.Name(t)} messages are not supported by Quarry")
@@ -132,4 +131,4 @@ def to_new_message(m: v2.Message, peer: tuple[str, int], field: str = "messages[
 
 def receipt(message_id: str, queue_offset: int, transaction_id: str = "") -> service.SendResultEntry:
     """A stored message's entry: its id (UNIQ_KEY), queue offset and, for a half, the transaction id."""
-    return service.SendResultEntry(status=v2.Status(code=_OK, message="OK"), message_id=message_id, offset=queue_offset, transaction_id=transaction_id)
+    return service.SendResultEntry(status=ok(), message_id=message_id, offset=queue_offset, transaction_id=transaction_id)
