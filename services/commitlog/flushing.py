@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import threading
 import time
@@ -23,15 +24,20 @@ from quarry.services.commitlog.metrics import FLUSH_SECONDS
 log = logging.getLogger("quarry.store")
 
 RETENTION_EVERY_S = 60
-# A reader waiting on the durable end (a tailer, a consumer) gets a flush at most this long
-# after the previous one: under a steady stream of sends each flush (fsyncs and a checkpoint)
-# then carries several sends' records, not one or two, at a few ms of indexing latency.
-READER_FLUSH_GAP_S = 0.005
+# A reader waiting on the durable end gets a flush no sooner than its gap after the previous
+# one, so under a steady stream of sends each flush carries a run of sends' records, not one
+# or two. A consumer waits 5 ms: delivery latency is what it sees. An indexer's tail waits
+# 20 ms: a key is findable 20 ms later at most, and the tail's frames and the fsyncs come a
+# quarter as often (with SDK sends at 16 in flight, 5 ms cost the commitlog ~30 us of CPU
+# per send more than 20 ms).
+CONSUMER_FLUSH_GAP_S = 0.005
+TAILER_FLUSH_GAP_S = 0.02
 # The checkpoint only shortens recovery's scan (it starts at the segment holding the
-# checkpoint's offset and verifies every record after it), so an older one is never wrong:
-# it is written at most this often (and at a clean close), not by every flush. Writing it
-# (a file, an fsync, a rename) cost more than the segment's own fsync, and the fsync of a
-# file being appended to slows the appends.
+# checkpoint's offset, verifies every record after it and writes their ConsumeQueue units
+# again), so an older one is never wrong: it is written at most this often (and at a clean
+# close), not by every flush. Writing it (a file, an fsync, a rename) cost more than the
+# segment's own fsync, and the fsync of a file being appended to slows the appends. For the
+# same reason queue files are fsynced only with a checkpoint: units past it are rebuilt.
 CHECKPOINT_EVERY_S = 1.0
 
 
@@ -45,6 +51,7 @@ class Flusher:
         self._stop = threading.Event()
         self._wanted = threading.Event()
         self._urgent = threading.Event()  # a writer waits (SYNC): no gap
+        self._gap = math.inf  # the shortest gap a waiting reader asked for since the last flush
         self._last_flush = 0.0
         self._checkpoint_at = -CHECKPOINT_EVERY_S  # monotonic time of the last checkpoint written
         self._checkpointed = -1  # the offset it holds
@@ -76,9 +83,11 @@ class Flusher:
         while not self._stop.is_set():
             self._wanted.wait(interval)
             if self._wanted.is_set() and not self._urgent.is_set():
-                gap = self._last_flush + READER_FLUSH_GAP_S - time.monotonic()
+                # Never past the interval: the flush would have come then anyway.
+                gap = self._last_flush + min(self._gap, interval) - time.monotonic()
                 if gap > 0:
                     self._urgent.wait(gap)
+            self._gap = math.inf
             self._wanted.clear()
             self._urgent.clear()
             if self._stop.is_set():
@@ -108,11 +117,12 @@ class Flusher:
         with state.lock:
             target = state.write_offset
             dirty = [s for s in state.segments.segments if s.dirty]
-            # Queue units up to `target` were written under the lock; sync them outside it,
-            # so appends are never held up by an fsync.
-            cq_fds = state.cqs.take_dirty()
-        if target == state.flushed_offset and not clean and not dirty and not cq_fds:
-            self._checkpoint(target, clean)  # one a busy spell put off is written once idle
+            # A checkpoint promises the queues up to its offset, and their units up to
+            # `target` were written under the lock: those files are synced outside it, so
+            # appends are never held up by an fsync (one put off by a busy spell: once idle).
+            checkpoint = clean or (target != self._checkpointed and time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY_S)
+            cq_fds = state.cqs.take_dirty() if checkpoint else []
+        if not dirty and not checkpoint and target == state.flushed_offset:
             return target
         t0 = time.perf_counter()
         for seg in dirty:
@@ -120,17 +130,16 @@ class Flusher:
         for fd in cq_fds:
             os.fdatasync(fd)
         FLUSH_SECONDS.observe(time.perf_counter() - t0)
-        self._last_flush = time.monotonic()  # a reader's gap counts from any flush
-        self._checkpoint(target, clean)
-        state.flushed_offset = max(state.flushed_offset, target)
-        self.notify()
-        return target
-
-    def _checkpoint(self, flushed: int, clean: bool) -> None:
-        if clean or (flushed != self._checkpointed and time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY_S):
-            save_checkpoint(self.state.dir, StoreCheckpoint(flushed, int(time.time() * 1000), clean))
+        if dirty:
+            self._last_flush = time.monotonic()  # a reader's gap counts from any flush of the log
+        if checkpoint:
+            save_checkpoint(state.dir, StoreCheckpoint(target, int(time.time() * 1000), clean))
             self._checkpoint_at = time.monotonic()
-            self._checkpointed = flushed
+            self._checkpointed = target
+        if target != state.flushed_offset:
+            state.flushed_offset = max(state.flushed_offset, target)
+            self.notify()
+        return target
 
     def notify(self) -> None:
         for listener in list(self._listeners):
@@ -142,12 +151,15 @@ class Flusher:
     def remove_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.remove(listener)
 
-    def request_flush(self, reader: bool = False) -> None:
-        """Flush now rather than at the next interval; for a `reader` (not a writer waiting
-        on its own send), no sooner than READER_FLUSH_GAP_S after the previous flush."""
+    def request_flush(self, gap_s: float = 0.0) -> None:
+        """Flush now rather than at the next interval (a writer waiting on its own send), or
+        for a reader no sooner than `gap_s` after the previous flush (the shortest gap asked
+        for wins)."""
         if self.state.write_offset > self.state.flushed_offset:
-            if not reader:
+            if gap_s <= 0:
                 self._urgent.set()
+            elif gap_s < self._gap:
+                self._gap = gap_s
             self._wanted.set()
 
 

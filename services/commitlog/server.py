@@ -19,6 +19,7 @@ from quarry.services.commitlog import consume_status
 from quarry.services.commitlog.convert import peer_host, send_result, send_result_columns, send_results, to_group_status, to_stored
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.flushing import TAILER_FLUSH_GAP_S
 from quarry.services.commitlog.sending import SendPath
 from quarry.services.commitlog.store import Appended, CommitLogStore
 from quarry.services.status import rpc_errors
@@ -151,7 +152,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                         tags_code=d.tags_code, store_timestamp=d.store_timestamp, sys_flag=d.sys_flag)
                 yield response
                 continue
-            self.store.request_flush(reader=True)  # in ASYNC mode a waiting tailer should not wait a whole interval
+            self.store.request_flush(TAILER_FLUSH_GAP_S)  # in ASYNC mode a waiting tailer should not wait a whole interval
             await self.flushed.wait(event, TAIL_IDLE_S)
             if self.store.committed_offset <= offset and not self.stopping.is_set():
                 yield commitlog_pb2.TailResponse(next_offset=offset, max_offset=self.store.committed_offset)

@@ -182,11 +182,12 @@ class CommitLogStore:
         """Call `listener` (from the flushing thread) each time the durable end may have moved."""
         self.flusher.add_listener(listener)
 
-    def request_flush(self, reader: bool = False) -> None:
+    def request_flush(self, gap_s: float = 0.0) -> None:
         """Flush now rather than at the next interval: someone waits on the durable end (a
-        SYNC sender; or a `reader`, a tailer or consumer in ASYNC mode, which should not wait
-        a whole interval but may wait a few ms, so one flush serves a run of sends)."""
-        self.flusher.request_flush(reader)
+        SYNC sender; or, with a `gap_s` (flushing.*_FLUSH_GAP_S), a tailer or consumer in
+        ASYNC mode, which should not wait a whole interval but may wait a few ms, so one
+        flush serves a run of sends)."""
+        self.flusher.request_flush(gap_s)
 
     # -- read -----------------------------------------------------------------------------
     def read(self, physical_offset: int) -> Record:

@@ -24,6 +24,7 @@ from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transactio
 from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate_topic
 from quarry.services.commitlog import pop
 from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.flushing import CONSUMER_FLUSH_GAP_S
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.log import log_event
 from quarry.services.rmq5.contract import Code, service, v2
@@ -207,7 +208,7 @@ class Consumption:
             if got or time.monotonic() >= deadline or self.core.stopping.is_set():
                 break
             if self.store.write_offset > self.store.committed_offset:
-                self.store.request_flush(reader=True)  # ASYNC: a waiting consumer should not wait a flush interval
+                self.store.request_flush(CONSUMER_FLUSH_GAP_S)  # ASYNC: a waiting consumer should not wait a flush interval
             await _first(wake, min(POLL_STEP_S, max(0.0, deadline - time.monotonic())))
         if not got:
             yield service.ReceiveMessageResponse(status=v2.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message"))

@@ -1,7 +1,8 @@
 """The flusher's pacing: a writer waiting on its send is flushed at once, a reader waiting on
-the durable end (a tailer, a consumer) no sooner than READER_FLUSH_GAP_S after the previous
-flush; the checkpoint is written at most every CHECKPOINT_EVERY_S (one put off is written
-once the store is idle) and always at a clean close, and recovery is as exact as before."""
+the durable end (a tailer, a consumer) no sooner than its gap after the previous flush (the
+shortest gap asked for wins); the checkpoint, and with it the queue files' fsync, comes at
+most every CHECKPOINT_EVERY_S (one put off is written once the store is idle) and always at a
+clean close, and recovery is as exact as before."""
 from __future__ import annotations
 
 import json
@@ -40,13 +41,12 @@ def _checkpoint(d: Path) -> dict[str, object]:
 
 
 def test_a_waiting_writer_is_flushed_at_once_even_while_a_reader_waits_out_its_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flushing, "READER_FLUSH_GAP_S", 3600.0)  # a reader alone would wait an hour
     store = _open(tmp_path)
     try:
         store.append(_msg(0))
         store.flush()  # the previous flush the gap counts from
         end = store.append(_msg(1)).physical_offset + 1
-        store.request_flush(reader=True)
+        store.request_flush(3600.0)  # a reader alone would wait an hour (the 60 s interval, in fact)
         assert store.state.flushed_offset < end  # the reader's request waits out its gap
         done = threading.Event()
         threading.Thread(target=lambda: done.set() if wait_flushed_blocking(store.flusher, end, 10) else None, daemon=True).start()
@@ -56,7 +56,6 @@ def test_a_waiting_writer_is_flushed_at_once_even_while_a_reader_waits_out_its_g
 
 
 def test_a_reader_is_flushed_no_sooner_than_the_gap_after_the_previous_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flushing, "READER_FLUSH_GAP_S", 0.3)
     flushed_at: list[float] = []
     store = _open(tmp_path)
     real_flush = store.flusher.flush
@@ -72,12 +71,42 @@ def test_a_reader_is_flushed_no_sooner_than_the_gap_after_the_previous_flush(tmp
         end = 0
         for i in range(4):
             end = store.append(_msg(i)).physical_offset + 1
-            store.request_flush(reader=True)
+            store.request_flush(0.3)
             _wait(lambda: store.state.flushed_offset >= end, f"reader flush {i}")
         gaps = [b - a for a, b in zip(flushed_at, flushed_at[1:])]
         assert len(gaps) >= 3 and min(gaps) >= 0.3, gaps  # a lower bound: the flusher waited at least this
     finally:
         store.close()
+
+
+def test_the_shortest_gap_asked_for_wins(tmp_path: Path) -> None:
+    """A tailer's long gap does not hold up a consumer that asks for a short one."""
+    store = _open(tmp_path)
+    try:
+        store.append(_msg(0))
+        store.flush()
+        end = store.append(_msg(1)).physical_offset + 1
+        store.request_flush(3600.0)
+        store.request_flush(flushing.CONSUMER_FLUSH_GAP_S)
+        _wait(lambda: store.state.flushed_offset >= end, "the consumer's flush")  # well before the 60 s interval
+    finally:
+        store.close()
+
+
+def test_queue_files_are_fsynced_with_a_checkpoint_not_with_every_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
+    store = _open(tmp_path)
+    dirty = lambda: any(cq.dirty for cq in store.state.cqs.queues.values())  # noqa: E731
+    try:
+        store.append(_msg(0))
+        store.flush()  # the first flush writes a checkpoint: the queue files are synced with it
+        assert not dirty()
+        store.append(_msg(1))
+        store.flush()  # the log is synced, no checkpoint is due: the queue files wait
+        assert store.state.flushed_offset == store.state.write_offset and dirty()
+    finally:
+        store.close()
+    assert not dirty()  # the clean close's checkpoint synced them
 
 
 def test_the_checkpoint_is_written_at_most_once_a_period_and_a_put_off_one_once_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,5 +157,41 @@ def test_a_crash_after_a_put_off_checkpoint_loses_nothing_that_was_flushed(tmp_p
     try:
         assert again.state.write_offset == results[-1].physical_offset + results[-1].size
         assert [again.read(r.physical_offset).keys for r in results] == [[f"k{i}"] for i in range(200)]
+    finally:
+        again.close()
+
+
+def test_queue_units_a_crash_kept_off_the_disk_are_written_again_by_recovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queue files are fsynced only with a checkpoint: the units after it that never reached
+    the disk are rebuilt from the log."""
+    monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
+    store = _open(tmp_path)
+    results = []
+    for i in range(60):
+        results.append(store.append(_msg(i)))
+        store.flush()
+    checkpointed = _checkpoint(tmp_path)["flushed_offset"]
+    assert isinstance(checkpointed, int)
+    store.flusher.stop()  # a crash: no clean close, no last checkpoint
+    for seg in store.segments.segments:
+        os.close(seg.fd)
+    for cq in store.state.cqs.queues.values():
+        for fd in cq.fds.values():
+            os.close(fd)
+    lost = [r for r in results if r.physical_offset >= checkpointed]
+    assert lost
+    for r in lost:  # their units never left the page cache
+        (queue_file,) = (tmp_path / "consumequeue" / r.topic / str(r.queue_id)).iterdir()
+        with open(queue_file, "r+b") as f:
+            f.seek(r.queue_offset * 20)
+            f.write(bytes(20))
+    again = _open(tmp_path)
+    try:
+        by_queue: dict[int, list[int]] = {}
+        for r in results:
+            by_queue.setdefault(r.queue_id, []).append(r.physical_offset)
+        for queue_id, offsets in by_queue.items():
+            records, _, _, _ = again.pull("T", queue_id, 0, 1000)
+            assert [rec.physical_offset for rec in records] == offsets
     finally:
         again.close()
