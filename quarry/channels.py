@@ -9,6 +9,7 @@ environment, so services and tools in one deployment share it:
 """
 from __future__ import annotations
 
+import functools
 import os
 from urllib.parse import unquote
 from pathlib import Path
@@ -20,6 +21,7 @@ from quarry.formats.addresses import split_host_port
 from quarry.signing import AioSigningInterceptor, AioStreamSigningInterceptor, SigningInterceptor
 
 
+@functools.lru_cache(maxsize=4096)  # one peer string per connection, read on every call
 def parse_peer(peer: str) -> tuple[str, int]:
     """gRPC's peer string ('ipv4:1.2.3.4:5', 'ipv6:%5B::1%5D:5', zone ids escaped as %25) as
     (ip, port); ('127.0.0.1', 0) when it is not an address (a unix socket, or unknown)."""

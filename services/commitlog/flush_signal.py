@@ -15,6 +15,9 @@ class FlushSignal:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._event = asyncio.Event()
+        # Whether anyone took the current event: a signal fired on every send (long polls
+        # wait on it) costs nothing while nobody waits.
+        self._taken = False
 
     def fire(self) -> None:
         try:
@@ -27,11 +30,14 @@ class FlushSignal:
         self._set()
 
     def _set(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
+        if self._taken:
+            self._event.set()
+            self._event = asyncio.Event()
+            self._taken = False
 
     def current(self) -> asyncio.Event:
         """Take this before checking the condition, then wait on it: no wake-up is lost."""
+        self._taken = True
         return self._event
 
     @staticmethod

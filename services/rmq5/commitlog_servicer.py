@@ -68,16 +68,12 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             results = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
         except Exception as exc:  # never an unanswered call
             return service.SendMessageResponse(status=client_calls.in_band(exc, "SendMessage"))
-        response = service.SendMessageResponse()
-        timed_out = False
-        for r, is_half in zip(results, halves):
-            entry = receipt(r.unique_key, r.queue_offset, r.offset_msg_id if is_half else "")
-            if not r.flushed:
-                timed_out = True
-                entry.status.CopyFrom(v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="stored, but not flushed to disk within the SYNC flush timeout"))
-            response.entries.append(entry)
-        response.status.CopyFrom(v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="not flushed within the SYNC flush timeout") if timed_out else ok())
-        return response
+        entries = [receipt(r.unique_key, r.queue_offset, r.offset_msg_id if is_half else "") for r, is_half in zip(results, halves)]
+        if results.flushed:
+            return service.SendMessageResponse(status=ok(), entries=entries)
+        for entry in entries:
+            entry.status.CopyFrom(v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="stored, but not flushed to disk within the SYNC flush timeout"))
+        return service.SendMessageResponse(status=v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="not flushed within the SYNC flush timeout"), entries=entries)
 
     async def EndTransaction(self, request: service.EndTransactionRequest, context: Any) -> service.EndTransactionResponse:
         half = None

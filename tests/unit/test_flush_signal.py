@@ -41,3 +41,18 @@ def test_fire_after_the_loop_closed_is_harmless() -> None:
     loop.close()
     signal.fire()  # a flusher outliving the loop must not raise
     assert not event.is_set()  # and nothing was scheduled on the closed loop
+
+
+def test_fires_while_nobody_took_the_event_cost_nothing_and_lose_no_wake_up() -> None:
+    async def main() -> tuple[bool, bool, bool]:
+        signal = FlushSignal(asyncio.get_running_loop())
+        first = signal._event
+        for _ in range(3):
+            signal.fire_in_loop()  # every send fires it; nobody waits
+        untouched = signal._event is first and not first.is_set()
+        event = signal.current()  # a waiter takes it, then checks its condition
+        signal.fire_in_loop()
+        await signal.wait(event, 60.0)
+        return untouched, event.is_set(), signal.current() is not event
+
+    assert asyncio.run(main()) == (True, True, True)

@@ -269,3 +269,50 @@ def test_every_handler_failure_is_answered_in_band_by_one_rule() -> None:
     assert in_band(ReadOnly("store is read-only"), "AckMessage").code == Code.FORBIDDEN
     unexpected = in_band(ValueError("boom"), "ChangeInvisibleDuration")
     assert unexpected.code == Code.INTERNAL_SERVER_ERROR and "ChangeInvisibleDuration" in unexpected.message
+
+
+def _send_servicer(store: CommitLogStore, loop: asyncio.AbstractEventLoop):  # type: ignore[no-untyped-def]
+    import threading
+
+    from quarry.services.commitlog.flush_signal import FlushSignal
+    from quarry.services.commitlog.server import CommitLogServicer
+    from quarry.services.rmq5.commitlog_servicer import CommitLogMessagingServicer
+
+    flushed = FlushSignal(loop)
+    store.add_flush_listener(flushed.fire)
+    return CommitLogMessagingServicer(CommitLogServicer(store, "broker-a", threading.Event(), flushed), Authenticator(None),
+                                      telemetry.ServerPolicy(max_body_size=4 << 20))
+
+
+def test_send_answers_each_message_with_its_id_queue_offset_and_for_a_half_its_transaction_id(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+
+    async def main() -> service.SendMessageResponse:
+        request = service.SendMessageRequest(messages=[sdk_message(queue_id=0), sdk_message(message_type=v2.MessageType.TRANSACTION)])
+        return await _send_servicer(store, asyncio.get_running_loop()).SendMessage(request, _Ctx())
+
+    try:
+        answer = asyncio.run(main())
+        assert answer.status.code == Code.OK and [e.status.code for e in answer.entries] == [Code.OK, Code.OK]
+        plain, half = answer.entries
+        assert (plain.message_id, plain.offset, plain.transaction_id) == (MSG_ID, 0, "")
+        assert half.message_id == MSG_ID and store.read(int(half.transaction_id[-16:], 16)).topic == HALF_TOPIC
+    finally:
+        store.close()
+
+
+def test_a_sync_send_not_flushed_in_time_is_answered_stored_but_not_persisted(tmp_path: Path) -> None:
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path / "store", segment_size=1 << 20, flush_mode="SYNC", sync_flush_timeout_ms=50))
+    store.flusher.stop()  # nothing is fsynced any more: every SYNC wait times out
+
+    async def main() -> service.SendMessageResponse:
+        request = service.SendMessageRequest(messages=[sdk_message(), sdk_message()])
+        return await _send_servicer(store, asyncio.get_running_loop()).SendMessage(request, _Ctx())
+
+    try:
+        answer = asyncio.run(main())
+        assert answer.status.code == Code.MASTER_PERSISTENCE_TIMEOUT
+        assert [e.status.code for e in answer.entries] == [Code.MASTER_PERSISTENCE_TIMEOUT] * 2
+        assert [e.message_id for e in answer.entries] == [MSG_ID] * 2 and "stored" in answer.entries[0].status.message
+    finally:
+        store.close()
