@@ -7,11 +7,15 @@ and a tag each, ASYNC flush, router + one broker on loopback.
 Target (issue 16): SDK single-send rate >= 70% of quarry.v1's, SDK p50 < 1 ms. Each rate is also
 given as a ratio to the echo ceiling (bench/ceiling.py) at the same concurrency, same run (issue 21),
 and the SDK's as a ratio to the same SDK sending to a MessagingService that answers at once
-(bench/rmq5_echo.py): what the SDK itself can do on this machine in this run.
+(bench/rmq5_echo.py): what the SDK itself can do on this machine in this run. The RocketMQ 5
+path is also driven the way the echo ceiling is, by a lean grpc.aio client sending the SDK's
+request (same message, same headers) straight to the broker: the server path's own ratio,
+without the SDK's client-side cost.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import statistics
 import tempfile
@@ -20,7 +24,7 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from bench.ceiling import EchoCeiling, median_run
+from bench.ceiling import EchoCeiling, Stats, drive, median_run
 from bench.rmq5_echo import SdkEcho
 from bench.runner import Result, process_cpu_s
 from quarry.clients.producer import Producer as QuarryProducer
@@ -99,9 +103,42 @@ def _async_window(producer, n: int, concurrency: int) -> float:  # type: ignore[
     return n / elapsed
 
 
+def _lean_rmq5(address: str, n: int, concurrency: int) -> Stats:
+    """SendMessage as the SDK sends it (message, headers), from a grpc.aio client like the
+    echo ceiling's, `concurrency` in flight."""
+    import grpc
+
+    from quarry.services.rmq5.contract import service, service_grpc, v2
+
+    born = int(time.time())
+    requests = []
+    for i in range(n + 50):  # drive's warm-up calls first
+        m = v2.Message(topic=v2.Resource(name=TOPIC), body=BODY)
+        sp = m.system_properties
+        sp.tag, sp.message_id, sp.message_type, sp.born_host = "bench", f"0102FC000000016300000000{i:010X}", v2.MessageType.NORMAL, "192.0.2.2"
+        sp.keys.append(f"order-{i}")
+        sp.born_timestamp.seconds = born
+        requests.append(service.SendMessageRequest(messages=[m]))
+    headers = (("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2"),
+               ("x-mq-date-time", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())), ("x-mq-client-id", "bench@1@0@lean"), ("x-mq-namespace", ""))
+
+    async def go() -> Stats:
+        async with grpc.aio.insecure_channel(address) as ch:
+            stub = service_grpc.MessagingServiceStub(ch)
+
+            async def send(i: int) -> None:
+                answer = await stub.SendMessage(requests[i], timeout=10, metadata=(*headers, ("x-mq-request-id", str(i))))
+                if answer.status.code != v2.Code.OK:
+                    raise RuntimeError(f"SendMessage answered {answer.status}")
+
+            return await drive(send, n, concurrency)
+
+    return asyncio.run(go())
+
+
 def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="bench rmq5")
-    p.add_argument("--messages", type=int, default=3000)
+    p.add_argument("--messages", type=int, default=6000)
     p.add_argument("--concurrency", type=int, default=16)
     args = p.parse_args(argv)
     logging.getLogger("rocketmq-python-client").setLevel(logging.WARNING)
@@ -155,6 +192,8 @@ def run(argv: list[str]) -> list[Result]:
                 v1_rate, v2_rate, sdk_echo1 = statistics.median(v1_rates), statistics.median(v2_rates), statistics.median(sdk_echo1s)
                 ceil1 = median_run(ceil1s)
                 v1_concs, v2_concs, ceilcs, sdk_echocs, cpu_v1_conc, cpu_v2_conc = [], [], [], [], 0.0, 0.0
+                leans, cpu_lean = [], 0.0
+                broker = cluster.brokers["broker-a"].commitlog.address  # type: ignore[union-attr]
                 for _ in range(3):
                     t = process_cpu_s(pid)
                     v1_concs.append(_threads(v1, n // 3, c))
@@ -164,7 +203,11 @@ def run(argv: list[str]) -> list[Result]:
                     cpu_v2_conc += process_cpu_s(pid) - t
                     ceilcs.append(echo.measure(1150, 200, c, n // 3))
                     sdk_echocs.append(_async_window(echo_sdk, n // 3, c))
+                    t = process_cpu_s(pid)
+                    leans.append(_lean_rmq5(broker, n // 3, c))
+                    cpu_lean += process_cpu_s(pid) - t
                 v1_conc, v2_conc, sdk_echoc = statistics.median(v1_concs), statistics.median(v2_concs), statistics.median(sdk_echocs)
+                lean = median_run(leans)
                 ceilc = median_run(ceilcs)
             finally:
                 sdk.shutdown()
@@ -195,10 +238,16 @@ def run(argv: list[str]) -> list[Result]:
         Result("SDK single sends / SDK echo", v2_rate / sdk_echo1, "x", {**params, "concurrency": 1}),
         Result(f"SDK send_async, {c} in flight, to the SDK echo", sdk_echoc, "msg/s", {**params, "concurrency": c}),
         Result(f"SDK send_async, {c} in flight / SDK echo", v2_conc / sdk_echoc, "x", {**params, "concurrency": c}),
+        Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight", lean.rate, "msg/s", {**params, "concurrency": c}),
+        Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight / ceiling", lean.rate / ceilc.rate, "x",
+               {**params, "concurrency": c, "target": ">= 0.6"}),
+        Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight, p99", lean.p99_ms, "ms", {**params, "concurrency": c}),
         # Where the gap comes from: the commitlog's own CPU per message on each path.
         Result("commitlog CPU per message, quarry.v1 single sends", cpu["v1"] / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": 1}),
         Result("commitlog CPU per message, SDK single sends", cpu["v2"] / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": 1}),
         Result(f"commitlog CPU per message, quarry.v1, {c} threads", cpu_v1_conc / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": c}),
         Result(f"commitlog CPU per message, SDK, {c} in flight", cpu_v2_conc / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": c}),
+        Result(f"commitlog CPU per message, RocketMQ 5 from a grpc.aio client, {c} in flight", cpu_lean / (3 * (n // 3 + 50)) * 1e6, "us",
+               {**params, "concurrency": c}),
     ]
     return results
