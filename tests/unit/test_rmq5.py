@@ -316,3 +316,21 @@ def test_a_sync_send_not_flushed_in_time_is_answered_stored_but_not_persisted(tm
         assert [e.message_id for e in answer.entries] == [MSG_ID] * 2 and "stored" in answer.entries[0].status.message
     finally:
         store.close()
+
+
+def test_headers_are_read_from_grpc_only_when_looked_at_and_then_once() -> None:
+    from quarry.services.rmq5 import client_calls
+
+    class Counting(_Ctx):
+        reads = 0
+
+        def invocation_metadata(self) -> list[tuple[str, str]]:
+            Counting.reads += 1
+            return [*super().invocation_metadata(), ("binary-bin", b"\x00")]  # type: ignore[list-item]
+
+    ctx = Counting({"x-mq-client-id": "c1", "x-mq-language": "PYTHON"})
+    md = client_calls.metadata(ctx)
+    Authenticator(None).check(md, "SendMessage", "publish", ["T"])  # ACL off: nothing to read
+    assert Counting.reads == 0
+    assert md.get("x-mq-client-id") == "c1" and md.get("absent", "") == "" and dict(md) == {"x-mq-client-id": "c1", "x-mq-language": "PYTHON"}
+    assert Counting.reads == 1  # binary headers left out, read once
