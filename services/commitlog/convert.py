@@ -2,7 +2,6 @@
 request's messages need no conversion: the store reads them as they are (message_input.MessageFields)."""
 from __future__ import annotations
 
-import functools
 import ipaddress
 import socket
 from operator import itemgetter
@@ -34,13 +33,10 @@ def resolve_store_host(advertise: str) -> tuple[str, int]:
 
 _SEND_OK = common_pb2.SEND_STATUS_SEND_OK
 _FLUSH_TIMEOUT = common_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT
-# A connection sends many calls: its peer string is parsed once, not once per call.
-_parse_peer = functools.lru_cache(maxsize=4096)(parse_peer)
-
 
 def peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
     """The caller's (ip, port): the born host of a message sent without one."""
-    return _parse_peer(context.peer() or "")
+    return parse_peer(context.peer() or "")
 
 
 def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:

@@ -49,8 +49,11 @@ class Flusher:
         self._retention = retention
         self._listeners: list[Callable[[], None]] = []
         self._stop = threading.Event()
-        self._wanted = threading.Event()
-        self._urgent = threading.Event()  # a writer waits (SYNC): no gap
+        # What the next flush is owed, under one condition: the flusher re-reckons its wait
+        # whenever a request comes (a consumer's short gap cuts short a tailer's long one).
+        self._requests = threading.Condition(threading.Lock())
+        self._wanted = False
+        self._urgent = False  # a writer waits (SYNC): no gap
         self._gap = math.inf  # the shortest gap a waiting reader asked for since the last flush
         self._last_flush = 0.0
         self._checkpoint_at = -CHECKPOINT_EVERY_S  # monotonic time of the last checkpoint written
@@ -72,8 +75,8 @@ class Flusher:
     def stop(self) -> None:
         """End the thread without a last flush (close() flushes itself; a crash test does not)."""
         self._stop.set()
-        self._urgent.set()
-        self._wanted.set()
+        with self._requests:
+            self._requests.notify()
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -81,15 +84,7 @@ class Flusher:
         interval = self.state.config.flush_interval_ms / 1000.0
         last_retention = 0.0
         while not self._stop.is_set():
-            self._wanted.wait(interval)
-            if self._wanted.is_set() and not self._urgent.is_set():
-                # Never past the interval: the flush would have come then anyway.
-                gap = self._last_flush + min(self._gap, interval) - time.monotonic()
-                if gap > 0:
-                    self._urgent.wait(gap)
-            self._gap = math.inf
-            self._wanted.clear()
-            self._urgent.clear()
+            self._await_due(interval)
             if self._stop.is_set():
                 break  # close() does the last flush itself
             # Nothing may end this thread: without it the durable end never moves again
@@ -101,6 +96,20 @@ class Flusher:
                     self._retention()
                 except Exception as exc:
                     log_event(log, "retention failed", logging.ERROR, error=repr(exc))
+
+    def _await_due(self, interval: float) -> None:
+        """Wait until the next flush is due: at once for a waiting writer, a reader's gap after
+        the previous flush, else the interval (which also bounds a reader's gap)."""
+        with self._requests:
+            every = time.monotonic() + interval
+            while not self._urgent and not self._stop.is_set():
+                due = min(every, self._last_flush + min(self._gap, interval)) if self._wanted else every
+                left = due - time.monotonic()
+                if left <= 0:
+                    break
+                self._requests.wait(left)
+            self._wanted = self._urgent = False
+            self._gap = math.inf
 
     @property
     def failing(self) -> str:
@@ -156,11 +165,13 @@ class Flusher:
         for a reader no sooner than `gap_s` after the previous flush (the shortest gap asked
         for wins)."""
         if self.state.write_offset > self.state.flushed_offset:
-            if gap_s <= 0:
-                self._urgent.set()
-            elif gap_s < self._gap:
-                self._gap = gap_s
-            self._wanted.set()
+            with self._requests:
+                if gap_s <= 0:
+                    self._urgent = True
+                elif gap_s < self._gap:
+                    self._gap = gap_s
+                self._wanted = True
+                self._requests.notify()
 
 
 async def await_flushed(flusher: Flusher, signal: FlushSignal, end: int, timeout_s: float) -> bool:

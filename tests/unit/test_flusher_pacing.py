@@ -79,14 +79,41 @@ def test_a_reader_is_flushed_no_sooner_than_the_gap_after_the_previous_flush(tmp
         store.close()
 
 
-def test_the_shortest_gap_asked_for_wins(tmp_path: Path) -> None:
-    """A tailer's long gap does not hold up a consumer that asks for a short one."""
+@pytest.mark.parametrize("order", ["long first", "short first"])
+def test_the_shortest_gap_asked_for_wins_whenever_it_comes(tmp_path: Path, order: str) -> None:
+    """A tailer's long gap does not hold up a consumer that asks for a short one, whether the
+    flusher already waits out the long one or not."""
     store = _open(tmp_path)
     try:
         store.append(_msg(0))
         store.flush()
+        gaps = [3600.0, flushing.CONSUMER_FLUSH_GAP_S]
+        for i in range(3):  # the flusher may be anywhere in its wait when the short one comes
+            end = store.append(_msg(i + 1)).physical_offset + 1
+            for gap in gaps if order == "long first" else reversed(gaps):
+                store.request_flush(gap)
+            _wait(lambda: store.state.flushed_offset >= end, f"the consumer's flush {i}")  # well before the 60 s interval
+    finally:
+        store.close()
+
+
+def test_a_short_gap_cuts_short_a_long_wait_already_begun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _open(tmp_path)
+    waiting = threading.Event()
+    real_wait = store.flusher._requests.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waiting.set()  # the flusher is in its wait, its deadline reckoned
+        return real_wait(timeout)
+
+    monkeypatch.setattr(store.flusher._requests, "wait", wait)
+    try:
+        store.append(_msg(0))
+        store.flush()
         end = store.append(_msg(1)).physical_offset + 1
+        waiting.clear()
         store.request_flush(3600.0)
+        _wait(waiting.is_set, "the flusher waiting out the long gap")
         store.request_flush(flushing.CONSUMER_FLUSH_GAP_S)
         _wait(lambda: store.state.flushed_offset >= end, "the consumer's flush")  # well before the 60 s interval
     finally:
@@ -104,9 +131,10 @@ def test_queue_files_are_fsynced_with_a_checkpoint_not_with_every_flush(tmp_path
         store.append(_msg(1))
         store.flush()  # the log is synced, no checkpoint is due: the queue files wait
         assert store.state.flushed_offset == store.state.write_offset and dirty()
+        store.flush(clean=True)  # what a clean close writes: a checkpoint, the queue files with it
+        assert not dirty()
     finally:
         store.close()
-    assert not dirty()  # the clean close's checkpoint synced them
 
 
 def test_the_checkpoint_is_written_at_most_once_a_period_and_a_put_off_one_once_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,8 +190,8 @@ def test_a_crash_after_a_put_off_checkpoint_loses_nothing_that_was_flushed(tmp_p
 
 
 def test_queue_units_a_crash_kept_off_the_disk_are_written_again_by_recovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Queue files are fsynced only with a checkpoint: the units after it that never reached
-    the disk are rebuilt from the log."""
+    """What fsyncing queue files only with a checkpoint relies on (recovery's, not new): the
+    units after the checkpoint that never reached the disk are rebuilt from the log."""
     monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
     store = _open(tmp_path)
     results = []
