@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 from quarry.services.commitlog import flushing
+from quarry.services.commitlog.append import AppendResult
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.commitlog.flushing import wait_flushed_blocking
@@ -169,18 +170,28 @@ def test_the_checkpoint_is_written_at_most_once_a_period_and_a_put_off_one_once_
     assert _checkpoint(tmp_path) == {"flushed_offset": end, "timestamp": _checkpoint(tmp_path)["timestamp"], "clean": True}
 
 
-def test_a_crash_after_a_put_off_checkpoint_loses_nothing_that_was_flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
-    store = _open(tmp_path)
+def _flushed_then_crashed(d: Path, count: int) -> tuple[list[AppendResult], int]:
+    """`count` messages, each flushed (only the first flush writes a checkpoint: the period is
+    an hour), then a crash: no clean close, no last checkpoint. Returns them and the checkpoint's offset."""
+    store = _open(d)
     results = []
-    for i in range(200):
+    for i in range(count):
         results.append(store.append(_msg(i)))
         store.flush()
-    checkpointed = _checkpoint(tmp_path)["flushed_offset"]
+    checkpointed = _checkpoint(d)["flushed_offset"]
     assert isinstance(checkpointed, int) and checkpointed < results[-1].physical_offset
-    store.flusher.stop()  # a crash: no clean close, no last checkpoint
+    store.flusher.stop()
     for seg in store.segments.segments:
         os.close(seg.fd)
+    for cq in store.state.cqs.queues.values():
+        for fd in cq.fds.values():
+            os.close(fd)
+    return results, checkpointed
+
+
+def test_a_crash_after_a_put_off_checkpoint_loses_nothing_that_was_flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
+    results, _ = _flushed_then_crashed(tmp_path, 200)
     again = _open(tmp_path)
     try:
         assert again.state.write_offset == results[-1].physical_offset + results[-1].size
@@ -193,19 +204,7 @@ def test_queue_units_a_crash_kept_off_the_disk_are_written_again_by_recovery(tmp
     """What fsyncing queue files only with a checkpoint relies on (recovery's, not new): the
     units after the checkpoint that never reached the disk are rebuilt from the log."""
     monkeypatch.setattr(flushing, "CHECKPOINT_EVERY_S", 3600.0)
-    store = _open(tmp_path)
-    results = []
-    for i in range(60):
-        results.append(store.append(_msg(i)))
-        store.flush()
-    checkpointed = _checkpoint(tmp_path)["flushed_offset"]
-    assert isinstance(checkpointed, int)
-    store.flusher.stop()  # a crash: no clean close, no last checkpoint
-    for seg in store.segments.segments:
-        os.close(seg.fd)
-    for cq in store.state.cqs.queues.values():
-        for fd in cq.fds.values():
-            os.close(fd)
+    results, checkpointed = _flushed_then_crashed(tmp_path, 60)
     lost = [r for r in results if r.physical_offset >= checkpointed]
     assert lost
     for r in lost:  # their units never left the page cache
