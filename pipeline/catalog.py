@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
+from quarry.formats.body import readable_body
 from quarry.formats.record import Record
 
 PARTITION_COLUMNS = ("broker", "topic", "store_date")
@@ -113,4 +114,5 @@ def row(rec: Record, broker: str, with_body: bool) -> tuple[Any, ...]:
         rec.properties,
         store_date(rec.store_timestamp),
     )
-    return values + (rec.body,) if with_body else values
+    # The body as a reader gets it (inflated when stored zlib-compressed); size and CRC are the record's.
+    return values + (readable_body(rec.body, rec.sys_flag),) if with_body else values

@@ -11,6 +11,7 @@ import grpc
 
 from quarry.channels import parse_peer
 from quarry.formats import scheduled
+from quarry.formats.body import readable_body
 from quarry.formats.addresses import split_host_port
 from quarry.formats.record import Record
 from quarry.v1 import commitlog_pb2, common_pb2
@@ -40,11 +41,12 @@ def peer_host(context: grpc.ServicerContext) -> tuple[str, int]:
 
 
 def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
-    """A decoded record as the wire's StoredMessage (every MessageExt field)."""
+    """A decoded record as the wire's StoredMessage (every MessageExt field; the body inflated
+    as MessageDecoder.decode gives it, the sysFlag as stored)."""
     props = rec.properties
     schedule = scheduled.schedule_of(rec.topic, props, rec.store_timestamp)
     return common_pb2.StoredMessage(
-        topic=rec.topic, flag=rec.flag, body=rec.body,
+        topic=rec.topic, flag=rec.flag, body=readable_body(rec.body, rec.sys_flag),
         properties=[common_pb2.Property(name=n, value=v) for n, v in rec.properties_pairs],
         keys=rec.keys, tags=props.get("TAGS", ""), unique_key=props.get("UNIQ_KEY", ""),
         queue_id=rec.queue_id, queue_offset=rec.queue_offset, commit_log_offset=rec.physical_offset,

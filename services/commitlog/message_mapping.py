@@ -8,13 +8,11 @@ as the consumer of a Quarry record expects an uncompressed body.
 """
 from __future__ import annotations
 
-import zlib
-
+from quarry.formats import body as body_rules
 from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs
 from quarry.services.commitlog.errors import InvalidArgument
+from quarry.formats.record import SYSFLAG_COMPRESSED
 from quarry.services.commitlog.message_input import NewMessage
-
-SYSFLAG_COMPRESSED = 0x1
 
 
 def split_properties(text: str) -> tuple[list[str], str, str, list[tuple[str, str]]]:
@@ -37,14 +35,12 @@ def split_properties(text: str) -> tuple[list[str], str, str, list[tuple[str, st
 
 def inflate(body: bytes, max_size: int) -> bytes:
     """A zlib-compressed body, inflated; InvalidArgument when it does not inflate or exceeds max_size."""
-    d = zlib.decompressobj()
     try:
-        out = d.decompress(body, max_size + 1)
-    except zlib.error as exc:
-        raise InvalidArgument("body", f"sysFlag says compressed but the body does not inflate (zlib: {exc})") from None
-    if len(out) > max_size or d.unconsumed_tail:
-        raise InvalidArgument("body", f"inflates beyond the max message size {max_size}")
-    return out
+        return body_rules.inflate(body, max_size)
+    except body_rules.BodyError as exc:
+        if exc.too_big:
+            raise InvalidArgument("body", f"inflates beyond the max message size {max_size}") from None
+        raise InvalidArgument("body", f"sysFlag says compressed but the body {exc.reason}") from None
 
 
 def from_client_message(topic: str, body: bytes, properties: str, *, flag: int = 0, queue_id: int = -1, born_timestamp: int = 0,

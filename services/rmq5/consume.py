@@ -5,7 +5,7 @@ fsynced) before answering; this module only translates.
 
 Received messages carry what the SDKs read: an MD5 body digest in upper-case hex, as RocketMQ's
 proxy sends (the SDKs flag a mismatch as corrupted; their CRC32 forms disagree: hex in Python and
-Java, decimal in Node.js), IDENTITY encoding (stored bodies are never compressed), the receipt handle of this
+Java, decimal in Node.js), IDENTITY encoding (a body stored compressed is inflated: formats/body.py), the receipt handle of this
 delivery, the delivery attempt, the invisible duration and the system properties.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from quarry.formats import tag_expression
+from quarry.formats.body import readable_body
 from quarry.formats.properties import BORN_HOST, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS, UNIQ_KEY
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transaction_type
 from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate_topic
@@ -105,9 +106,10 @@ def message_type(record: Record) -> int:
 
 def to_sdk_message(record: Record, delivered: pop.Pending, invisible: int, store_host: str) -> v2.Message:
     props = record.properties
+    body = readable_body(record.body, record.sys_flag)  # IDENTITY: what the producer sent
     sp = v2.SystemProperties(
         message_id=props.get(UNIQ_KEY) or record.offset_msg_id,
-        body_digest=v2.Digest(type=v2.DigestType.MD5, checksum=hashlib.md5(record.body).hexdigest().upper()),
+        body_digest=v2.Digest(type=v2.DigestType.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
         body_encoding=v2.Encoding.IDENTITY, message_type=message_type(record),
         born_timestamp=_ts(record.born_timestamp), born_host=props.get(BORN_HOST) or record.born_host[0],
         store_timestamp=_ts(record.store_timestamp), store_host=store_host,
@@ -123,7 +125,7 @@ def to_sdk_message(record: Record, delivered: pop.Pending, invisible: int, store
     due = pop.due_time(record)
     if due:
         sp.delivery_timestamp.CopyFrom(_ts(due))
-    m = v2.Message(topic=v2.Resource(name=record.topic), system_properties=sp, body=record.body)
+    m = v2.Message(topic=v2.Resource(name=record.topic), system_properties=sp, body=body)
     for name, value in record.properties.items():
         if name not in SYSTEM_PROPERTY_NAMES and name != TIMER_DELIVER_MS:
             m.user_properties[name] = value
@@ -136,7 +138,7 @@ def dead_letter_copy(record: Record, group: str, attempts: int) -> NewMessage:
     keep = [(n, v) for n, v in record.properties_pairs if n not in ("KEYS", "TAGS", UNIQ_KEY, TIMER_DELIVER_MS)]
     keep += [("DLQ_ORIGIN_TOPIC", record.topic), ("DLQ_ORIGIN_MESSAGE_ID", record.unique_key or record.offset_msg_id),
              ("ORIGIN_MESSAGE_ID", record.offset_msg_id), ("RECONSUME_TIME", str(attempts))]
-    return NewMessage(dlq_topic(group), record.body, record.keys, record.tags or "", record.unique_key or "", keep,
+    return NewMessage(dlq_topic(group), readable_body(record.body, record.sys_flag), record.keys, record.tags or "", record.unique_key or "", keep,
                       record.flag, 0, record.born_timestamp, record.born_host, 0, attempts)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from quarry.formats import offset_msg_id
+from quarry.formats.body import readable_body
 from quarry.formats.consume_queue import CQ_UNIT_SIZE, decode_unit, encode_unit
 from quarry.formats.batch_body import batch_record_properties, decode_batch_body
 from quarry.formats.dispatch import decode_dispatch, dispatch_info
@@ -88,6 +89,7 @@ def test_decode_matches_golden_fields(scenario: str, message: dict, index: int, 
     assert _java_host(rec.born_host) == want["born_host"] and _java_host(rec.store_host) == want["store_host"]
     assert (rec.reconsume_times, rec.prepared_transaction_offset) == (want["reconsume_times"], want["prepared_transaction_offset"])
     assert rec.body.hex() == record.get("decoded_body_not_decompressed_hex", want["body_hex"])
+    assert readable_body(rec.body, rec.sys_flag).hex() == want["body_hex"]  # as MessageDecoder.decode inflates it
     assert rec.topic == want["topic"]
     assert (rec.properties if rec.properties_text else None) == want["properties"]  # PROPLEN 0 decodes to null
     assert [list(p) for p in rec.properties_pairs] == record["stored_properties_pairs"]
