@@ -29,10 +29,11 @@ class SendPath:
         self.on_topic_created: Callable[[], None] = lambda: None
         self.on_appended: Callable[[], None] = lambda: None  # wakes long-polling remoting pulls
         self.append_listeners: list[Callable[[], None]] = []  # more of the same (RocketMQ 5 receives), on the loop
-        # Labelled metric children, resolved once: prometheus' labels() takes a lock and builds
-        # a key, a few microseconds on every send.
+        # Labelled metric series, resolved once each.
         self._latency: dict[str, Any] = {}
-        self._sent: dict[str, Any] = {}
+        self._sent: dict[str, list[float]] = {}
+        self._sent_bytes = metrics.SENT_BYTES.labels()
+        metrics.STORE_MAX_OFFSET.set_function(lambda: store.write_offset)
 
     async def append_flushed(self, msgs: Sequence[MessageFields], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
                              same_topic: bool = True, peer: tuple[str, int] | None = None) -> Appended:
@@ -63,9 +64,8 @@ class SendPath:
             sent = metrics.SENT_MESSAGES.labels(topic)
             if len(self._sent) < _TOPICS_CACHED:
                 self._sent[topic] = sent
-        sent.inc(len(appended.rows))
-        metrics.SENT_BYTES.inc(appended.bytes)
-        metrics.STORE_MAX_OFFSET.set(self.store.write_offset)
+        sent[0] += len(appended.rows)
+        self._sent_bytes[0] += appended.bytes
         return appended
 
     async def await_flushed(self, appended: Appended) -> None:

@@ -1,0 +1,84 @@
+"""Loop metrics (services/metrics.py): the per-call counters and histograms read as
+prometheus_client's own would at a scrape, and the call tracker's counts."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from quarry.services.call_tracking import CallTracker
+from quarry.services.metrics import LATENCY_BUCKETS, ServiceMetrics
+
+
+def test_a_loop_counter_exports_each_series_as_a_counter() -> None:
+    m = ServiceMetrics("test")
+    sent = m.loop_counter("quarry_test_sent_total", "sent", ["topic"])
+    sent.labels("A")[0] += 2
+    sent.labels("A")[0] += 1
+    sent.labels("B")[0] += 5
+    assert m.registry.get_sample_value("quarry_test_sent_total", {"topic": "A"}) == 3
+    assert m.registry.get_sample_value("quarry_test_sent_total", {"topic": "B"}) == 5
+    assert m.registry.get_sample_value("quarry_test_sent_total", {"topic": "C"}) is None
+
+
+@pytest.mark.parametrize("value", [0.0, LATENCY_BUCKETS[0], LATENCY_BUCKETS[0] * 1.01, LATENCY_BUCKETS[-1], LATENCY_BUCKETS[-1] * 2])
+def test_a_loop_histogram_buckets_as_prometheus_does(value: float) -> None:
+    """A value equal to a bound is in that bound's bucket (le is inclusive); buckets are cumulative."""
+    m = ServiceMetrics("test")
+    mine = m.loop_histogram("quarry_test_seconds", "mine", ["rpc"])
+    theirs = m.histogram("quarry_test_reference_seconds", "prometheus_client's", ["rpc"])
+    for v in (value, value, 0.003):
+        mine.labels("Send").observe(v)
+        theirs.labels("Send").observe(v)
+    for bound in (*[repr(float(b)) for b in LATENCY_BUCKETS], "+Inf"):
+        got = m.registry.get_sample_value("quarry_test_seconds_bucket", {"rpc": "Send", "le": bound})
+        assert got == m.registry.get_sample_value("quarry_test_reference_seconds_bucket", {"rpc": "Send", "le": bound}), bound
+    for suffix in ("_count", "_sum"):
+        assert m.registry.get_sample_value(f"quarry_test_seconds{suffix}", {"rpc": "Send"}) == pytest.approx(
+            m.registry.get_sample_value(f"quarry_test_reference_seconds{suffix}", {"rpc": "Send"}))
+
+
+def test_the_tracker_counts_calls_in_flight_and_their_outcome() -> None:
+    m = ServiceMetrics("test")
+    tracker = CallTracker(m)
+    other = CallTracker(m)  # a second server of the same service shares its metrics
+    a = tracker.begin("/quarry.v1.CommitLogService/SendMessage")
+    b = other.begin("/quarry.v1.CommitLogService/SendMessage")
+    health = tracker.begin("/grpc.health.v1.Health/Watch")  # counted, not waited for
+    assert m.registry.get_sample_value("quarry_rpc_in_flight") == 3
+    assert tracker.in_flight == 1 and not tracker.wait_idle(0)
+    tracker.end(a, "OK")
+    assert tracker.wait_idle(0) and not other.wait_idle(0)
+    other.end(b, "INVALID_ARGUMENT")
+    tracker.end(health, "CANCELLED")
+    assert m.registry.get_sample_value("quarry_rpc_in_flight") == 0
+    labels = {"service": "quarry.v1.CommitLogService", "method": "SendMessage"}
+    assert m.registry.get_sample_value("quarry_rpc_requests_total", {**labels, "code": "OK"}) == 1
+    assert m.registry.get_sample_value("quarry_rpc_requests_total", {**labels, "code": "INVALID_ARGUMENT"}) == 1
+    assert m.registry.get_sample_value("quarry_rpc_duration_seconds_count", {**labels, "code": "OK"}) == 1
+    assert m.registry.get_sample_value("quarry_rpc_requests_total", {"service": "grpc.health.v1.Health", "method": "Watch", "code": "CANCELLED"}) == 1
+
+
+def test_a_scrape_from_another_thread_reads_the_loop_metrics() -> None:
+    """The HTTP exporter scrapes on its own thread while the loop updates: it reads, never fails."""
+    m = ServiceMetrics("test")
+    tracker = CallTracker(m)
+
+    async def calls() -> None:
+        for _ in range(2000):
+            tracker.end(tracker.begin("/s.S/M"), "OK")
+            await asyncio.sleep(0)
+
+    async def main() -> list[float]:
+        seen: list[float] = []
+
+        def scrape() -> None:
+            for _ in range(200):
+                seen.append(m.registry.get_sample_value("quarry_rpc_duration_seconds_count", {"service": "s.S", "method": "M", "code": "OK"}) or 0)
+
+        await asyncio.gather(calls(), asyncio.to_thread(scrape))
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen == sorted(seen)
+    assert m.registry.get_sample_value("quarry_rpc_requests_total", {"service": "s.S", "method": "M", "code": "OK"}) == 2000
