@@ -15,7 +15,7 @@ from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.consume import Consumption
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
-from quarry.services.rmq5.send import TRANSACTION, receipt, to_new_message
+from quarry.services.rmq5.send import TRANSACTION, answer, to_new_message
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, ok
 from quarry.services.rmq5.transaction import Transactions, half_message
@@ -55,9 +55,10 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             if len(messages) > MAX_MESSAGES:
                 raise RmqError(Code.BAD_REQUEST, f"messages: at most {MAX_MESSAGES}, got {len(messages)}")
             topic = messages[0].topic.name
-            for i, m in enumerate(messages):
-                if m.topic.name != topic:
-                    raise RmqError(Code.MESSAGE_CORRUPTED, f"messages[{i}].topic.name: one request holds one topic ({topic!r})")
+            if len(messages) > 1:
+                for i, m in enumerate(messages):
+                    if m.topic.name != topic:
+                        raise RmqError(Code.MESSAGE_CORRUPTED, f"messages[{i}].topic.name: one request holds one topic ({topic!r})")
             self.auth.check(md, "SendMessage", "publish", [topic])
             peer = parse_peer(context.peer())
             msgs, halves = [], []
@@ -65,15 +66,18 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
                 is_half = m.system_properties.message_type == TRANSACTION
                 msgs.append(half_message(m, peer, f"messages[{i}]") if is_half else to_new_message(m, peer, f"messages[{i}]"))
                 halves.append(is_half)
-            results = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
+            appended = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
         except Exception as exc:  # never an unanswered call
             return service.SendMessageResponse(status=client_calls.in_band(exc, "SendMessage"))
-        entries = [receipt(r.unique_key, r.queue_offset, r.offset_msg_id if is_half else "") for r, is_half in zip(results, halves)]
-        if results.flushed:
-            return service.SendMessageResponse(status=ok(), entries=entries)
-        for entry in entries:
+        # (rows: DispatchInfo's fields; [4] the queue offset, [7] UNIQ_KEY, [0] the physical offset)
+        prefix = appended.id_prefix
+        response = answer([(row[7] or "", row[4], f"{prefix}{row[0]:016X}" if is_half else "") for row, is_half in zip(appended.rows, halves)])
+        if appended.flushed:
+            return response
+        for entry in response.entries:
             entry.status.CopyFrom(v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="stored, but not flushed to disk within the SYNC flush timeout"))
-        return service.SendMessageResponse(status=v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="not flushed within the SYNC flush timeout"), entries=entries)
+        response.status.CopyFrom(v2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT, message="not flushed within the SYNC flush timeout"))
+        return response
 
     async def EndTransaction(self, request: service.EndTransactionRequest, context: Any) -> service.EndTransactionResponse:
         half = None

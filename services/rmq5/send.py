@@ -19,7 +19,7 @@ import re
 import time
 
 from quarry.formats.properties import BORN_HOST, BORN_TIMESTAMP, SHARDING_KEY, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import Host, NewMessage, Property
 from quarry.services.rmq5.contract import Code, service, v2
 from quarry.services.rmq5.status import RmqError, ok
 
@@ -65,35 +65,43 @@ def _check_type(sp: v2.SystemProperties, field: str) -> None:
         raise RmqError(Code.UNSUPPORTED, f"{field}.message_type: {v2.MessageType.Name(t)} messages are not supported by Quarry")
 
 
-def system_pairs(m: v2.Message, field: str, now_ms: int) -> list[tuple[str, str]]:
-    """The system properties a message carries besides KEYS/TAGS/UNIQ_KEY (validated)."""
+def system_pairs(m: v2.Message, field: str, now_ms: int, born: int) -> list[Property]:
+    """The system properties a message carries besides KEYS/TAGS/UNIQ_KEY (validated); `born`
+    is its born time (`born_ms`)."""
     sp = m.system_properties
-    pairs: list[tuple[str, str]] = []
-    if sp.message_group:
-        if len(sp.message_group) > MAX_MESSAGE_GROUP or _has_control(sp.message_group) or not sp.message_group.strip():
+    pairs: list[Property] = []
+    group = sp.message_group
+    if group:
+        if len(group) > MAX_MESSAGE_GROUP or _has_control(group) or not group.strip():
             raise RmqError(Code.ILLEGAL_MESSAGE_GROUP, f"{field}.system_properties.message_group: at most {MAX_MESSAGE_GROUP} characters, not blank, no control characters")
-        pairs.append((SHARDING_KEY, sp.message_group))
+        pairs.append(Property(SHARDING_KEY, group))
     if sp.HasField("delivery_timestamp"):
         at = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
         if at - now_ms > MAX_DELAY_MS:
             raise RmqError(Code.ILLEGAL_DELIVERY_TIME, f"{field}.system_properties.delivery_timestamp: at most {MAX_DELAY_MS // 3_600_000} h ahead, got {(at - now_ms) // 1000} s")
-        pairs.append((TIMER_DELIVER_MS, str(at)))
-    if sp.born_host:
-        pairs.append((BORN_HOST, sp.born_host))
+        pairs.append(Property(TIMER_DELIVER_MS, str(at)))
+    born_host = sp.born_host
+    if born_host:
+        pairs.append(Property(BORN_HOST, born_host))
     if sp.HasField("born_timestamp"):
-        pairs.append((BORN_TIMESTAMP, str(born_ms(sp))))
+        pairs.append(Property(BORN_TIMESTAMP, str(born)))
     return pairs
 
 
 def born_ms(sp: v2.SystemProperties) -> int:
-    return sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField("born_timestamp") else 0
+    if not sp.HasField("born_timestamp"):
+        return 0
+    ts = sp.born_timestamp
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
-def user_pairs(m: v2.Message, field: str) -> list[tuple[str, str]]:
+def user_pairs(m: v2.Message, field: str) -> list[Property]:
     props = m.user_properties
+    if not props:
+        return []
     if len(props) > MAX_USER_PROPERTIES:
         raise RmqError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"{field}.user_properties: at most {MAX_USER_PROPERTIES}, got {len(props)}")
-    pairs = sorted(props.items())
+    pairs = [Property(name, value) for name, value in sorted(props.items())]
     for name, value in pairs:
         if name in SYSTEM_PROPERTY_NAMES:
             raise RmqError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"{field}.user_properties[{name!r}]: {name} is a RocketMQ system property")
@@ -122,13 +130,28 @@ def to_new_message(m: v2.Message, peer: tuple[str, int], field: str = "messages[
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     check_message(m, field)
     sp = m.system_properties
+    born = born_ms(sp)
+    # Built as NewMessage keeps them (Host, Property), so it converts nothing.
     return NewMessage(
         m.topic.name, m.body, list(sp.keys), sp.tag, sp.message_id,
-        system_pairs(m, field, now) + user_pairs(m, field),
-        0, sp.queue_id, born_ms(sp), peer,
+        system_pairs(m, field, now, born) + user_pairs(m, field),
+        0, sp.queue_id, born, peer if type(peer) is Host else Host(*peer),
     )
 
 
-def receipt(message_id: str, queue_offset: int, transaction_id: str = "") -> service.SendResultEntry:
-    """A stored message's entry: its id (UNIQ_KEY), queue offset and, for a half, the transaction id."""
-    return service.SendResultEntry(status=ok(), message_id=message_id, offset=queue_offset, transaction_id=transaction_id)
+# An answer's statuses, copied into each answer: building a Status from keywords costs more
+# than copying a whole answer (upb), and every SendMessage answers one.
+_ANSWER = service.SendMessageResponse(status=ok())
+_ENTRY = service.SendResultEntry(status=ok())
+
+
+def answer(entries: list[tuple[str, int, str]]) -> service.SendMessageResponse:
+    """An OK SendMessageResponse: one entry per stored message, (id, queue offset, transaction id)."""
+    response = service.SendMessageResponse()
+    response.CopyFrom(_ANSWER)
+    add = response.entries.add
+    for message_id, queue_offset, transaction_id in entries:
+        entry = add()
+        entry.CopyFrom(_ENTRY)
+        entry.message_id, entry.offset, entry.transaction_id = message_id, queue_offset, transaction_id
+    return response

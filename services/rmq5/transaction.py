@@ -23,7 +23,7 @@ from quarry.formats.properties import KEYS, PRODUCER_GROUP, REAL_QID, REAL_TOPIC
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import Expired, NotFound
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import NewMessage, Property
 from quarry.services.commitlog.store import CommitLogStore
 from quarry.services.rmq5.contract import Code, service, v2
 from quarry.services.rmq5.send import to_new_message
@@ -43,7 +43,8 @@ def half_message(m: v2.Message, peer: tuple[str, int], field: str = "messages[0]
         validate_topic(real_topic, f"{field}.topic.name")
     except TopicError as exc:
         raise RmqError(Code.ILLEGAL_TOPIC, str(exc)) from None
-    msg.properties = msg.properties + [(REAL_TOPIC, real_topic), (REAL_QID, str(max(real_queue, 0))), (TRAN_MSG, "true"), (PRODUCER_GROUP, real_topic)]
+    msg.properties = msg.properties + [Property(REAL_TOPIC, real_topic), Property(REAL_QID, str(max(real_queue, 0))), Property(TRAN_MSG, "true"),
+                                       Property(PRODUCER_GROUP, real_topic)]
     msg.topic, msg.queue_id = HALF_TOPIC, 0
     return msg
 
