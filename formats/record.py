@@ -111,6 +111,11 @@ def _middle_struct(born_len: int, store_len: int) -> struct.Struct:
     return struct.Struct(f">q{born_len}sq{store_len}siq")
 
 
+def middle_size(born_host_len: int, store_host_len: int) -> int:
+    """The length of `record_middle` for hosts of these lengths."""
+    return _middle_struct(born_host_len, store_host_len).size
+
+
 def record_middle(born_timestamp: int, born_host: bytes, store_timestamp: int, store_host: bytes, reconsume_times: int,
                   prepared_transaction_offset: int) -> bytes:
     """BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES and

@@ -25,7 +25,7 @@ from quarry.formats.java_hash import tags_code as java_tags_code
 from quarry.formats.properties import DELAY, PropertyError, stored_properties
 from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, MESSAGE_MAGIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
                                    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, blank_record,
-                                   host_bytes, record_middle, record_struct, topic_field)
+                                   host_bytes, middle_size, record_middle, record_struct, topic_field)
 from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
@@ -160,7 +160,7 @@ class Appender:
         schedule = False
         born: tuple[str, int] | None = None  # the born host whose bytes born_b holds
         born_b = b""
-        usual_middle = b""  # record_middle of a message born now, not reconsumed, not prepared (set with the born host)
+        usual_middle = b""  # record_middle of a message born now, not reconsumed, not prepared (packed when one comes; b"" when the born host changes)
         lmid = 0
         ltf = 0
         structs: dict[int, struct.Struct] = {}  # record_struct by body and properties length, for the born host and topic at hand
@@ -240,8 +240,8 @@ class Appender:
                     reject(m, f"messages[{i}]." if many else "", max_size, peer)
                     raise
                 born = host
-                usual_middle = record_middle(now, born_b, now, store_b, 0, 0)
-                lmid = len(usual_middle)
+                usual_middle = b""
+                lmid = middle_size(len(born_b), len(store_b))
                 structs = {}
                 born_extra = len(born_b) - 8
                 fixed = base + born_extra
@@ -327,7 +327,10 @@ class Appender:
                 rs = structs[lb << 16 | lp] = record_struct(lmid, lb, ltf, lp)
             # Born at the store time, never reconsumed, not prepared (the usual message): the
             # middle packed when the born host was last set.
-            middle = usual_middle if not optional else record_middle(born_ts or now, born_b, now, store_b, reconsume, prepared_offset)
+            if optional:
+                middle = record_middle(born_ts or now, born_b, now, store_b, reconsume, prepared_offset)
+            else:
+                middle = usual_middle = usual_middle or record_middle(now, born_b, now, store_b, 0, 0)
             rs.pack_into(view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, flag, queue_offset, at, stored_flag, middle,
                          lb, body, tf, lp, props_b)
 
