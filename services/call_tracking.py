@@ -10,6 +10,7 @@ waited for: a Health.Watch stream lasts as long as its client wants.
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 import time
@@ -133,7 +134,15 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
 
     def start(context: grpc.aio.ServicerContext) -> _Call:
         call = _Call(tracker, method)
-        context.add_done_callback(call.end)
+        # The call's own task (grpc.aio runs each RPC in one) ends once its status is sent.
+        # Not context.add_done_callback: grpc binds the context into the callback it keeps in
+        # the call's state, a reference cycle per call that kept the call's core objects alive
+        # until the garbage collector ran (~20 us of the serving process's CPU per call).
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(call.end)
+        else:
+            context.add_done_callback(call.end)
         return call
 
     def unary(inner: Callable) -> Callable:

@@ -1,4 +1,4 @@
-"""Loop metrics (services/metrics.py): the per-call counters and histograms read as
+"""Call tracking (services/call_tracking.py) and the loop metrics it fills (services/metrics.py): the per-call counters and histograms read as
 prometheus_client's own would at a scrape, and the call tracker's counts."""
 from __future__ import annotations
 
@@ -82,3 +82,43 @@ def test_a_scrape_from_another_thread_reads_the_loop_metrics() -> None:
     seen = asyncio.run(main())
     assert seen == sorted(seen)
     assert m.registry.get_sample_value("quarry_rpc_requests_total", {"service": "s.S", "method": "M", "code": "OK"}) == 2000
+
+
+def test_a_tracked_call_leaves_no_reference_cycle_holding_its_grpc_state() -> None:
+    """A call's core objects go with the call (reference counting), not at the next collection:
+    each one the collector had to free kept a finished call's gRPC state alive meanwhile."""
+    import gc
+
+    import grpc
+
+    from quarry.services.call_tracking import TrackedServer
+
+    async def main() -> tuple[int, int]:
+        async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            return request
+
+        metrics = ServiceMetrics("test")
+        tracker = CallTracker(metrics)
+        server = grpc.aio.server()
+        TrackedServer(server, tracker).add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary("/t.T/Echo")
+                gc.collect()
+                gc.disable()
+                try:
+                    for _ in range(200):
+                        assert await call(b"x") == b"x"
+                    alive = sum(1 for o in gc.get_objects() if type(o).__name__ == "_ServicerContext")
+                finally:
+                    gc.enable()
+        finally:
+            await server.stop(None)
+        ok = metrics.registry.get_sample_value("quarry_rpc_requests_total", {"service": "t.T", "method": "Echo", "code": "OK"})
+        return alive, int(ok or 0)
+
+    alive, ok = asyncio.run(main())
+    assert ok == 200  # every call tracked to its end
+    assert alive < 5  # (the one being answered, at most)
