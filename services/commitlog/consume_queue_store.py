@@ -49,6 +49,15 @@ class ConsumeQueue:
     def write_units(self, queue_offset: int, units: bytes) -> None:
         """Write consecutive units starting at queue_offset."""
         pos = queue_offset * CQ_UNIT_SIZE
+        start = pos - pos % self.file_size
+        fd = self.fds.get(start)
+        if fd is not None and pos - start + len(units) <= self.file_size:  # the usual case: one file, open
+            os.pwrite(fd, units, pos - start)
+            self.dirty.add(start)
+            end = queue_offset + len(units) // CQ_UNIT_SIZE
+            if end > self.max_offset:
+                self.max_offset = end
+            return
         view = memoryview(units)
         while view:
             start = pos - pos % self.file_size

@@ -38,8 +38,12 @@ class DispatchCache:
         if self.capacity <= 0 or not infos:
             return  # off: Tail always reads the log
         with self._lock:
-            self._offsets.extend(map(_offset, infos))
-            self._infos.extend(infos if type(infos[0]) is tuple else map(tuple, infos))
+            if len(infos) == 1 and type(infos[0]) is tuple:  # a single send's row
+                self._offsets.append(infos[0][0])
+                self._infos.append(infos[0])
+            else:
+                self._offsets.extend(map(_offset, infos))
+                self._infos.extend(infos if type(infos[0]) is tuple else map(tuple, infos))
             if len(self._infos) > self.capacity + self.capacity // 4:  # trim in quarters: amortised O(1) per record
                 cut = len(self._infos) - self.capacity
                 del self._offsets[:cut]
