@@ -7,6 +7,7 @@ Nothing here knows gRPC. Scrape example: docs/operations.md.
 """
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from typing import Iterator
 
@@ -70,10 +71,10 @@ class ServiceMetrics:
 
 class LoopCounter(Collector):
     """A counter for the per-call path, updated by one thread (the service's event loop) only:
-    each labelled series is a one-element list the caller adds to (`series[0] += n`), without
-    the lock and the three calls of prometheus_client's `inc` (several microseconds a call in a
-    serving process, where every Python step costs more than in a tight loop). Scrapes read the
-    numbers as they are."""
+    each labelled series is a list whose first element the caller adds to (`series[0] += n`),
+    without the lock and the three calls of prometheus_client's `inc` (several microseconds a
+    call in a serving process, where every Python step costs more than in a tight loop). Scrapes
+    read the numbers as they are, with the `_created` sample prometheus_client's Counter gives."""
 
     def __init__(self, name: str, doc: str, labels: list[str]) -> None:
         self.name, self.doc, self.label_names = name, doc, labels
@@ -82,13 +83,18 @@ class LoopCounter(Collector):
     def labels(self, *values: str) -> list[float]:
         series = self._series.get(values)
         if series is None:
-            series = self._series[values] = [0.0]
+            series = self._series[values] = [0.0, time.time()]  # value, created
         return series
+
+    def describe(self) -> Iterator[Metric]:
+        # The registry learns the names from this: it refuses a duplicate, and a scrape that
+        # asks for some names (?name[]=) finds these.
+        yield CounterMetricFamily(self.name, self.doc, labels=self.label_names)
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.doc, labels=self.label_names)
-        for values, series in list(self._series.items()):
-            family.add_metric(list(values), series[0])
+        for values, series in self._series.copy().items():  # (one C call: the loop may add a series meanwhile)
+            family.add_metric(list(values), series[0], created=series[1])
         yield family
 
 
@@ -106,27 +112,32 @@ class LoopHistogram(Collector):
             series = self._series[values] = HistogramSeries(self.bounds)
         return series
 
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.doc, labels=self.label_names)
+
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.doc, labels=self.label_names)
-        for values, series in list(self._series.items()):
+        for values, series in self._series.copy().items():
             counts, total = list(series.counts), series.sum
             cumulative, buckets = 0.0, []
             for bound, count in zip((*self.bounds, float("inf")), counts):
                 cumulative += count
                 buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
             family.add_metric(list(values), buckets, total)
+            family.add_sample(f"{self.name}_created", dict(zip(self.label_names, values)), series.created)
         yield family
 
 
 class HistogramSeries:
     """One labelled series of a LoopHistogram: a count per bucket (the last is +Inf) and the sum."""
 
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "sum", "created")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
+        self.created = time.time()
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1  # the first bucket whose bound is >= value

@@ -60,28 +60,57 @@ def test_the_tracker_counts_calls_in_flight_and_their_outcome() -> None:
 
 
 def test_a_scrape_from_another_thread_reads_the_loop_metrics() -> None:
-    """The HTTP exporter scrapes on its own thread while the loop updates: it reads, never fails."""
+    """The HTTP exporter scrapes on its own thread while the loop updates and adds series: every
+    scrape reads, none fails, and what each sees only grows."""
+    from prometheus_client.exposition import generate_latest
+
     m = ServiceMetrics("test")
     tracker = CallTracker(m)
+    calls = 3000
 
-    async def calls() -> None:
-        for _ in range(2000):
-            tracker.end(tracker.begin("/s.S/M"), "OK")
-            await asyncio.sleep(0)
+    async def loop_side() -> None:
+        for i in range(calls):
+            tracker.end(tracker.begin(f"/s.S/M{i % 300}"), "OK")  # new series all along the way
+            if i % 10 == 0:
+                await asyncio.sleep(0)  # let the scraping thread run between calls
+
+    def requests_seen() -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in generate_latest(m.registry).decode().splitlines()
+                   if line.startswith("quarry_rpc_requests_total{"))
 
     async def main() -> list[float]:
         seen: list[float] = []
 
         def scrape() -> None:
-            for _ in range(200):
-                seen.append(m.registry.get_sample_value("quarry_rpc_duration_seconds_count", {"service": "s.S", "method": "M", "code": "OK"}) or 0)
+            for _ in range(40):
+                seen.append(requests_seen())
 
-        await asyncio.gather(calls(), asyncio.to_thread(scrape))
+        await asyncio.gather(loop_side(), asyncio.to_thread(scrape))
         return seen
 
     seen = asyncio.run(main())
-    assert seen == sorted(seen)
-    assert m.registry.get_sample_value("quarry_rpc_requests_total", {"service": "s.S", "method": "M", "code": "OK"}) == 2000
+    assert len(seen) == 40 and seen == sorted(seen)
+    assert requests_seen() == calls
+
+
+def test_loop_metrics_are_named_to_the_registry_and_carry_created_samples() -> None:
+    """As prometheus_client's own: a second metric of the same name is refused, a scrape that
+    asks for names finds them, and each series has its `_created` sample."""
+    from prometheus_client.exposition import generate_latest
+
+    m = ServiceMetrics("test")
+    with pytest.raises(ValueError):
+        m.loop_counter("quarry_rpc_requests_total", "again")
+    with pytest.raises(ValueError):
+        m.loop_histogram("quarry_rpc_duration_seconds", "again")
+    tracker = CallTracker(m)
+    tracker.end(tracker.begin("/s.S/M"), "OK")
+    labels = {"service": "s.S", "method": "M", "code": "OK"}
+    assert m.registry.get_sample_value("quarry_rpc_requests_created", labels) is not None
+    assert m.registry.get_sample_value("quarry_rpc_duration_seconds_created", labels) is not None
+    named = generate_latest(m.registry.restricted_registry(["quarry_rpc_requests_total", "quarry_rpc_duration_seconds_count"])).decode()
+    assert 'quarry_rpc_requests_total{code="OK",method="M",service="s.S"} 1.0' in named
+    assert 'quarry_rpc_duration_seconds_count{code="OK",method="M",service="s.S"} 1.0' in named
 
 
 def test_a_tracked_call_leaves_no_reference_cycle_holding_its_grpc_state() -> None:
