@@ -37,12 +37,14 @@ def _split(method: str) -> tuple[str, str]:
     return service or "unknown", name or method
 
 
-def _code_name(context: Any, failed: bool) -> str:
+def _code_name(context: Any, failed: bool | None) -> str:
+    """The status a call ended with; `failed` None: its handler was cancelled (the client went
+    away, or its deadline passed)."""
     code = context.code() if hasattr(context, "code") else None
     if isinstance(code, int):
         code = status_by_number(code)
     if code is None:
-        return "UNKNOWN" if failed else "OK"
+        return "CANCELLED" if failed is None else "UNKNOWN" if failed else "OK"
     return code.name  # type: ignore[no-any-return]
 
 
@@ -118,7 +120,7 @@ class _Call:
         self.code = "CANCELLED"  # what the call ends as if it terminates before its handler finishes
         self._ended = False
 
-    def finish(self, context: Any, failed: bool) -> None:
+    def finish(self, context: Any, failed: bool | None) -> None:
         """The handler is done: remember the status it leaves."""
         self.code = _code_name(context, failed)
 
@@ -152,6 +154,9 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
                 result = await inner(request, context)
                 failed = False
                 return result
+            except asyncio.CancelledError:
+                failed = None
+                raise
             finally:
                 call.finish(context, failed)
         return run
@@ -167,6 +172,9 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
                 else:  # a handler may also write with context.write and return a coroutine
                     await result
                 failed = False
+            except asyncio.CancelledError:
+                failed = None
+                raise
             finally:
                 call.finish(context, failed)
         return run

@@ -151,3 +151,38 @@ def test_a_tracked_call_leaves_no_reference_cycle_holding_its_grpc_state() -> No
     alive, ok = asyncio.run(main())
     assert ok == 200  # every call tracked to its end
     assert alive < 5  # (the one being answered, at most)
+
+
+def test_a_call_its_client_cancels_is_counted_as_cancelled() -> None:
+    import grpc
+
+    from quarry.services.call_tracking import TrackedServer
+
+    async def main() -> float | None:
+        started = asyncio.Event()
+
+        async def wait_forever(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            started.set()
+            await asyncio.Event().wait()  # until cancelled
+            return b""
+
+        metrics = ServiceMetrics("test")
+        tracker = CallTracker(metrics)
+        server = grpc.aio.server()
+        TrackedServer(server, tracker).add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("t.T", {"Wait": grpc.unary_unary_rpc_method_handler(wait_forever)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary("/t.T/Wait")(b"x")
+                await asyncio.wait_for(started.wait(), 10)
+                call.cancel()
+                deadline = asyncio.get_running_loop().time() + 10
+                while metrics.in_flight[0] and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.01)  # (a poll of the condition, with a deadline)
+        finally:
+            await server.stop(None)
+        return metrics.registry.get_sample_value("quarry_rpc_requests_total", {"service": "t.T", "method": "Wait", "code": "CANCELLED"})
+
+    assert asyncio.run(main()) == 1
