@@ -256,3 +256,4 @@ class CommitLogStore:
                 os.unlink(self.dir / ABORT_FILE)
             except FileNotFoundError:
                 pass
+        self.state.release_lock()  # last: the store is whole on disk for the next writer

@@ -6,6 +6,7 @@ The store (`store.py`) is a façade over modules that each do one thing with thi
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
 from quarry.services.commitlog.segments import SegmentQueue
+from quarry.services.commitlog.store_lock import lock_store
 from quarry.services.commitlog.topic_table import load_topics
 from quarry.services.log import log_event
 
@@ -52,11 +54,23 @@ class StoreState:
         self.config = config
         self.dir = Path(config.store_dir)
         self.read_only = config.read_only or config.follow
+        self.lock_fd: int | None = None  # holds the store's lock while this store writes (store_lock.py)
         if not self.read_only:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            (self.dir / "commitlog").mkdir(exist_ok=True, mode=0o700)
-        elif not (self.dir / "commitlog").is_dir() and not config.follow:  # a followed writer may not have made it yet
+            self.lock_fd = lock_store(self.dir)  # before anything in it is changed
+            try:
+                self._open(config)
+            except BaseException:
+                self.release_lock()
+                raise
+            return
+        if not (self.dir / "commitlog").is_dir() and not config.follow:  # a followed writer may not have made it yet
             raise FileNotFoundError(f"{self.dir}: no commitlog/ directory to open read-only")
+        self._open(config)
+
+    def _open(self, config: StoreConfig) -> None:
+        if not self.read_only:
+            (self.dir / "commitlog").mkdir(exist_ok=True, mode=0o700)
         self.lock = threading.Lock()
         self.segments = SegmentQueue(self.dir / "commitlog", config.segment_size, self.read_only)
         # A read-only store without consumequeue/ (a dead broker's copied CommitLog): its
@@ -77,6 +91,12 @@ class StoreState:
         self.flushed_offset = 0
         self.closed = False
         self.dispatch_cache = DispatchCache(config.dispatch_cache_records)
+
+    def release_lock(self) -> None:
+        """Give the store's lock back (at close: another writer may open it then)."""
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
     @property
     def min_offset(self) -> int:

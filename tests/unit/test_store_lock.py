@@ -1,0 +1,93 @@
+"""One writer per store directory (services/commitlog/store_lock.py): the store root's `lock`
+file with an exclusive POSIX record lock on its first byte, as an Apache RocketMQ broker holds
+it. Another process stands in for the broker: it locks the file as DefaultMessageStore does."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.store_lock import LOCK_FILE, StoreInUse
+
+_HOLD = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)  # FileChannel.tryLock(0, 1, false)
+print("locked", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+"""
+_TRY = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+except OSError:
+    print("taken")
+else:
+    print("free")
+"""
+
+
+def _other_process_sees(lock: Path) -> str:
+    return subprocess.run([sys.executable, "-c", _TRY, str(lock)], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+
+
+@pytest.fixture
+def broker_holding(tmp_path: Path) -> Iterator[Path]:
+    """A store directory whose lock another process (the 'broker') holds while the test runs."""
+    store = tmp_path / "store"
+    store.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(store / LOCK_FILE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield store
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def test_a_store_another_process_writes_is_refused_and_left_as_it_was(broker_holding: Path) -> None:
+    with pytest.raises(StoreInUse) as refused:
+        CommitLogStore(StoreConfig(store_dir=broker_holding))
+    assert "--store-dir [env QUARRY_STORE_DIR]" in str(refused.value) and "another writer" in str(refused.value)
+    assert sorted(p.name for p in broker_holding.iterdir()) == [LOCK_FILE]  # nothing made in it
+
+
+def test_a_writing_store_holds_the_lock_a_broker_would_take_until_it_closes(tmp_path: Path) -> None:
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path / "store"))
+    try:
+        store.append_many([_message()])
+        assert _other_process_sees(tmp_path / "store" / LOCK_FILE) == "taken"
+        # Reading beside the writer takes nothing: read-only and following stores open.
+        for config in (StoreConfig(store_dir=tmp_path / "store", read_only=True), StoreConfig(store_dir=tmp_path / "store", follow=True)):
+            reader = CommitLogStore(config)
+            reader.close()
+        assert _other_process_sees(tmp_path / "store" / LOCK_FILE) == "taken"
+    finally:
+        store.close()
+    assert _other_process_sees(tmp_path / "store" / LOCK_FILE) == "free"
+    reopened = CommitLogStore(StoreConfig(store_dir=tmp_path / "store"))  # the next writer
+    try:
+        assert reopened.write_offset > 0
+    finally:
+        reopened.close()
+
+
+def test_a_read_only_store_creates_no_lock_file(tmp_path: Path) -> None:
+    writer = CommitLogStore(StoreConfig(store_dir=tmp_path / "store"))
+    writer.append_many([_message()])
+    writer.close()
+    (tmp_path / "store" / LOCK_FILE).unlink()  # as a store copied without it
+    reader = CommitLogStore(StoreConfig(store_dir=tmp_path / "store", read_only=True))
+    reader.close()
+    assert not (tmp_path / "store" / LOCK_FILE).exists()
+
+
+def _message():  # type: ignore[no-untyped-def]
+    from quarry.services.commitlog.message_input import NewMessage
+    return NewMessage("LockTopic", b"body", ["k"])
