@@ -17,7 +17,7 @@ from quarry.services.commitlog.registration import Heartbeats, announced_topics,
 from quarry.services.commitlog.offsets_persister import OffsetsPersister
 from quarry.services.commitlog.remoting_port import start_remoting
 from quarry.services.commitlog.segments import StoreLayoutError
-from quarry.services.commitlog.store_lock import StoreInUse
+from quarry.services.commitlog.store_lock import StoreLockError
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services import event_loop
@@ -40,7 +40,7 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
         event_loop.run(_serve(args), args.event_loop)
-    except (StartupError, StoreLayoutError, StoreInUse) as exc:
+    except (StartupError, StoreLayoutError, StoreLockError) as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2
     return 0

@@ -59,6 +59,13 @@ class CommitLogStore:
         self.state = StoreState(config)
         self.dir = self.state.dir
         self.read_only = self.state.read_only
+        try:
+            self._open(config)
+        except BaseException:
+            self.state.release_lock()  # a store that did not open holds nothing (an embedding process goes on)
+            raise
+
+    def _open(self, config: StoreConfig) -> None:
         recover(self.state)
         # Consumer groups' committed offsets (RocketMQ 4 remoting today, RocketMQ 5 consumer
         # groups too): part of the store, written at close and by the serving process's interval.
@@ -233,27 +240,29 @@ class CommitLogStore:
         """Flush, write a clean checkpoint, remove the abort marker, close files."""
         if self.state.closed:
             return
-        if self.follower is not None:
-            self.follower.stop()
-        if not self.read_only:
-            self.flusher.stop()
-            self.flusher.flush(clean=True)
-        with self.state.lock:
-            self.state.closed = True
-        self.flusher.notify()
         try:
-            self.consumer_offsets.persist()
-        except OSError as exc:
-            log_event(log, "consumer offsets not persisted at close", logging.ERROR, error=str(exc))
-        try:
-            self.consumer_groups.close()
-        except OSError as exc:
-            log_event(log, "consumer group journal not closed cleanly", logging.ERROR, error=str(exc))
-        self.state.segments.close()
-        self.state.cqs.close()
-        if not self.read_only:
+            if self.follower is not None:
+                self.follower.stop()
+            if not self.read_only:
+                self.flusher.stop()
+                self.flusher.flush(clean=True)
+            with self.state.lock:
+                self.state.closed = True
+            self.flusher.notify()
             try:
-                os.unlink(self.dir / ABORT_FILE)
-            except FileNotFoundError:
-                pass
-        self.state.release_lock()  # last: the store is whole on disk for the next writer
+                self.consumer_offsets.persist()
+            except OSError as exc:
+                log_event(log, "consumer offsets not persisted at close", logging.ERROR, error=str(exc))
+            try:
+                self.consumer_groups.close()
+            except OSError as exc:
+                log_event(log, "consumer group journal not closed cleanly", logging.ERROR, error=str(exc))
+            self.state.segments.close()
+            self.state.cqs.close()
+            if not self.read_only:
+                try:
+                    os.unlink(self.dir / ABORT_FILE)
+                except FileNotFoundError:
+                    pass
+        finally:
+            self.state.release_lock()  # last (also when closing failed): recovery makes the store whole for the next writer

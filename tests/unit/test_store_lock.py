@@ -46,9 +46,10 @@ def broker_holding(tmp_path: Path) -> Iterator[Path]:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         yield store
     finally:
-        assert holder.stdin is not None
+        assert holder.stdin is not None and holder.stdout is not None
         holder.stdin.close()
         holder.wait(30)
+        holder.stdout.close()
 
 
 def test_a_store_another_process_writes_is_refused_and_left_as_it_was(broker_holding: Path) -> None:
@@ -76,6 +77,18 @@ def test_a_writing_store_holds_the_lock_a_broker_would_take_until_it_closes(tmp_
         assert reopened.write_offset > 0
     finally:
         reopened.close()
+
+
+def test_a_store_that_does_not_open_gives_its_lock_back(tmp_path: Path) -> None:
+    """Refused (here a segment named off the segment size): the lock is free for the next try,
+    also in a process that goes on (one that embeds the store)."""
+    from quarry.services.commitlog.segments import StoreLayoutError
+
+    (tmp_path / "store" / "commitlog").mkdir(parents=True)
+    (tmp_path / "store" / "commitlog" / f"{1000:020d}").write_bytes(bytes(4096))
+    with pytest.raises(StoreLayoutError):
+        CommitLogStore(StoreConfig(store_dir=tmp_path / "store", segment_size=4096))
+    assert _other_process_sees(tmp_path / "store" / LOCK_FILE) == "free"
 
 
 def test_a_read_only_store_creates_no_lock_file(tmp_path: Path) -> None:
