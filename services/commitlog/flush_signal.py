@@ -41,6 +41,17 @@ class FlushSignal:
         return self._event
 
     @staticmethod
+    async def wait_first(events: tuple[asyncio.Event, ...], timeout_s: float) -> bool:
+        """Wait until one of the events is set, or the timeout; whether one was set."""
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return bool(done)
+
+    @staticmethod
     async def wait(event: asyncio.Event, timeout_s: float) -> None:
         try:
             await asyncio.wait_for(event.wait(), timeout_s)

@@ -48,6 +48,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         # and deliveries before dead-lettering; read by ConsumeStatus.
         self.online_groups: Callable[[], set[str]] = lambda: set()
         self.consumer_max_attempts = 17
+        self._appended: FlushSignal | None = None  # wakes waiting tailers on an append (made on the loop by the first Tail)
 
     async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
         appended = await self.sending.append_flushed((request.message,), peer=peer_host(context))
@@ -134,8 +135,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         batch = request.max_batch or DEFAULT_TAIL_BATCH
         offset = request.from_offset
         self.store.check_tail_start(offset)
+        if self._appended is None:
+            self._appended = FlushSignal(asyncio.get_running_loop())
+            self.sending.append_listeners.append(self._appended.fire_in_loop)
         while not self.stopping.is_set():
-            event = self.flushed.current()
+            flushed = self.flushed.current()
             committed = self.store.committed_offset
             if offset < committed:
                 cached = self.store.dispatch_cache.get(offset, batch, committed)
@@ -152,9 +156,19 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                         tags_code=d.tags_code, store_timestamp=d.store_timestamp, sys_flag=d.sys_flag)
                 yield response
                 continue
-            self.store.request_flush(TAILER_FLUSH_GAP_S)  # in ASYNC mode a waiting tailer should not wait a whole interval
-            await self.flushed.wait(event, TAIL_IDLE_S)
-            if self.store.committed_offset <= offset and not self.stopping.is_set():
+            # In ASYNC mode a waiting tailer should not wait a whole interval. Asked only with
+            # something to flush; when nothing is yet, the next append wakes it to ask (a request
+            # made right after a flush was dropped, and a paced writer's records then waited for
+            # the interval: ~300 ms of index lag at 50k msg/s against ~40 ms flat out).
+            if self.store.write_offset > committed:
+                self.store.request_flush(TAILER_FLUSH_GAP_S)
+                wake: tuple[asyncio.Event, ...] = (flushed,)
+            else:
+                wake = (flushed, self._appended.current())  # taken before the second look: no append is missed
+                if self.store.write_offset > committed:
+                    continue
+            woken = await FlushSignal.wait_first(wake, TAIL_IDLE_S)
+            if not woken and self.store.committed_offset <= offset and not self.stopping.is_set():
                 yield commitlog_pb2.TailResponse(next_offset=offset, max_offset=self.store.committed_offset)
 
     async def SearchOffsetByTime(self, request: commitlog_pb2.SearchOffsetByTimeRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SearchOffsetByTimeResponse:

@@ -142,16 +142,6 @@ def dead_letter_copy(record: Record, group: str, attempts: int) -> NewMessage:
                       record.flag, 0, record.born_timestamp, record.born_host, 0, attempts)
 
 
-async def _first(events: tuple[asyncio.Event, ...], timeout_s: float) -> None:
-    """Wait until one of the events is set, or the timeout."""
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-
-
 class Consumption:
     """The four RPCs over one broker's store; `core` is the commitlog servicer (store, append
     path, flush signal). Runs on the commitlog's event loop; fsyncs run on worker threads."""
@@ -211,7 +201,7 @@ class Consumption:
                 break
             if self.store.write_offset > self.store.committed_offset:
                 self.store.request_flush(CONSUMER_FLUSH_GAP_S)  # ASYNC: a waiting consumer should not wait a flush interval
-            await _first(wake, min(POLL_STEP_S, max(0.0, deadline - time.monotonic())))
+            await FlushSignal.wait_first(wake, min(POLL_STEP_S, max(0.0, deadline - time.monotonic())))
         if not got:
             yield service.ReceiveMessageResponse(status=v2.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message"))
             return
