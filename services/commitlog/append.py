@@ -77,7 +77,11 @@ class Appended:
 
     def __getitem__(self, i: int) -> AppendResult:
         r = self.rows[i]
-        return AppendResult(r[2], r[3], r[4], r[0], r[1], r[8], f"{self.id_prefix}{r[0]:016X}", r[7] or "", self.flushed)
+        return AppendResult(r[2], r[3], r[4], r[0], r[1], r[8], self.offset_msg_id(r[0]), r[7] or "", self.flushed)
+
+    def offset_msg_id(self, physical_offset: int) -> str:
+        """The offsetMsgId of the record stored at this physical offset."""
+        return f"{self.id_prefix}{physical_offset:016X}"
 
     def __iter__(self) -> Iterator[AppendResult]:
         return (self[i] for i in range(len(self.rows)))

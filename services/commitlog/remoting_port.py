@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import threading
 
 from quarry.formats.addresses import split_host_port
 from quarry.services.commitlog.convert import resolve_store_host
-from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.remoting_broker import RemotingBroker
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore
@@ -34,9 +32,7 @@ async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, 
     if not args.remoting_bind:
         return None
     offsets = store.consumer_offsets
-    appended = FlushSignal(asyncio.get_running_loop())
-    servicer.sending.on_appended = appended.fire_in_loop
-    broker = RemotingBroker(servicer, offsets, appended, stopping, indexer_addr=args.indexer_addr)
+    broker = RemotingBroker(servicer, offsets, servicer.sending.appended_signal(), stopping, indexer_addr=args.indexer_addr)
     accounts = configured_accounts()
     server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None)
     server.on_close.append(broker.connection_closed)

@@ -4,6 +4,7 @@ and (SYNC) await the fsync with the one wait (`flushing.await_flushed`). A Store
 propagates: each protocol answers it in its own terms."""
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Callable, Sequence
 
@@ -20,20 +21,29 @@ _TOPICS_CACHED = 10_000
 
 
 class SendPath:
-    """One store's appends on the event loop; `on_topic_created` / `on_appended` are hooks the
-    process wires (heartbeat, remoting long polls)."""
+    """One store's appends on the event loop; `on_topic_created` is a hook the process wires
+    (the heartbeat); readers waiting for new records wait on `appended_signal()` (a caught-up
+    Tail, RocketMQ 4 long-polling pulls, RocketMQ 5 receives)."""
 
     def __init__(self, store: CommitLogStore, flushed: FlushSignal) -> None:
         self.store = store
         self.flushed = flushed
         self.on_topic_created: Callable[[], None] = lambda: None
-        self.on_appended: Callable[[], None] = lambda: None  # wakes long-polling remoting pulls
-        self.append_listeners: list[Callable[[], None]] = []  # more of the same (RocketMQ 5 receives), on the loop
+        self.append_listeners: list[Callable[[], None]] = []  # called after every append, on the loop
+        self._appended: FlushSignal | None = None  # see appended_signal
         # Labelled metric series, resolved once each.
         self._latency: dict[str, Any] = {}
         self._sent: dict[str, list[float]] = {}
         self._sent_bytes = metrics.SENT_BYTES.labels()
         metrics.STORE_MAX_OFFSET.set_function(lambda: store.write_offset)
+
+    def appended_signal(self) -> FlushSignal:
+        """Fired by every append (on the loop): what a reader waiting for new records waits on
+        (a caught-up Tail, a RocketMQ 5 receive). Made by the first caller, on the loop."""
+        if self._appended is None:
+            self._appended = FlushSignal(asyncio.get_running_loop())
+            self.append_listeners.append(self._appended.fire_in_loop)
+        return self._appended
 
     async def append_flushed(self, msgs: Sequence[MessageFields], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
                              same_topic: bool = True, peer: tuple[str, int] | None = None) -> Appended:
@@ -50,7 +60,6 @@ class SendPath:
             raise exc.prefixed(abort_prefix)
         if len(state.topics) != topics_before:
             self.on_topic_created()
-        self.on_appended()
         for listener in self.append_listeners:
             listener()
         if wait_flush and state.config.flush_mode == "SYNC":  # (ASYNC: no coroutine to build and await)

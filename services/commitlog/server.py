@@ -48,7 +48,6 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         # and deliveries before dead-lettering; read by ConsumeStatus.
         self.online_groups: Callable[[], set[str]] = lambda: set()
         self.consumer_max_attempts = 17
-        self._appended: FlushSignal | None = None  # wakes waiting tailers on an append (made on the loop by the first Tail)
 
     async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
         appended = await self.sending.append_flushed((request.message,), peer=peer_host(context))
@@ -135,9 +134,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         batch = request.max_batch or DEFAULT_TAIL_BATCH
         offset = request.from_offset
         self.store.check_tail_start(offset)
-        if self._appended is None:
-            self._appended = FlushSignal(asyncio.get_running_loop())
-            self.sending.append_listeners.append(self._appended.fire_in_loop)
+        appended = self.sending.appended_signal()
         while not self.stopping.is_set():
             flushed = self.flushed.current()
             committed = self.store.committed_offset
@@ -164,7 +161,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                 self.store.request_flush(TAILER_FLUSH_GAP_S)
                 wake: tuple[asyncio.Event, ...] = (flushed,)
             else:
-                wake = (flushed, self._appended.current())  # taken before the second look: no append is missed
+                wake = (flushed, appended.current())  # taken before the second look: no append is missed
                 if self.store.write_offset > committed:
                     continue
             woken = await FlushSignal.wait_first(wake, TAIL_IDLE_S)

@@ -70,8 +70,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         except Exception as exc:  # never an unanswered call
             return service.SendMessageResponse(status=client_calls.in_band(exc, "SendMessage"))
         # (rows: DispatchInfo's fields; [4] the queue offset, [7] UNIQ_KEY, [0] the physical offset)
-        prefix = appended.id_prefix
-        response = answer([(row[7] or "", row[4], f"{prefix}{row[0]:016X}" if is_half else "") for row, is_half in zip(appended.rows, halves)])
+        response = answer([(row[7] or "", row[4], appended.offset_msg_id(row[0]) if is_half else "") for row, is_half in zip(appended.rows, halves)])
         if appended.flushed:
             return response
         for entry in response.entries:

@@ -151,8 +151,7 @@ class Consumption:
         self.store = core.store
         self.groups = core.store.consumer_groups
         self.max_attempts = max_attempts
-        self._appended: FlushSignal | None = None  # made on the loop at the first receive
-        self._reviver: asyncio.Future[None] | None = None
+        self._reviver: asyncio.Future[None] | None = None  # started on the loop at the first receive
 
     def _store_host(self) -> str:
         host = self.store.config.store_host
@@ -189,12 +188,11 @@ class Consumption:
         self._queues(topic, request.message_queue.id)  # refuses a topic this broker will never hold
         self.groups.subscribe(group, topic, expression)
         deadline = time.monotonic() + polling / 1000
-        if self._appended is None:
-            self._appended = FlushSignal(asyncio.get_running_loop())
-            self.core.sending.append_listeners.append(self._appended.fire_in_loop)
+        appended = self.core.sending.appended_signal()
+        if self._reviver is None:
             self._reviver = asyncio.ensure_future(self._revive_forever())
         while True:
-            wake = (self.core.flushed.current(), self._appended.current())
+            wake = (self.core.flushed.current(), appended.current())
             queues = self._queues(topic, request.message_queue.id)
             got = await asyncio.to_thread(self._pop, group, topic, queues, filt, batch, invisible) if queues else []
             if got or time.monotonic() >= deadline or self.core.stopping.is_set():
