@@ -62,20 +62,18 @@ class CallTracker:
         self._waited = 0
         self._idle = threading.Event()
         self._idle.set()
-        # What begin needs of a method, and the labelled series of the per-RPC metrics by
-        # (method, code), resolved once each.
-        self._methods: dict[str, tuple[str, str, bool]] = {}
+        # Whether stop waits for a method's calls, and the labelled series of the per-RPC
+        # metrics by (method, code), resolved once each.
+        self._waited_methods: dict[str, bool] = {}
         self._series: dict[tuple[str, str], tuple[list[float], HistogramSeries]] = {}
 
     def begin(self, method: str) -> tuple[str, bool, float]:
-        known = self._methods.get(method)
-        if known is None:
-            service, name = _split(method)
-            known = (service, name, not method.startswith(_NOT_WAITED))
-            if len(self._methods) < _CACHE_LIMIT:
-                self._methods[method] = known
+        waited = self._waited_methods.get(method)
+        if waited is None:
+            waited = not method.startswith(_NOT_WAITED)
+            if len(self._waited_methods) < _CACHE_LIMIT:
+                self._waited_methods[method] = waited
         self.metrics.in_flight[0] += 1
-        waited = known[2]
         if waited:
             self._waited += 1
             if self._waited == 1:  # was idle (an Event's clear takes its own lock: not on every call)
