@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, TrackedServer
+from quarry.services import grpc_poller
 from quarry.services.frames_port import FramesPort
 from quarry.services.log import log_event
 from quarry.services.metrics import ServiceMetrics, StartupError
@@ -141,11 +142,13 @@ class RunningAioServer:
 async def start_aio_server(
     name: str, bind: str, registrations: Iterable[Registration], max_message_bytes: int = 128 * 1024 * 1024,
     metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None, frames_port: int | None = None,
+    grpc_poller_policy: str = "batch",
 ) -> RunningAioServer:
     """Create, register (+health, +reflection), bind and start a server for asyncio servicers
     (coroutine handlers); return it serving (SERVING, or what `health_check` says). Call inside
     the event loop. With `frames_port` (0: any free port) the carried calls may also come over
-    TCP frames on the bind host (services/frames_port.py); not with TLS or ACL on."""
+    TCP frames on the bind host (services/frames_port.py); not with TLS or ACL on.
+    `grpc_poller_policy`: services/grpc_poller.py."""
     tracker = CallTracker(metrics or ServiceMetrics(name))
     acl = aio_acl_interceptors()
     # Calls are tracked by their handlers, wrapped as they are registered; only a server that
@@ -155,6 +158,7 @@ async def start_aio_server(
     port, names, tls, multiplexer = _register_and_bind(
         name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer, max_message_bytes)
     await server.start()
+    poller = grpc_poller.apply(grpc_poller_policy)
     host = bind.rsplit(":", 1)[0]
     frames = None
     if frames_port is not None and multiplexer is not None and not tls:
@@ -168,7 +172,8 @@ async def start_aio_server(
     running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}",
                                service_names=names, tracker=tracker, health_check=health_check, multiplexer=multiplexer, frames=frames)
     await running.set_serving(health_check is None or not _evaluate(health_check))
-    log_event(log, "server started", service=name, address=running.address, tls=tls, frames_port=frames.port if frames is not None else "off")
+    log_event(log, "server started", service=name, address=running.address, tls=tls, frames_port=frames.port if frames is not None else "off",
+              grpc_poller=poller)
     running.monitor_health(name)
     return running
 

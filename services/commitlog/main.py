@@ -76,7 +76,7 @@ async def _serve(args: argparse.Namespace) -> None:
         [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name),
          Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)), frames_port=args.frames_port,
-        metrics=metrics.METRICS, health_check=lambda: store_health(store),
+        metrics=metrics.METRICS, health_check=lambda: store_health(store), grpc_poller_policy=args.grpc_poller,
     )
     remoting = await start_remoting(args, servicer, store, stopping)
     offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()

@@ -251,7 +251,7 @@ async def _serve(args: argparse.Namespace) -> int:
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files, presence)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
-                                     metrics=metrics.METRICS, frames_port=args.frames_port, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
+                                     metrics=metrics.METRICS, frames_port=args.frames_port, grpc_poller_policy=args.grpc_poller, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
     # Start-up's objects (modules, descriptors, the opened index) live as long as the process:
     # frozen, a full collection no longer walks them with the loop stalled (as the commitlog).
     gc.collect()

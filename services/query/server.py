@@ -283,7 +283,7 @@ async def _serve(args: argparse.Namespace) -> int:
     running = await start_aio_server("router", args.bind, [
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
         Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
-    ], metrics=metrics.METRICS)
+    ], metrics=metrics.METRICS, grpc_poller_policy=args.grpc_poller)
     remoting = None
     if args.remoting_bind:
         accounts = configured_accounts()
