@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 import grpc
@@ -81,7 +80,8 @@ class Scan:
 
 def iso_ms(ms: int) -> str:
     """Epoch ms as ISO-8601 UTC with milliseconds, for messages read by people."""
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    # (time.gmtime: half the cost of a datetime, and a unique-key query formats several)
+    return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(ms // 1000)) + f"{ms % 1000:03d}Z"
 
 
 def missing_outcome(broker: Broker, now_ms: int) -> Outcome:
