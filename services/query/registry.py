@@ -8,6 +8,7 @@ of its topics keep saying it did not answer, until it registers again, it is unr
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import threading
 import time
@@ -149,6 +150,7 @@ class BrokerRegistry:
         return sorted({t for b in self.known() for t in b.topics})
 
 
+@functools.lru_cache(maxsize=4096)  # a query by id parses its broker's host each time: a few hosts
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         addr = ipaddress.ip_address(text)
