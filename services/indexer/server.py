@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from quarry.services.indexer.presence import KeyPresencePublisher
 from quarry.services.indexer.index_follow import IndexFollower
 from quarry.services.indexer.tailer import Tailer, TailState
 from quarry.services import event_loop
+from quarry.services.dir_lock import DirLockError, lock_dir
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.errors import InvalidArgument, ReadOnly, Unavailable
@@ -181,7 +183,7 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
         return event_loop.run(_serve(args), args.event_loop)
-    except (ForeignStoreError, StartupError) as exc:
+    except (ForeignStoreError, StartupError, DirLockError) as exc:
         log_event(log, "refusing to start", logging.ERROR, reason=str(exc))
         return 2
 
@@ -199,6 +201,13 @@ def tail_health(tailer: Tailer | None) -> str:
     return f"no Tail connection to the commitlog {tailer.commitlog_addr}: {tailer.state.last_error or 'connecting'}"
 
 
+def _lock_index_dir(index_dir: Path) -> int:
+    """One indexer writes an index directory: two would write the same IndexFiles and checkpoint."""
+    index_dir.mkdir(parents=True, exist_ok=True)
+    return lock_dir(index_dir, "--index-dir [env QUARRY_INDEX_DIR]", "another Quarry indexer",
+                    "one indexer writes an index directory: give each its own, or serve these IndexFiles beside it with --read-only true")
+
+
 def _log_files(store_dir: str) -> LogFiles | None:
     """The commitlog's segment files for key queries to read (--commitlog-store-dir), or None."""
     if not store_dir:
@@ -212,6 +221,7 @@ async def _serve(args: argparse.Namespace) -> int:
     index_dir = Path(args.index_dir)
     log_files = _log_files(args.commitlog_store_dir)  # a wrong directory stops the start
     checkpoint = open_checkpoint(index_dir, read_only=args.read_only)  # before anything is written there
+    lock_fd = None if args.read_only else _lock_index_dir(index_dir)  # (a foreign directory was refused just above)
     # Then the metrics port: a taken one stops the process before the index is opened.
     metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     config = IndexStoreConfig(
@@ -264,6 +274,8 @@ async def _serve(args: argparse.Namespace) -> int:
             tailer.stop()  # on the loop (this runs off it): flushes index, then checkpoint
         builder.stop()
         index.close()
+        if lock_fd is not None:
+            os.close(lock_fd)  # another indexer may write the directory now
 
     await aio_wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0,
                                    before_stop=presence.close if presence is not None else None)
