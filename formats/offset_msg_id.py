@@ -10,6 +10,7 @@ import functools
 import ipaddress
 import struct
 from dataclasses import dataclass
+from typing import Callable
 
 from quarry.formats.hex_codec import bytes2string
 
@@ -45,6 +46,18 @@ def ip_bytes(ip: str) -> bytes:
 def create(ip: str, port: int, offset: int) -> str:
     """The offsetMsgId of the record at `offset` stored by host ip:port."""
     return bytes2string(ip_bytes(ip) + _PORT_OFFSET.pack(port, _to_i64(offset)))
+
+
+def formatter(ip: str, port: int) -> Callable[[int], str]:
+    """`create(ip, port, offset)` for one store host, as a function of the offset: the host's
+    hex is made once (a store answers thousands of sends a second from one host)."""
+    host = create(ip, port, 0)[:-16]  # the offset's i64 is the last 16 hex digits
+    with_offset = f"{host}{{:016X}}".format
+
+    def offset_msg_id(offset: int) -> str:
+        return with_offset(offset if offset >= 0 else offset & 0xFFFFFFFFFFFFFFFF)  # (an i64's bits, as create)
+
+    return offset_msg_id
 
 
 def _to_i64(value: int) -> int:

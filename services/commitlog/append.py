@@ -15,7 +15,7 @@ import struct
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from quarry.formats import offset_msg_id
 from quarry.formats.consume_queue import CQ_UNIT
@@ -64,11 +64,12 @@ class Appended:
     keeps. `flushed` is False when a SYNC store did not fsync them within its timeout.
     Indexing and iteration give AppendResults."""
 
-    __slots__ = ("rows", "id_prefix", "bytes", "flushed")
+    __slots__ = ("rows", "offset_msg_id", "bytes", "flushed")
 
-    def __init__(self, rows: list[tuple], id_prefix: str, size: int) -> None:  # type: ignore[type-arg]
+    def __init__(self, rows: list[tuple], offset_msg_id: Callable[[int], str], size: int) -> None:  # type: ignore[type-arg]
         self.rows = rows
-        self.id_prefix = id_prefix  # offsetMsgId = id_prefix + the physical offset as 16 hex digits
+        # offset_msg_id(physical_offset): the offsetMsgId of the record stored there (this store's host)
+        self.offset_msg_id = offset_msg_id
         self.bytes = size
         self.flushed = True
 
@@ -78,10 +79,6 @@ class Appended:
     def __getitem__(self, i: int) -> AppendResult:
         r = self.rows[i]
         return AppendResult(r[2], r[3], r[4], r[0], r[1], r[8], self.offset_msg_id(r[0]), r[7] or "", self.flushed)
-
-    def offset_msg_id(self, physical_offset: int) -> str:
-        """The offsetMsgId of the record stored at this physical offset."""
-        return f"{self.id_prefix}{physical_offset:016X}"
 
     def __iter__(self) -> Iterator[AppendResult]:
         return (self[i] for i in range(len(self.rows)))
@@ -100,8 +97,7 @@ class Appender:
         self.state = state
         self._round_robin: dict[str, int] = {}
         host = state.config.store_host
-        # offsetMsgId = hex(store host ip + port) + hex(offset): the host part never changes.
-        self._id_prefix = offset_msg_id.create(host[0], host[1], 0)[:-16]
+        self._offset_msg_id = offset_msg_id.formatter(host[0], host[1])  # the host part never changes
         self._store_b = host_bytes(host)
         self._tag_codes: dict[str, int] = {}  # Java hashCode of TAGS: a producer repeats a few tags
         self._scratch: bytearray | None = None
@@ -391,4 +387,4 @@ class Appender:
             self._round_robin = {**rr_old, **rr}
         state.write_offset = offset
         state.dispatch_cache.add(rows)
-        return Appended(rows, self._id_prefix, total)
+        return Appended(rows, self._offset_msg_id, total)

@@ -70,10 +70,10 @@ def send_results(appended: Appended, broker: str, add: Callable[..., Any]) -> No
     """The wire's SendResult of each stored message, made by `add` (a repeated field's add,
     which fills a response in place: a batch answers thousands of these)."""
     status = _status(appended)
-    prefix = appended.id_prefix
+    offset_msg_id = appended.offset_msg_id
     for row in appended.rows:  # DispatchInfo's field order (append.Appended)
         at = row[0]
-        add(status=status, unique_key=row[7] or "", offset_msg_id=f"{prefix}{at:016X}", queue_id=row[3], queue_offset=row[4],
+        add(status=status, unique_key=row[7] or "", offset_msg_id=offset_msg_id(at), queue_id=row[3], queue_offset=row[4],
             physical_offset=at, topic=row[2], broker_name=broker)
 
 
@@ -104,7 +104,7 @@ def send_result(appended: Appended, broker: str) -> common_pb2.SendResult:
     """The SendResult of a single send."""
     at, _, topic, queue_id, queue_offset, _, _, unique_key = appended.rows[0][:8]
     return common_pb2.SendResult(status=_status(appended), unique_key=unique_key or "",
-                                 offset_msg_id=f"{appended.id_prefix}{at:016X}", queue_id=queue_id, queue_offset=queue_offset,
+                                 offset_msg_id=appended.offset_msg_id(at), queue_id=queue_id, queue_offset=queue_offset,
                                  physical_offset=at, topic=topic, broker_name=broker)
 
 

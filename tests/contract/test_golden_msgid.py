@@ -22,6 +22,7 @@ def _decode(root: Path) -> list[Any]:
 def test_create(case: dict) -> None:
     msg_id = offset_msg_id.create(case["input_host"], case["port"], case["offset"])
     assert msg_id == case["msg_id"] and len(msg_id) == case["msg_id_length"]
+    assert offset_msg_id.formatter(case["input_host"], case["port"])(case["offset"]) == msg_id  # the store's per-host form
     assert offset_msg_id.ip_bytes(case["input_host"]).hex() == case["ip_bytes_hex"]
     decoded = offset_msg_id.decode(msg_id)
     assert (decoded.ip, decoded.port, decoded.offset) == (case["decoded"]["ip"], case["decoded"]["port"], case["decoded"]["offset"])
