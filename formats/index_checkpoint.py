@@ -41,11 +41,18 @@ def is_quarry_checkpoint(path: Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("next_offset"), int) and isinstance(data.get("timestamp"), int)
 
 
+def rocketmq_store_checkpoint(directory: Path) -> Path | None:
+    """The RocketMQ broker's store checkpoint in `directory` (a binary `checkpoint` at a store
+    root, which Quarry never writes: its own are JSON), or None."""
+    path = directory / LEGACY_NAME
+    return path if path.is_file() and not is_quarry_checkpoint(path) else None
+
+
 def foreign_files(index_dir: Path) -> list[str]:
     """What in `index_dir` shows it is not an indexer's directory (e.g. a RocketMQ store root)."""
     found = []
-    legacy = index_dir / LEGACY_NAME
-    if legacy.is_file() and not is_quarry_checkpoint(legacy):
+    legacy = rocketmq_store_checkpoint(index_dir)
+    if legacy is not None:
         found.append(f"{legacy} (not a Quarry checkpoint: RocketMQ's store checkpoint has this name)")
     if (index_dir / "commitlog").is_dir() and not (index_dir / "quarry-checkpoint.json").exists():
         found.append(f"{index_dir / 'commitlog'} (a RocketMQ store's CommitLog)")

@@ -11,10 +11,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from quarry.formats.index_checkpoint import rocketmq_store_checkpoint
+from quarry.services.commitlog.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
-from quarry.services.commitlog.segments import SegmentQueue
+from quarry.services.commitlog.segments import SegmentQueue, StoreLayoutError
 from quarry.services.commitlog.store_lock import lock_store
 from quarry.services.commitlog.topic_table import load_topics
 from quarry.services.log import log_event
@@ -46,6 +48,18 @@ class StoreConfig:
     follow_interval_ms: int = 100
 
 
+def _refuse_a_rocketmq_store(store_dir: Path) -> None:
+    """A stopped RocketMQ broker's store is read (--read-only, --follow), never written: a
+    writable open recovers it as Quarry's (truncating a torn tail, rewriting queue units) and
+    appends to it. One Quarry already writes (its checkpoint beside RocketMQ's) stays writable."""
+    found = rocketmq_store_checkpoint(store_dir)
+    if found is not None and not (store_dir / CHECKPOINT_FILE).exists():
+        raise StoreLayoutError(
+            f"--store-dir [env QUARRY_STORE_DIR]: {store_dir} is an Apache RocketMQ broker's store ({found} is RocketMQ's checkpoint) "
+            "and Quarry does not write into it: serve it with --read-only true, or beside its running broker with --follow true; "
+            "to make Quarry its writer, give Quarry a directory of its own holding a copy of its commitlog/")
+
+
 class StoreState:
     """The store's shared state. `lock` serialises appends and every change of the segment
     list; `write_offset` is the end of the log, `flushed_offset` the end of its fsynced prefix."""
@@ -56,6 +70,7 @@ class StoreState:
         self.read_only = config.read_only or config.follow
         self.lock_fd: int | None = None  # holds the store's lock while this store writes (store_lock.py)
         if not self.read_only:
+            _refuse_a_rocketmq_store(self.dir)
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.lock_fd = lock_store(self.dir)  # before anything in it is changed
             try:

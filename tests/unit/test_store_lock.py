@@ -11,6 +11,7 @@ from typing import Iterator
 import pytest
 
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.segments import StoreLayoutError
 from quarry.services.commitlog.store_lock import LOCK_FILE, StoreInUse
 
 _HOLD = """
@@ -104,3 +105,36 @@ def test_a_read_only_store_creates_no_lock_file(tmp_path: Path) -> None:
 def _message():  # type: ignore[no-untyped-def]
     from quarry.services.commitlog.message_input import NewMessage
     return NewMessage("LockTopic", b"body", ["k"])
+
+
+def _rocketmq_store(root: Path) -> Path:
+    """A stopped RocketMQ broker's store root as the broker leaves it: commitlog/ with a segment
+    and its binary `checkpoint` (physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp: a
+    4 KiB page, not JSON)."""
+    (root / "commitlog").mkdir(parents=True)
+    (root / "commitlog" / "00000000000000000000").write_bytes(bytes(1 << 16))
+    (root / "checkpoint").write_bytes((1_764_000_000_000).to_bytes(8, "big") * 3 + bytes(4096 - 24))
+    return root
+
+
+def test_a_stopped_rocketmq_brokers_store_is_not_opened_for_writing(tmp_path: Path) -> None:
+    store = _rocketmq_store(tmp_path / "rmq-store")
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    with pytest.raises(StoreLayoutError) as refused:
+        CommitLogStore(StoreConfig(store_dir=store, segment_size=1 << 16))
+    message = str(refused.value)
+    assert "--store-dir [env QUARRY_STORE_DIR]" in message and "Apache RocketMQ broker's store" in message and "--read-only true" in message
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before  # nothing made or changed, not even the lock
+    reader = CommitLogStore(StoreConfig(store_dir=store, segment_size=1 << 16, read_only=True))  # read beside it: as before
+    reader.close()
+
+
+def test_a_store_quarry_already_writes_beside_a_rocketmq_checkpoint_stays_writable(tmp_path: Path) -> None:
+    store = _rocketmq_store(tmp_path / "adopted")
+    (store / "commitlog" / "00000000000000000000").unlink()
+    (store / "quarry-checkpoint.json").write_text('{"flushed_offset": 0, "timestamp": 0, "clean": true}')
+    writer = CommitLogStore(StoreConfig(store_dir=store, segment_size=1 << 16))
+    try:
+        writer.append_many([_message()])
+    finally:
+        writer.close()
