@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from quarry.formats.dir_lock import lock_dir
 from quarry.formats.state_file import read_json, write_json_atomic
 
 FILE_NAME = "quarry-index-checkpoint.json"
+LOCK_NAME = "quarry-index.lock"  # formats/dir_lock.py
 LEGACY_NAME = "checkpoint"  # Quarry's old name, and RocketMQ's store-root checkpoint
 
 
@@ -39,6 +41,15 @@ def is_quarry_checkpoint(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and isinstance(data.get("next_offset"), int) and isinstance(data.get("timestamp"), int)
+
+
+def lock_index_dir(index_dir: Path, flag: str) -> int:
+    """One writer per index directory (an indexer, or the pipeline's reindex): its
+    `quarry-index.lock` (formats/dir_lock.py), held while the returned descriptor is open.
+    Not the store's `lock`: an indexer may keep its index in its commitlog's directory."""
+    return lock_dir(index_dir, flag, "a Quarry indexer or reindex job",
+                    "one writer per index directory: give each its own, or serve these IndexFiles beside it with --read-only true",
+                    name=LOCK_NAME)
 
 
 def rocketmq_store_checkpoint(directory: Path) -> Path | None:

@@ -9,6 +9,7 @@ indexer exactly (the same IndexFile code and key rules): UNIQ_KEY and every KEYS
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,8 @@ from quarry.formats.index_file import IndexFile
 from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.formats.dispatch import dispatch_info
 from quarry.formats.index_checkpoint import FILE_NAME as CHECKPOINT_FILE
-from quarry.formats.index_checkpoint import foreign_files, save_index_checkpoint
+from quarry.formats.dir_lock import DirLockError
+from quarry.formats.index_checkpoint import LOCK_NAME, foreign_files, lock_index_dir, save_index_checkpoint
 from quarry.formats.index_keys import index_file_name, index_names, is_indexed
 from quarry.pipeline.corrupt import CorruptPolicy
 from quarry.pipeline.jobs import JobContext, JobError, describe_inputs, distribute, open_inputs, plan_splits
@@ -99,6 +101,15 @@ def index_splits(splits: Iterable[Split], out: str, slots: int, index_num: int, 
 
 
 def run_reindex(ctx: JobContext) -> None:
+    locks: list[int] = []
+    try:
+        _reindex(ctx, locks)
+    finally:
+        for fd in locks:
+            os.close(fd)
+
+
+def _reindex(ctx: JobContext, locks: list[int]) -> None:
     args = ctx.args
     stores = open_inputs(args)
     out = Path(args.out)
@@ -107,9 +118,22 @@ def run_reindex(ctx: JobContext) -> None:
         if target.exists() and any(target.iterdir()):
             if foreign := foreign_files(target):
                 raise JobError(f"--out {target}: holds files Quarry did not create ({'; '.join(foreign)}); not touched", usage=True)
-            if not args.overwrite:
+            if not args.overwrite and any(p.name != LOCK_NAME for p in target.iterdir()):
                 raise JobError(f"--out {target}: exists and is not empty (use --overwrite to replace it)", usage=True)
-            shutil.rmtree(target)
+        # Held to the end: an indexer writing the directory refuses to start meanwhile, and one
+        # already writing it stops this job before anything is removed.
+        target.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            locks.append(lock_index_dir(target, f"--out {target}"))
+        except DirLockError as exc:
+            raise JobError(str(exc), usage=True) from None
+        for entry in target.iterdir():  # (--overwrite, checked above) all but the lock just taken
+            if entry.name == LOCK_NAME:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
         (target / "index").mkdir(parents=True, exist_ok=True, mode=0o700)
     ctx.summary.inputs = describe_inputs(stores)
     splits = plan_splits(ctx, stores)

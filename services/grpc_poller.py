@@ -30,7 +30,10 @@ def poller_threads() -> list[threading.Thread]:
 
 def apply(policy: str) -> str:
     """Give grpc.aio's poller thread `policy` ("batch" or "normal"); what was done, in words
-    (logged once at start). Call after grpc.aio made its first server or channel."""
+    (logged once at start). Call after grpc.aio made its first server or channel. It holds for
+    the poller thread running now: one grpc.aio starts again after every server and channel
+    closed runs under the normal policy (a service keeps its server for its whole life), and
+    "normal" leaves a thread as it is rather than undoing an earlier "batch"."""
     if policy not in POLICIES:
         raise ValueError(f"poller policy: must be one of {', '.join(POLICIES)}, got {policy!r}")
     if policy == "normal":

@@ -1,5 +1,5 @@
 """One writer per store directory, as Apache RocketMQ keeps it: the store root's `lock` file
-(services/dir_lock.py) for as long as the writer runs. Two writers would append over each
+(formats/dir_lock.py) for as long as the writer runs. Two writers would append over each
 other's acknowledged records: a second Quarry commitlog on the directory finds the lock taken
 and does not start, and neither does one on the store of a running RocketMQ broker. (The
 other way round the lock comes too late: a RocketMQ broker recovers, and may truncate, its
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quarry.services.dir_lock import LOCK_FILE, DirInUse, DirLockError, lock_dir
+from quarry.formats.dir_lock import LOCK_FILE, DirInUse, DirLockError, lock_dir
 
 __all__ = ["LOCK_FILE", "StoreInUse", "StoreLockError", "lock_store"]
 

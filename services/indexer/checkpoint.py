@@ -27,6 +27,17 @@ class ForeignStoreError(Exception):
     """The index directory holds files Quarry did not create; writing there could destroy them."""
 
 
+def refuse_foreign(index_dir: Path) -> None:
+    """ForeignStoreError when `index_dir` holds files Quarry did not create (a writer's check,
+    made before anything is written there, the lock included)."""
+    foreign = foreign_files(index_dir)
+    if foreign:
+        raise ForeignStoreError(
+            f"--index-dir {index_dir} holds files Quarry did not create: {'; '.join(foreign)}. Quarry never writes "
+            "there: give the indexer a directory of its own, or serve those IndexFiles with --read-only true"
+        )
+
+
 def open_checkpoint(index_dir: Path, read_only: bool = False) -> "IndexCheckpoint":
     """The indexer's checkpoint in `index_dir`, migrating Quarry's old `checkpoint` file.
 
@@ -36,12 +47,8 @@ def open_checkpoint(index_dir: Path, read_only: bool = False) -> "IndexCheckpoin
     whichever Quarry checkpoint is there and writes nothing.
     """
     path, legacy = index_dir / FILE_NAME, index_dir / LEGACY_NAME
-    foreign = foreign_files(index_dir)
-    if foreign and not read_only:
-        raise ForeignStoreError(
-            f"--index-dir {index_dir} holds files Quarry did not create: {'; '.join(foreign)}. Quarry never writes "
-            "there: give the indexer a directory of its own, or serve those IndexFiles with --read-only true"
-        )
+    if not read_only:
+        refuse_foreign(index_dir)
     ours_legacy = legacy.is_file() and is_quarry_checkpoint(legacy)
     if not ours_legacy:
         return IndexCheckpoint(path)

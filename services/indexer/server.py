@@ -28,7 +28,7 @@ from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 from quarry.services.commitlog.convert import to_stored
 from quarry.services.commitlog.log_files import LogFiles
-from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoint, open_checkpoint
+from quarry.services.indexer.checkpoint import ForeignStoreError, IndexCheckpoint, open_checkpoint, refuse_foreign
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services.indexer import metrics
 from quarry.services.indexer.filter_builder import FilterBuilder
@@ -36,7 +36,8 @@ from quarry.services.indexer.presence import KeyPresencePublisher
 from quarry.services.indexer.index_follow import IndexFollower
 from quarry.services.indexer.tailer import Tailer, TailState
 from quarry.services import event_loop
-from quarry.services.dir_lock import DirLockError, lock_dir
+from quarry.formats.dir_lock import DirLockError
+from quarry.formats.index_checkpoint import lock_index_dir
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.errors import InvalidArgument, ReadOnly, Unavailable
@@ -201,13 +202,6 @@ def tail_health(tailer: Tailer | None) -> str:
     return f"no Tail connection to the commitlog {tailer.commitlog_addr}: {tailer.state.last_error or 'connecting'}"
 
 
-def _lock_index_dir(index_dir: Path) -> int:
-    """One indexer writes an index directory: two would write the same IndexFiles and checkpoint."""
-    index_dir.mkdir(parents=True, exist_ok=True)
-    return lock_dir(index_dir, "--index-dir [env QUARRY_INDEX_DIR]", "another Quarry indexer",
-                    "one indexer writes an index directory: give each its own, or serve these IndexFiles beside it with --read-only true")
-
-
 def _log_files(store_dir: str) -> LogFiles | None:
     """The commitlog's segment files for key queries to read (--commitlog-store-dir), or None."""
     if not store_dir:
@@ -220,8 +214,12 @@ def _log_files(store_dir: str) -> LogFiles | None:
 async def _serve(args: argparse.Namespace) -> int:
     index_dir = Path(args.index_dir)
     log_files = _log_files(args.commitlog_store_dir)  # a wrong directory stops the start
-    checkpoint = open_checkpoint(index_dir, read_only=args.read_only)  # before anything is written there
-    lock_fd = None if args.read_only else _lock_index_dir(index_dir)  # (a foreign directory was refused just above)
+    lock_fd = None
+    if not args.read_only:
+        refuse_foreign(index_dir)  # before anything is made there, the lock included
+        index_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = lock_index_dir(index_dir, "--index-dir [env QUARRY_INDEX_DIR]")  # before the checkpoint may be migrated
+    checkpoint = open_checkpoint(index_dir, read_only=args.read_only)
     # Then the metrics port: a taken one stops the process before the index is opened.
     metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
     config = IndexStoreConfig(

@@ -1,4 +1,4 @@
-"""One indexer writes an --index-dir (services/dir_lock.py): a second writable indexer on the
+"""One indexer writes an --index-dir (its `quarry-index.lock`, formats/dir_lock.py): a second writable indexer on the
 same directory refuses to start with one line that says why, the first goes on, a read-only
 indexer still opens beside it, and once the first has stopped the directory opens again."""
 from __future__ import annotations

@@ -17,6 +17,7 @@ from quarry.formats.index_keys import index_names
 from quarry.formats.segment_walk import WalkResult, walk_segments
 from quarry.pipeline.cli import build_parser, run
 from quarry.pipeline.corrupt import CorruptRecordError
+from quarry.pipeline.jobs import JobError
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from tests.e2e.conftest import Launch, wait_until
@@ -80,6 +81,14 @@ def test_reindexed_store_is_continued_by_the_indexer_without_gap_or_repeat(tmp_p
             assert [m.commit_log_offset for m in got] == [r.physical_offset], key
         status = istub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=5)
         assert status.total_entries == 2 * 130  # each message's two keys exactly once
+    # While the indexer writes the directory, --overwrite does not replace it under it.
+    held = sorted(p.relative_to(tmp_path) for p in (tmp_path / "ix" / "broker-p").rglob("*"))
+    with pytest.raises(JobError, match="has another writer"):
+        job("reindex", "--store", f"broker-p={tmp_path / 'store'}", "--out", str(tmp_path / "ix"), "--hash-slots", "101", "--index-num", "100", "--overwrite", *SPARK)
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "ix" / "broker-p").rglob("*")) == held
+    assert ix.stop() == 0
+    assert job("reindex", "--store", f"broker-p={tmp_path / 'store'}", "--out", str(tmp_path / "ix"), "--hash-slots", "101", "--index-num", "100",
+               "--overwrite", *SPARK).records == 130  # free once it stopped
 
 
 @golden_cases("scenario", _scenarios)

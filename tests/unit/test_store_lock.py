@@ -3,6 +3,7 @@ file with an exclusive POSIX record lock on its first byte, as an Apache RocketM
 it. Another process stands in for the broker: it locks the file as DefaultMessageStore does."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Iterator
 import pytest
 
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.formats.index_checkpoint import LOCK_NAME as INDEX_LOCK
+from quarry.formats.index_checkpoint import lock_index_dir
 from quarry.services.commitlog.segments import StoreLayoutError
 from quarry.services.commitlog.store_lock import LOCK_FILE, StoreInUse
 
@@ -138,3 +141,18 @@ def test_a_store_quarry_already_writes_beside_a_rocketmq_checkpoint_stays_writab
         writer.append_many([_message()])
     finally:
         writer.close()
+
+
+def test_an_indexer_may_keep_its_index_in_its_commitlogs_directory(tmp_path: Path) -> None:
+    # Each takes its own file: the store's `lock`, the index's `quarry-index.lock`.
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path / "both"))
+    try:
+        fd = lock_index_dir(tmp_path / "both", "--index-dir [env QUARRY_INDEX_DIR]")
+        try:
+            assert _other_process_sees(tmp_path / "both" / LOCK_FILE) == "taken"
+            assert _other_process_sees(tmp_path / "both" / INDEX_LOCK) == "taken"
+        finally:
+            os.close(fd)
+        assert _other_process_sees(tmp_path / "both" / INDEX_LOCK) == "free"
+    finally:
+        store.close()

@@ -1,8 +1,9 @@
 """One writer per directory: a `lock` file in it, held with an exclusive POSIX record lock on
 its first byte for as long as the writer runs, as Apache RocketMQ's broker holds its store
 root's (`FileChannel.tryLock(0, 1, false)`). The kernel drops the lock when its process ends,
-however it ends. The commitlog's store (commitlog/store_lock.py) and the indexer's
-`--index-dir` take it; readers beside a writer take nothing.
+however it ends. The commitlog's store takes `lock` (services/commitlog/store_lock.py), an
+index directory `quarry-index.lock` (formats/index_checkpoint.py: an indexer may share its
+commitlog's directory); readers beside a writer take nothing.
 """
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ class DirInUse(DirLockError):
     """Another process writes this directory (the message says which and what to do)."""
 
 
-def lock_dir(directory: Path, flag: str, holders: str, remedy: str) -> int:
-    """Take `directory`'s lock; the returned descriptor holds it until closed. `flag` names the
-    setting (`--store-dir [env QUARRY_STORE_DIR]`), `holders` who may hold it, `remedy` what
-    to do instead: the refusal is one line an operator can act on."""
-    path = directory / LOCK_FILE
+def lock_dir(directory: Path, flag: str, holders: str, remedy: str, name: str = LOCK_FILE) -> int:
+    """Take `directory`'s lock (the file `name`); the returned descriptor holds it until closed.
+    `flag` names the setting (`--store-dir [env QUARRY_STORE_DIR]`), `holders` who may hold it,
+    `remedy` what to do instead: the refusal is one line an operator can act on."""
+    path = directory / name
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
