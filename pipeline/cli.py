@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="output directory (OUT/<broker>/index/, OUT/<broker>/quarry-index-checkpoint.json)")
     r.add_setting("--hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "hash slots per IndexFile (must match the indexer's)", int)
     r.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "entries per IndexFile, holds index-num - 1 (must match the indexer's)", int)
-    r.add_argument("--overwrite", action="store_true", help="replace an existing OUT/<broker>/ index and checkpoint")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing OUT/<broker>/ index and checkpoint (refused while an indexer writes it)")
     _add_job_settings(r)
     _add_spark_settings(r)
 
