@@ -3,7 +3,7 @@
 Quarry's own producer (quarry.v1) doing the same at the same concurrency. 1 KiB bodies, a key
 and a tag each, ASYNC flush, router + one broker on loopback.
 
-`.venv/bin/python -m bench rmq5 [--messages N] [--concurrency N]`
+`.venv/bin/python -m bench rmq5 [--messages N] [--concurrency N] [--rounds N]`
 Target (issue 16): SDK single-send rate >= 70% of quarry.v1's, SDK p50 < 1 ms. Each rate is also
 given as a ratio to the echo ceiling (bench/ceiling.py) at the same concurrency, same run (issue 21),
 and the SDK's as a ratio to the same SDK sending to a MessagingService that answers at once
@@ -149,13 +149,15 @@ def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="bench rmq5")
     p.add_argument("--messages", type=int, default=6000)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every figure and ceiling (medians reported); each sends --messages / --rounds")
     args = p.parse_args(argv)
     logging.getLogger("rocketmq-python-client").setLevel(logging.WARNING)
     from rocketmq import ClientConfiguration, Credentials, Producer
 
     results: list[Result] = []
-    n, c = args.messages, args.concurrency
-    params = {"body_bytes": 1024, "messages": n, "flush_mode": "ASYNC", "brokers": 1}
+    n, c, rounds = args.messages, args.concurrency, max(1, args.rounds)
+    per = n // rounds  # sends (calls) of each figure in one round
+    params = {"body_bytes": 1024, "messages": n, "flush_mode": "ASYNC", "brokers": 1, **({"rounds": rounds} if rounds != 3 else {})}
     # The ceilings run beside the (then idle) cluster, each round interleaved with the figures:
     # a 1 KiB body plus topic, key and tag is ~1.1 KB each way (SendResult ~0.2 KB).
     with tempfile.TemporaryDirectory() as tmp, EchoCeiling() as echo, SdkEcho() as sdk_echo:
@@ -182,37 +184,37 @@ def run(argv: list[str]) -> list[Result]:
                     echo_sdk.send(_sdk_message(i))
                 pid = cluster.brokers["broker-a"].commitlog.proc.pid  # type: ignore[union-attr]
                 cpu = {"v1": 0.0, "v2": 0.0}
-                # Three interleaved rounds (medians reported), so drift (page cache, the indexer's
+                # Interleaved rounds (medians reported), so drift (page cache, the indexer's
                 # tailing, other load on the machine) hits the figures and the ceilings alike.
                 v1_rates, v2_rates, v1_lat, v2_lat, ceil1s, sdk_echo1s = [], [], [], [], [], []
-                for _ in range(3):
+                for _ in range(rounds):
                     t = process_cpu_s(pid)
-                    r, lat = _sequential(v1, n // 3)
+                    r, lat = _sequential(v1, per)
                     cpu["v1"] += process_cpu_s(pid) - t
                     v1_rates.append(r)
                     v1_lat += lat
                     t = process_cpu_s(pid)
-                    r, lat = _sequential(v2, n // 3)
+                    r, lat = _sequential(v2, per)
                     cpu["v2"] += process_cpu_s(pid) - t
                     v2_rates.append(r)
                     v2_lat += lat
-                    ceil1s.append(echo.measure(1150, 200, 1, n // 3))
-                    sdk_echo1s.append(_sequential(lambda i: echo_sdk.send(_sdk_message(i)), n // 3)[0])
+                    ceil1s.append(echo.measure(1150, 200, 1, per))
+                    sdk_echo1s.append(_sequential(lambda i: echo_sdk.send(_sdk_message(i)), per)[0])
                 v1_rate, v2_rate, sdk_echo1 = statistics.median(v1_rates), statistics.median(v2_rates), statistics.median(sdk_echo1s)
                 ceil1 = median_run(ceil1s)
                 v1_concs, v2_concs, ceilcs, sdk_echocs, cpu_v1_conc, cpu_v2_conc = [], [], [], [], 0.0, 0.0
                 leans, cpu_lean = [], 0.0
                 broker = cluster.brokers["broker-a"].commitlog.address  # type: ignore[union-attr]
-                for _ in range(3):
+                for _ in range(rounds):
                     t = process_cpu_s(pid)
-                    v1_concs.append(_threads(v1, n // 3, c))
+                    v1_concs.append(_threads(v1, per, c))
                     cpu_v1_conc += process_cpu_s(pid) - t
                     t = process_cpu_s(pid)
-                    v2_concs.append(_async_window(sdk, n // 3, c))
+                    v2_concs.append(_async_window(sdk, per, c))
                     cpu_v2_conc += process_cpu_s(pid) - t
-                    ceilcs.append(echo.measure(1150, 200, c, n // 3))
-                    sdk_echocs.append(_async_window(echo_sdk, n // 3, c))
-                    stats, cpu_s = _lean_rmq5(broker, n // 3, c, pid, first=len(leans) * (n // 3 + 50))
+                    ceilcs.append(echo.measure(1150, 200, c, per))
+                    sdk_echocs.append(_async_window(echo_sdk, per, c))
+                    stats, cpu_s = _lean_rmq5(broker, per, c, pid, first=len(leans) * (per + 50))
                     leans.append(stats)
                     cpu_lean += cpu_s
                 v1_conc, v2_conc, sdk_echoc = statistics.median(v1_concs), statistics.median(v2_concs), statistics.median(sdk_echocs)
@@ -239,7 +241,8 @@ def run(argv: list[str]) -> list[Result]:
         Result("echo ceiling rate", ceilc.rate, "calls/s", {**params, "concurrency": c}),
         Result("echo ceiling p50", ceilc.p50_ms, "ms", {**params, "concurrency": c}),
         Result(f"quarry.v1 sends, {c} threads / ceiling", v1_conc / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6"}),
-        Result(f"SDK send_async, {c} in flight / ceiling", v2_conc / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6"}),
+        Result(f"SDK send_async, {c} in flight / ceiling", v2_conc / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6",
+                                                                              "round_ratios": sorted(round(v / e.rate, 3) for v, e in zip(v2_concs, ceilcs))}),
         Result(f"quarry.v1 sends, {c} threads", v1_conc, "msg/s", {**params, "concurrency": c}),
         Result(f"SDK send_async, {c} in flight", v2_conc, "msg/s", {**params, "concurrency": c}),
         Result(f"SDK / quarry.v1 rate at concurrency {c}", v2_conc / v1_conc, "x", {**params, "concurrency": c, "target": ">= 0.7"}),
@@ -252,11 +255,11 @@ def run(argv: list[str]) -> list[Result]:
                {**params, "concurrency": c, "target": ">= 0.6"}),
         Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight, p99", lean.p99_ms, "ms", {**params, "concurrency": c}),
         # Where the gap comes from: the commitlog's own CPU per message on each path.
-        Result("commitlog CPU per message, quarry.v1 single sends", cpu["v1"] / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": 1}),
-        Result("commitlog CPU per message, SDK single sends", cpu["v2"] / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": 1}),
-        Result(f"commitlog CPU per message, quarry.v1, {c} threads", cpu_v1_conc / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": c}),
-        Result(f"commitlog CPU per message, SDK, {c} in flight", cpu_v2_conc / (3 * (n // 3)) * 1e6, "us", {**params, "concurrency": c}),
-        Result(f"commitlog CPU per message, RocketMQ 5 from a grpc.aio client, {c} in flight", cpu_lean / (3 * (n // 3)) * 1e6, "us",
+        Result("commitlog CPU per message, quarry.v1 single sends", cpu["v1"] / (rounds * per) * 1e6, "us", {**params, "concurrency": 1}),
+        Result("commitlog CPU per message, SDK single sends", cpu["v2"] / (rounds * per) * 1e6, "us", {**params, "concurrency": 1}),
+        Result(f"commitlog CPU per message, quarry.v1, {c} threads", cpu_v1_conc / (rounds * per) * 1e6, "us", {**params, "concurrency": c}),
+        Result(f"commitlog CPU per message, SDK, {c} in flight", cpu_v2_conc / (rounds * per) * 1e6, "us", {**params, "concurrency": c}),
+        Result(f"commitlog CPU per message, RocketMQ 5 from a grpc.aio client, {c} in flight", cpu_lean / (rounds * per) * 1e6, "us",
                {**params, "concurrency": c}),
     ]
     return results
