@@ -83,10 +83,7 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
 
     def _signed_items(self, call_signature: str, request_iterator: Any) -> Any:
         for index, message in enumerate(request_iterator):
-            signed = type(message)()
-            signed.CopyFrom(message)
-            signed.signature = sign_stream_item(self.secret_key, call_signature, index, message)
-            yield signed
+            yield _signed_item(self.secret_key, call_signature, index, message)
 
     def intercept_unary_unary(self, continuation: Callable, details: grpc.ClientCallDetails, request: Any) -> Any:
         return continuation(self._details(details, request_digest(request.SerializeToString()))[0], request)
@@ -127,3 +124,36 @@ class AioStreamSigningInterceptor(grpc.aio.UnaryStreamClientInterceptor):
 
     async def intercept_unary_stream(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
         return await continuation(_aio_signed(self._sync, details, request), request)
+
+
+class AioBidiSigningInterceptor(grpc.aio.StreamStreamClientInterceptor):
+    """The same for bidirectional streams (the router's key presence watch): the call signed
+    as streamed, then each message it sends signed in turn, chained to the call's signature."""
+
+    def __init__(self, access_key: str, secret_key: str) -> None:
+        self._sync = SigningInterceptor(access_key, secret_key)
+
+    async def intercept_stream_stream(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
+        signed, call_signature = self._sync._details(details, STREAMED)
+        aio_details = grpc.aio.ClientCallDetails(signed.method, signed.timeout, grpc.aio.Metadata(*signed.metadata or []), signed.credentials, signed.wait_for_ready)
+        secret = self._sync.secret_key
+
+        async def items() -> Any:
+            index = 0
+            if hasattr(request_iterator, "__aiter__"):
+                async for message in request_iterator:
+                    yield _signed_item(secret, call_signature, index, message)
+                    index += 1
+            else:
+                for message in request_iterator:
+                    yield _signed_item(secret, call_signature, index, message)
+                    index += 1
+
+        return await continuation(aio_details, items())
+
+
+def _signed_item(secret_key: str, call_signature: str, index: int, message: Any) -> Any:
+    signed = type(message)()
+    signed.CopyFrom(message)
+    signed.signature = sign_stream_item(secret_key, call_signature, index, message)
+    return signed

@@ -46,6 +46,8 @@ PERMISSIONS = {
     "QueryMsgByKey": "query", "QueryMsgByUniqueKey": "query", "QueryMsgById": "query", "QueryMsgByOffset": "query",
     "ListTopics": "query", "ListBrokers": "query", "ConsumeStatus": "query", "TrackMessage": "query",
     "RegisterBroker": "admin", "UnregisterBroker": "admin", "Tail": "admin", "GetStoreStatus": "admin", "GetIndexStatus": "admin",
+    # Key hashes of every topic an indexer holds: a topic-less read, so query on "*".
+    "WatchKeyPresence": "query",
 }
 # Not checked here: health and reflection are open; RocketMQ 5's MessagingService carries its
 # own signature (MQv2-HMAC-SHA1) and answers refusals in-band, so it checks the same accounts
