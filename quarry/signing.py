@@ -153,6 +153,8 @@ class AioBidiSigningInterceptor(grpc.aio.StreamStreamClientInterceptor):
 
 
 def _signed_item(secret_key: str, call_signature: str, index: int, message: Any) -> Any:
+    if "signature" not in message.DESCRIPTOR.fields_by_name:
+        return message  # a type that cannot carry one: the server refuses it, saying so
     signed = type(message)()
     signed.CopyFrom(message)
     signed.signature = sign_stream_item(secret_key, call_signature, index, message)

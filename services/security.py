@@ -113,6 +113,12 @@ def _topics(request: Any) -> list[str]:
     return []
 
 
+def _carries_no_topic(request_type: Any) -> bool:
+    """Whether a request type has none of the fields `_topics` reads (its calls are checked on "*")."""
+    fields = getattr(getattr(request_type, "DESCRIPTOR", None), "fields_by_name", None)
+    return fields is not None and not {"topic", "message", "messages"} & set(fields)
+
+
 @dataclass
 class _Caller:
     """Who a call comes from, and what its method needs; `denied` is set when authentication failed."""
@@ -246,9 +252,18 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
             if (why := rules.refusal(caller, request)) is not None:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
 
-        async def guarded(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+        request_type = getattr(handler.request_deserializer, "__self__", None)
+        topic_less = request_type is not None and _carries_no_topic(request_type)
+
+        async def opened(context: grpc.aio.ServicerContext) -> None:
+            # A streamed call's own checks, before its handler runs: a handler may send before
+            # it reads a request (the key presence watch sends its snapshot first).
             if (why := rules.verify(caller, STREAMED)) is not None:
                 await context.abort(UNAUTHENTICATED, why)
+            if topic_less and (why := rules.refusal(caller, request_type())) is not None:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
+        async def guarded(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
             index = 0
             async for req in request_iterator:
                 if (why := rules.verify_item(caller, index, req)) is not None:
@@ -280,6 +295,7 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
             su = handler.stream_unary
 
             async def stream_unary(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                await opened(context)
                 return await su(guarded(request_iterator, context), context)
 
             return grpc.stream_unary_rpc_method_handler(stream_unary, des, ser)
@@ -287,6 +303,7 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
             ss = handler.stream_stream
 
             async def stream_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                await opened(context)
                 async for item in ss(guarded(request_iterator, context), context):
                     yield item
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -33,12 +34,12 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
         proc.stop()
 
 
-def launch_with_acl(launch: Launch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accounts: list[dict], kind: str, *args: str) -> ServiceProcess:  # type: ignore[type-arg]
-    """launch(kind, *args) with QUARRY_ACL_FILE holding these accounts; only that service sees it."""
+def launch_with_acl(launch: Launch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accounts: list[dict], kind: str, *args: str, **kwargs: Any) -> ServiceProcess:  # type: ignore[type-arg]
+    """launch(kind, *args, **kwargs) with QUARRY_ACL_FILE holding these accounts; only that service sees it."""
     (tmp_path / "acl.json").write_text(json.dumps({"accounts": accounts}))
     monkeypatch.setenv("QUARRY_ACL_FILE", str(tmp_path / "acl.json"))
     try:
-        return launch(kind, *args)
+        return launch(kind, *args, **kwargs)
     finally:
         monkeypatch.delenv("QUARRY_ACL_FILE")
 
