@@ -100,9 +100,12 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
         return continuation(signed, self._signed_items(call_signature, request_iterator))
 
 
-def _aio_signed(sync: SigningInterceptor, details: grpc.aio.ClientCallDetails, request: Any) -> grpc.aio.ClientCallDetails:
-    signed, _ = sync._details(details, request_digest(request.SerializeToString()))
-    return grpc.aio.ClientCallDetails(signed.method, signed.timeout, grpc.aio.Metadata(*signed.metadata or []), signed.credentials, signed.wait_for_ready)
+def _aio_signed(sync: SigningInterceptor, details: grpc.aio.ClientCallDetails, digest: str) -> tuple[grpc.aio.ClientCallDetails, str]:
+    """`details` signed for a request with this digest (or STREAMED), as grpc.aio takes them,
+    and the call's signature (what a streamed call's messages are chained to)."""
+    signed, call_signature = sync._details(details, digest)
+    aio = grpc.aio.ClientCallDetails(signed.method, signed.timeout, grpc.aio.Metadata(*signed.metadata or []), signed.credentials, signed.wait_for_ready)
+    return aio, call_signature
 
 
 class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
@@ -112,7 +115,7 @@ class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
         self._sync = SigningInterceptor(access_key, secret_key)
 
     async def intercept_unary_unary(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
-        return await continuation(_aio_signed(self._sync, details, request), request)
+        return await continuation(_aio_signed(self._sync, details, request_digest(request.SerializeToString()))[0], request)
 
 
 class AioStreamSigningInterceptor(grpc.aio.UnaryStreamClientInterceptor):
@@ -123,7 +126,7 @@ class AioStreamSigningInterceptor(grpc.aio.UnaryStreamClientInterceptor):
         self._sync = SigningInterceptor(access_key, secret_key)
 
     async def intercept_unary_stream(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
-        return await continuation(_aio_signed(self._sync, details, request), request)
+        return await continuation(_aio_signed(self._sync, details, request_digest(request.SerializeToString()))[0], request)
 
 
 class AioBidiSigningInterceptor(grpc.aio.StreamStreamClientInterceptor):
@@ -134,8 +137,7 @@ class AioBidiSigningInterceptor(grpc.aio.StreamStreamClientInterceptor):
         self._sync = SigningInterceptor(access_key, secret_key)
 
     async def intercept_stream_stream(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
-        signed, call_signature = self._sync._details(details, STREAMED)
-        aio_details = grpc.aio.ClientCallDetails(signed.method, signed.timeout, grpc.aio.Metadata(*signed.metadata or []), signed.credentials, signed.wait_for_ready)
+        aio_details, call_signature = _aio_signed(self._sync, details, STREAMED)
         secret = self._sync.secret_key
 
         async def items() -> Any:
