@@ -85,6 +85,24 @@ class _Watcher:
             self.changed.set()
 
 
+async def _next_update(w: _Watcher, heartbeat_s: float) -> indexer_pb2.WatchKeyPresenceResponse | None:
+    """The watcher's next queued update (None: it is closed), else a heartbeat once `heartbeat_s`
+    passed since the last one sent. Whatever is queued goes first, however late the sender is:
+    asyncio.wait_for with no time left cancels the get before it starts, so a sender that fell
+    behind the heartbeat (a slow link, a busy loop) would never read its queue again."""
+    while w.queue.empty():
+        left = w.last_sent + heartbeat_s - time.monotonic()
+        if left <= 0:
+            update = indexer_pb2.WatchKeyPresenceResponse()
+            w.stamp(update)
+            return update
+        try:
+            return await asyncio.wait_for(w.queue.get(), left)
+        except TimeoutError:
+            pass  # an update that came as the wait ended is still queued: looked at again
+    return w.queue.get_nowait()
+
+
 class KeyPresencePublisher:
     """The filter, its (re)builds, and the watchers. `lock` is the index's: every change of
     the filter happens under it, as do the index writes it must precede."""
@@ -278,13 +296,7 @@ class KeyPresencePublisher:
         heartbeat = self.lease_s / 3
         try:
             while True:
-                try:
-                    update = await asyncio.wait_for(w.queue.get(), max(0.0, w.last_sent + heartbeat - time.monotonic()))
-                except TimeoutError:
-                    if not w.queue.empty():  # came as the wait ended
-                        continue
-                    update = indexer_pb2.WatchKeyPresenceResponse()  # a heartbeat
-                    w.stamp(update)
+                update = await _next_update(w, heartbeat)
                 if update is None:
                     assert w.closed is not None
                     raise w.closed

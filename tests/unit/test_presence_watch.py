@@ -688,3 +688,40 @@ def test_a_watch_refused_by_acl_is_not_retried_at_once() -> None:
         assert not _rules_out(copies, "10.0.0.9:1", "k")
     finally:
         on_loop(copies.close())
+
+
+def test_a_sender_that_fell_behind_its_heartbeat_still_sends_what_is_queued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A slow link or a busy loop: the heartbeat is overdue when the sender comes back for the
+    # next update. It must send what is queued (the batch, then the drop's end), not spin on
+    # a zero-second wait that cancels each read of the queue before it starts.
+    from types import SimpleNamespace
+
+    from quarry.services.errors import Unavailable
+    from quarry.services.indexer import presence as presence_module
+
+    index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
+    lock = threading.Lock()
+    now = [time.monotonic()]
+    monkeypatch.setattr(presence_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+
+    async def scenario() -> tuple[list[int], str]:
+        publisher = KeyPresencePublisher(index, lock, 1.0).start()
+        watch = publisher.watch(_acks_never())
+        while not (await asyncio.wait_for(watch.__anext__(), 10)).snapshot_done:
+            pass
+        with lock:
+            publisher.add([_hash("k")])
+        now[0] += 10.0  # the sender comes back long after its heartbeat was due
+        batch = await asyncio.wait_for(watch.__anext__(), 10)
+        publisher.close()  # ends the watch: queued as the stream's end
+        with pytest.raises(Unavailable) as ended:
+            while True:
+                await asyncio.wait_for(watch.__anext__(), 10)
+        return list(batch.key_hashes), str(ended.value)
+
+    try:
+        hashes, why = on_loop(scenario())
+    finally:
+        index.close()
+    assert hashes == [_hash("k")]
+    assert "stopping" in why
