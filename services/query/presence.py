@@ -9,7 +9,8 @@ or the lease of its latest acknowledgement received ran out (services/indexer/pr
 skipping a broker it rules out never hides a message.
 
 One watch per indexer address, started by the first query that names it, on the router's
-loop; it watches again after a failure (a new snapshot), and an indexer that keeps no filter
+loop; it watches again after a failure (a new snapshot) or a silence of SILENT_LEASES leases
+(the indexer sends at least a heartbeat each third of one), and an indexer that keeps no filter
 (read-only, or older than key presence) or refuses the watch (ACL) is asked again only every
 REFUSED_RETRY_S.
 """
@@ -32,6 +33,8 @@ from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.router.presence")
 
+SILENT_LEASES = 10  # a watch silent this many leases is ended and watched again
+SILENT_MIN_S = 10.0  # and never sooner (a snapshot chunk may take a while on a slow link)
 RETRY_S = (0.2, 10.0)  # first and longest pause before watching again after a failure
 REFUSED_RETRY_S = 60.0  # an indexer that keeps no filter
 _ACKS_TRACKED = 4096  # acknowledgements remembered until echoed (an older echo extends nothing)
@@ -44,6 +47,26 @@ def key_hashes(topic: str, key: str) -> list[int]:
     """The IndexFile key hashes a key of `topic` may be indexed under (as the indexer's query
     reads them: the topic's own and the parking topics of delayed messages)."""
     return [index_key_hash(key_name(t, key)) for t in scheduled.index_topics(topic)]
+
+
+async def _next_or_silent(call: grpc.aio.StreamStreamCall, silent_s: float, address: str) -> indexer_pb2.WatchKeyPresenceResponse | None:
+    """The next update (None at the stream's end). An indexer sends one at least every third of
+    its lease; a watch silent for `silent_s` (0: no limit yet) is over, though it never ended: a
+    peer gone without a word (a half-open connection) would otherwise hold it for good, and
+    its copy would stay untrusted until the router restarts."""
+    read = call.read()
+    if not silent_s:
+        u = await read
+    else:
+        try:
+            u = await asyncio.wait_for(read, silent_s)
+        except TimeoutError:
+            raise _Silent(f"no update from {address} within {silent_s:g} s (it sends one every third of its lease)") from None
+    return None if u is grpc.aio.EOF else u
+
+
+class _Silent(Exception):
+    """A watch that stopped sending without ending."""
 
 
 class _Copy:
@@ -119,6 +142,9 @@ class PresenceCopies:
                         log_event(log, "indexer's key presence not watched; it is asked every key query", logging.INFO, indexer=address, reason=why)
                     copy.refused = why
                     pause = REFUSED_RETRY_S
+            except _Silent as exc:
+                why = str(exc)
+                log_event(log, "key presence watch silent; watching again", logging.WARNING, indexer=address, reason=why)
             except Exception as exc:  # a bad update: drop the copy and watch again
                 why = f"{type(exc).__name__}: {exc}"
                 if why != bad:  # the indexer breaks the protocol: said once per reason, not per retry
@@ -145,8 +171,13 @@ class PresenceCopies:
         call = self._stub(address).WatchKeyPresence(ack_stream())
         building: KeyPresence | None = None
         sent: deque[tuple[int, float]] = deque(maxlen=_ACKS_TRACKED)  # (seq, when queued) not yet echoed
+        silent_s = 0.0  # known from the first update's lease (the first build may take long)
         try:
-            async for u in call:
+            while True:
+                u = await _next_or_silent(call, silent_s, address)
+                if u is None:
+                    return
+                silent_s = max(SILENT_LEASES * u.lease_ms / 1000.0, SILENT_MIN_S)
                 if u.log2_bits:  # a snapshot's chunk
                     if building is None:
                         copy.invalidate()

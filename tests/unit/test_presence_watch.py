@@ -284,10 +284,11 @@ class _GatedCall:
     def cancel(self) -> bool:
         return bool(self._call.cancel())
 
-    async def __aiter__(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
-        async for u in self._call:
+    async def read(self) -> Any:
+        u = await self._call.read()
+        if u is not grpc.aio.EOF:
             await self._gate.acquire()
-            yield u
+        return u
 
 
 async def _semaphore() -> "asyncio.Semaphore":
@@ -431,11 +432,21 @@ class _ScriptedCall:
 
     def __init__(self, updates: list[indexer_pb2.WatchKeyPresenceResponse]) -> None:
         self._updates = updates
+        self._stream = self.stream()
+        self.cancelled = False
 
     def cancel(self) -> bool:
+        self.cancelled = True
         return True
 
-    async def __aiter__(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
+    async def read(self) -> Any:
+        """As grpc.aio's call reads: the next update, EOF at the end."""
+        try:
+            return await self._stream.__anext__()
+        except StopAsyncIteration:
+            return grpc.aio.EOF
+
+    async def stream(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
         for u in self._updates:
             yield u
         await asyncio.Event().wait()  # then silent, the stream open
@@ -510,7 +521,7 @@ def test_the_pause_before_watching_again_starts_over_after_a_lasting_watch_only(
     monkeypatch.setattr("quarry.services.query.presence.asyncio", pauses)
 
     class _EndsAfterSnapshot(_ScriptedCall):
-        async def __aiter__(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
+        async def stream(self) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
             for u in self._updates:
                 yield u
             await asyncio.sleep(open_s)  # then the indexer ends the watch (as a resize does)
@@ -667,10 +678,7 @@ def test_a_watch_refused_by_acl_is_not_retried_at_once() -> None:
         def __init__(self) -> None:
             calls.append(1)
 
-        def __aiter__(self) -> "Refused":
-            return self
-
-        async def __anext__(self) -> Any:
+        async def read(self) -> Any:
             raise grpc.aio.AioRpcError(grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(), grpc.aio.Metadata(), "unsigned call")
 
         def cancel(self) -> None:
@@ -725,3 +733,29 @@ def test_a_sender_that_fell_behind_its_heartbeat_still_sends_what_is_queued(tmp_
         index.close()
     assert hashes == [_hash("k")]
     assert "stopping" in why
+
+
+def test_a_watch_that_falls_silent_without_ending_is_watched_again(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A half-open connection (the indexer's host gone without a word) never ends the stream:
+    # without a limit the copy would stay untrusted, and the broker asked every query, for good.
+    monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 0.05))
+    monkeypatch.setattr("quarry.services.query.presence.SILENT_MIN_S", 0.05)
+    snapshot = indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True, lease_ms=20)
+    calls: list[_ScriptedCall] = []
+
+    def stub(_address: str) -> Any:
+        class Stub:
+            def WatchKeyPresence(self, acks: Any) -> _ScriptedCall:
+                calls.append(_ScriptedCall([snapshot]))  # then silent, the stream open
+                return calls[-1]
+        return Stub()
+
+    copies = on_loop(_make(stub))
+    try:
+        _rules_out(copies, "127.0.0.1:9", "x")
+        wait_until(lambda: len(calls) >= 2, what="watched again")
+        assert calls[0].cancelled
+        silent = [r.kv for r in caplog.records if "key presence watch silent" in r.getMessage()]  # type: ignore[attr-defined]
+        assert silent and silent[0]["indexer"] == "127.0.0.1:9" and "within 0.2 s" in silent[0]["reason"], silent
+    finally:
+        on_loop(copies.close())
