@@ -66,12 +66,21 @@ class _Disconnected(Exception):
 
 _END = object()
 GROUP_QUEUE = 32  # responses read ahead of indexing (gRPC's flow control holds the rest back)
+# The commitlog sends at least an empty response each second (its TAIL_IDLE_S): a stream silent
+# this long is over though it never ended (a peer gone without a word: a half-open connection),
+# and is opened again. Without this limit, indexing would stop for good and nothing would say so.
+TAIL_SILENT_S = 30.0
 
 
-async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse]) -> AsyncIterator[list[commitlog_pb2.TailResponse]]:
+class _Silent(Exception):
+    """A Tail stream that stopped sending without ending."""
+
+
+async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse], silent_s: float) -> AsyncIterator[list[commitlog_pb2.TailResponse]]:
     """The stream's responses, those that arrived while the previous group was being indexed
     taken together: a group costs one wait for the key presence watchers' acknowledgements
-    (and one index header write), however many responses came meanwhile."""
+    (and one index header write), however many responses came meanwhile. _Silent when none
+    came for `silent_s` (the queue is empty only while nothing is read)."""
     queue: asyncio.Queue[Any] = asyncio.Queue(GROUP_QUEUE)
 
     async def read() -> None:
@@ -87,7 +96,10 @@ async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse]) -> AsyncIter
     reader = asyncio.ensure_future(read())
     try:
         while True:
-            group = [await queue.get()]
+            try:
+                group = [await asyncio.wait_for(queue.get(), silent_s)]
+            except TimeoutError:
+                raise _Silent(f"no Tail response within {silent_s:g} s (the commitlog sends one at least each second)") from None
             while not queue.empty() and isinstance(group[-1], commitlog_pb2.TailResponse):
                 group.append(queue.get_nowait())
             responses = [r for r in group if isinstance(r, commitlog_pb2.TailResponse)]
@@ -169,7 +181,7 @@ class Tailer:
         stub = commitlog_pb2_grpc.CommitLogServiceStub(channel)
         try:
             call = stub.Tail(commitlog_pb2.TailRequest(from_offset=self.state.next_offset, max_batch=1024))
-            async for responses in _grouped(call):
+            async for responses in _grouped(call, TAIL_SILENT_S):
                 if not self.state.connected:
                     self.state.connected = True
                     self.state.last_error = ""
@@ -184,6 +196,9 @@ class Tailer:
                     raise _Disconnected(repr(exc)) from exc
             self._disconnected("stream ended")
             raise _Disconnected("stream ended")
+        except _Silent as exc:
+            self._disconnected(str(exc))
+            raise _Disconnected(str(exc)) from exc
         except grpc.aio.AioRpcError as exc:
             if self._stopping:
                 return

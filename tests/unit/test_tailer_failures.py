@@ -68,3 +68,38 @@ def test_an_indexing_failure_is_reported_and_survived(broker: InProcessBroker, c
         assert len(failures) == 1, "the failure is reported once, not on every retry"
     finally:
         on_loop(tailer.aclose())
+
+
+def test_a_tail_silent_without_ending_is_opened_again(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A commitlog whose host vanished without a word (a half-open connection) never ends the
+    # stream; it also stops the empty response it sends each second. The tail reconnects.
+    import asyncio
+
+    from quarry.services.serving import Registration
+    from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc
+    from tests.servicers import serve_aio
+
+    monkeypatch.setattr("quarry.services.indexer.tailer.TAIL_SILENT_S", 0.2)
+    opened: list[int] = []
+
+    class Silent(commitlog_pb2_grpc.CommitLogServiceServicer):
+        async def Tail(self, request: Any, context: Any) -> Any:
+            opened.append(request.from_offset)
+            yield commitlog_pb2.TailResponse(next_offset=request.from_offset, max_offset=request.from_offset)
+            await asyncio.Event().wait()  # then nothing, the stream open
+
+    def build(_loop: Any) -> list[Registration]:
+        name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
+        return [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(Silent(), s), name)]
+
+    with serve_aio("commitlog", build) as served:
+        async def start() -> Tailer:
+            return Tailer(served.address, _Sink(), _Checkpoint(), 0, flush_interval_ms=10).start()
+
+        tailer: Tailer = on_loop(start())
+        try:
+            wait_until(lambda: len(opened) >= 2, what="the silent tail opened again")
+            said = [str(getattr(r, "kv", {}).get("error", "")) for r in caplog.records if "tail disconnected" in r.getMessage()]
+            assert said and "no Tail response within 0.2 s" in said[0], said
+        finally:
+            on_loop(tailer.aclose())

@@ -29,7 +29,7 @@ async def _stream(first: int, then: list[int], gate: asyncio.Event, fail: Except
 def test_responses_that_arrive_during_indexing_form_one_group_in_order() -> None:
     async def run() -> list[list[int]]:
         gate, groups = asyncio.Event(), []
-        async for group in _grouped(_stream(1, [2, 3, 4], gate)):
+        async for group in _grouped(_stream(1, [2, 3, 4], gate), 30.0):
             groups.append([r.next_offset for r in group])
             if len(groups) == 1:
                 gate.set()
@@ -48,9 +48,25 @@ def test_a_failed_stream_is_raised_after_what_came_before_it() -> None:
     async def collect() -> None:
         gate = asyncio.Event()
         gate.set()
-        async for group in _grouped(_stream(1, [2], gate, failure)):
+        async for group in _grouped(_stream(1, [2], gate, failure), 30.0):
             seen.append([r.next_offset for r in group])
 
     with pytest.raises(grpc.aio.AioRpcError):
         asyncio.run(collect())
     assert [n for g in seen for n in g] == [1, 2]
+
+
+def test_a_stream_silent_without_ending_is_over() -> None:
+    # A half-open connection never ends the stream: the commitlog sends at least an empty
+    # response each second, so a long silence means the peer is gone and the tail reconnects.
+    from quarry.services.indexer.tailer import _Silent
+
+    seen: list[int] = []
+
+    async def collect() -> None:
+        async for group in _grouped(_stream(1, [2], asyncio.Event()), silent_s=0.05):  # then silent
+            seen.extend(r.next_offset for r in group)
+
+    with pytest.raises(_Silent, match="no Tail response within 0.05 s"):
+        asyncio.run(collect())
+    assert seen == [1]
