@@ -13,6 +13,7 @@ from pathlib import Path
 
 from quarry.formats.dir_lock import lock_dir
 from quarry.formats.state_file import read_json, write_json_atomic
+from quarry.formats.store_names import STORE_CHECKPOINT
 
 FILE_NAME = "quarry-index-checkpoint.json"
 LOCK_NAME = "quarry-index.lock"  # formats/dir_lock.py
@@ -65,6 +66,6 @@ def foreign_files(index_dir: Path) -> list[str]:
     legacy = rocketmq_store_checkpoint(index_dir)
     if legacy is not None:
         found.append(f"{legacy} (not a Quarry checkpoint: RocketMQ's store checkpoint has this name)")
-    if (index_dir / "commitlog").is_dir() and not (index_dir / "quarry-checkpoint.json").exists():
+    if (index_dir / "commitlog").is_dir() and not (index_dir / STORE_CHECKPOINT).exists():
         found.append(f"{index_dir / 'commitlog'} (a RocketMQ store's CommitLog)")
     return found

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quarry.formats.state_file import read_json, write_json_atomic
-
-FILE_NAME = "quarry-checkpoint.json"
+from quarry.formats.store_names import STORE_CHECKPOINT as FILE_NAME
 
 
 @dataclass
