@@ -10,52 +10,31 @@ and the SDK's as a ratio to the same SDK sending to a MessagingService that answ
 (bench/rmq5_echo.py): what the SDK itself can do on this machine in this run. The RocketMQ 5
 path is also driven the way the echo ceiling is, by a lean grpc.aio client sending the SDK's
 request (same message, same headers) straight to the broker: the server path's own ratio,
-without the SDK's client-side cost.
+without the SDK's client-side cost. The SDK sends from a process of its own
+(bench/sdk_driver.py): its event loop in this process slowed the ceiling's grpc.aio client.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import statistics
 import tempfile
 import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 from bench.ceiling import EchoCeiling, Stats, drive, median_run
 from bench.rmq5_echo import SdkEcho
+from bench.sdk_driver import BODY, TOPIC, SdkDriver, sequential
 from bench.runner import Result, process_cpu_s
 from quarry.clients.producer import Producer as QuarryProducer
 from scripts.launcher import LocalCluster
 
-BODY = b"x" * 1024
-TOPIC = "BenchRmq5"
 
 
 def _pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p))]
-
-
-def _sdk_message(i: int):  # type: ignore[no-untyped-def]
-    from rocketmq import Message
-    m = Message()
-    m.topic, m.body, m.tag = TOPIC, BODY, "bench"
-    m.keys = f"order-{i}"
-    return m
-
-
-def _sequential(send, n: int) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]
-    """(sends/s, latencies ms) of n sequential sends."""
-    lat = []
-    t0 = time.perf_counter()
-    for i in range(n):
-        s = time.perf_counter()
-        send(i)
-        lat.append((time.perf_counter() - s) * 1000)
-    return n / (time.perf_counter() - t0), lat
 
 
 def _threads(send, n: int, concurrency: int) -> float:  # type: ignore[no-untyped-def]
@@ -73,34 +52,6 @@ def _threads(send, n: int, concurrency: int) -> float:  # type: ignore[no-untype
     for t in threads:
         t.join()
     return per * concurrency / (time.perf_counter() - t0)
-
-
-def _async_window(producer, n: int, concurrency: int) -> float:  # type: ignore[no-untyped-def]
-    """sends/s of SDK send_async with `concurrency` sends in flight."""
-    slots = threading.Semaphore(concurrency)
-    errors: list[BaseException] = []
-    done = threading.Event()
-    left = [n]
-    lock = threading.Lock()
-
-    def finished(f: Future) -> None:  # type: ignore[type-arg]
-        if f.exception() is not None:
-            errors.append(f.exception())  # type: ignore[arg-type]
-        slots.release()
-        with lock:
-            left[0] -= 1
-            if left[0] == 0:
-                done.set()
-
-    t0 = time.perf_counter()
-    for i in range(n):
-        slots.acquire()
-        producer.send_async(_sdk_message(i)).add_done_callback(finished)
-    done.wait(120)
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"{len(errors)} async sends failed: {errors[0]}")
-    return n / elapsed
 
 
 def _lean_rmq5(address: str, n: int, concurrency: int, pid: int, first: int) -> tuple[Stats, float]:
@@ -151,8 +102,6 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every figure and ceiling (medians reported); each sends --messages / --rounds")
     args = p.parse_args(argv)
-    logging.getLogger("rocketmq-python-client").setLevel(logging.WARNING)
-    from rocketmq import ClientConfiguration, Credentials, Producer
 
     results: list[Result] = []
     n, c, rounds = args.messages, args.concurrency, max(1, args.rounds)
@@ -166,63 +115,54 @@ def run(argv: list[str]) -> list[Result]:
             cluster.start_router(host="127.0.0.71")
             cluster.add_broker("broker-a", "127.0.0.72")
             assert cluster.router is not None
-            sdk = Producer(ClientConfiguration(cluster.router.address, Credentials(), request_timeout=10), (TOPIC,))
-            sdk.startup()
-            echo_sdk = Producer(ClientConfiguration(sdk_echo.address, Credentials(), request_timeout=10), (TOPIC,))
-            echo_sdk.startup()
             quarry = QuarryProducer(cluster.router.address)
             try:
                 def v1(i: int) -> None:
                     quarry.send(TOPIC, BODY, keys=[f"order-{i}"], tags="bench")
 
-                def v2(i: int) -> None:
-                    sdk.send(_sdk_message(i))
-
-                for i in range(300):  # warm every path (routes, channels, telemetry, topic creation)
+                for i in range(300):  # warm the path (routes, channels, topic creation)
                     v1(i)
-                    v2(i)
-                    echo_sdk.send(_sdk_message(i))
-                pid = cluster.brokers["broker-a"].commitlog.proc.pid  # type: ignore[union-attr]
-                cpu = {"v1": 0.0, "v2": 0.0}
-                # Interleaved rounds (medians reported), so drift (page cache, the indexer's
-                # tailing, other load on the machine) hits the figures and the ceilings alike.
-                v1_rates, v2_rates, v1_lat, v2_lat, ceil1s, sdk_echo1s = [], [], [], [], [], []
-                for _ in range(rounds):
-                    t = process_cpu_s(pid)
-                    r, lat = _sequential(v1, per)
-                    cpu["v1"] += process_cpu_s(pid) - t
-                    v1_rates.append(r)
-                    v1_lat += lat
-                    t = process_cpu_s(pid)
-                    r, lat = _sequential(v2, per)
-                    cpu["v2"] += process_cpu_s(pid) - t
-                    v2_rates.append(r)
-                    v2_lat += lat
-                    ceil1s.append(echo.measure(1150, 200, 1, per))
-                    sdk_echo1s.append(_sequential(lambda i: echo_sdk.send(_sdk_message(i)), per)[0])
-                v1_rate, v2_rate, sdk_echo1 = statistics.median(v1_rates), statistics.median(v2_rates), statistics.median(sdk_echo1s)
-                ceil1 = median_run(ceil1s)
-                v1_concs, v2_concs, ceilcs, sdk_echocs, cpu_v1_conc, cpu_v2_conc = [], [], [], [], 0.0, 0.0
-                leans, cpu_lean = [], 0.0
-                broker = cluster.brokers["broker-a"].commitlog.address  # type: ignore[union-attr]
-                for _ in range(rounds):
-                    t = process_cpu_s(pid)
-                    v1_concs.append(_threads(v1, per, c))
-                    cpu_v1_conc += process_cpu_s(pid) - t
-                    t = process_cpu_s(pid)
-                    v2_concs.append(_async_window(sdk, per, c))
-                    cpu_v2_conc += process_cpu_s(pid) - t
-                    ceilcs.append(echo.measure(1150, 200, c, per))
-                    sdk_echocs.append(_async_window(echo_sdk, per, c))
-                    stats, cpu_s = _lean_rmq5(broker, per, c, pid, first=len(leans) * (per + 50))
-                    leans.append(stats)
-                    cpu_lean += cpu_s
-                v1_conc, v2_conc, sdk_echoc = statistics.median(v1_concs), statistics.median(v2_concs), statistics.median(sdk_echocs)
-                lean = median_run(leans)
-                ceilc = median_run(ceilcs)
+                # The SDK sends from a process of its own (bench/sdk_driver.py says why).
+                with SdkDriver(cluster.router.address, sdk_echo.address) as sdk:
+                    pid = cluster.brokers["broker-a"].commitlog.proc.pid  # type: ignore[union-attr]
+                    cpu = {"v1": 0.0, "v2": 0.0}
+                    # Interleaved rounds (medians reported), so drift (page cache, the indexer's
+                    # tailing, other load on the machine) hits the figures and the ceilings alike.
+                    v1_rates, v2_rates, v1_lat, v2_lat, ceil1s, sdk_echo1s = [], [], [], [], [], []
+                    for _ in range(rounds):
+                        t = process_cpu_s(pid)
+                        r, lat = sequential(v1, per)
+                        cpu["v1"] += process_cpu_s(pid) - t
+                        v1_rates.append(r)
+                        v1_lat += lat
+                        t = process_cpu_s(pid)
+                        r, lat = sdk.sequential("quarry", per)
+                        cpu["v2"] += process_cpu_s(pid) - t
+                        v2_rates.append(r)
+                        v2_lat += lat
+                        ceil1s.append(echo.measure(1150, 200, 1, per))
+                        sdk_echo1s.append(sdk.sequential("echo", per)[0])
+                    v1_rate, v2_rate, sdk_echo1 = statistics.median(v1_rates), statistics.median(v2_rates), statistics.median(sdk_echo1s)
+                    ceil1 = median_run(ceil1s)
+                    v1_concs, v2_concs, ceilcs, sdk_echocs, cpu_v1_conc, cpu_v2_conc = [], [], [], [], 0.0, 0.0
+                    leans, cpu_lean = [], 0.0
+                    broker = cluster.brokers["broker-a"].commitlog.address  # type: ignore[union-attr]
+                    for _ in range(rounds):
+                        t = process_cpu_s(pid)
+                        v1_concs.append(_threads(v1, per, c))
+                        cpu_v1_conc += process_cpu_s(pid) - t
+                        t = process_cpu_s(pid)
+                        v2_concs.append(sdk.window("quarry", per, c))
+                        cpu_v2_conc += process_cpu_s(pid) - t
+                        ceilcs.append(echo.measure(1150, 200, c, per))
+                        sdk_echocs.append(sdk.window("echo", per, c))
+                        stats, cpu_s = _lean_rmq5(broker, per, c, pid, first=len(leans) * (per + 50))
+                        leans.append(stats)
+                        cpu_lean += cpu_s
+                    v1_conc, v2_conc, sdk_echoc = statistics.median(v1_concs), statistics.median(v2_concs), statistics.median(sdk_echocs)
+                    lean = median_run(leans)
+                    ceilc = median_run(ceilcs)
             finally:
-                sdk.shutdown()
-                echo_sdk.shutdown()
                 quarry.close()
         finally:
             cluster.stop()

@@ -1,0 +1,152 @@
+"""The official RocketMQ 5 SDK's producers in a process of their own, driven by `bench rmq5`.
+
+Why a process of its own: grpc.aio binds its completion poller to the first event loop that
+uses it, and the SDK runs one loop of its own for the process. With an SDK producer alive in
+the bench process, every completion of the echo ceiling's and the lean client's calls first
+woke the SDK's loop and hopped from there to theirs (and thousands of spurious wake-ups logged
+BlockingIOError): the grpc.aio echo at 16 in flight fell from ~12,400 to 8,300-9,300 calls/s.
+An application sending with the SDK has the SDK's loop to itself; so does this process.
+
+One producer per target (`quarry`: the router's access point; `echo`: bench/rmq5_echo.py),
+both on the SDK's one loop, as two producers of one application are. Commands come as JSON
+lines on stdin, answers go as JSON lines on stdout:
+  {"op": "sequential", "target": T, "n": N}         -> {"rate": sends/s, "lat_ms": [...]}
+  {"op": "window", "target": T, "n": N, "c": C}     -> {"rate": sends/s}  (send_async, C in flight)
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable
+
+TOPIC = "BenchRmq5"
+BODY = b"x" * 1024
+WARMUP = 300  # sends per producer before "ready": routes, channels, telemetry, topic creation
+
+
+def sdk_message(i: int):  # type: ignore[no-untyped-def]
+    from rocketmq import Message
+    m = Message()
+    m.topic, m.body, m.tag = TOPIC, BODY, "bench"
+    m.keys = f"order-{i}"
+    return m
+
+
+def sequential(send: Callable[[int], object], n: int) -> tuple[float, list[float]]:
+    """(sends/s, latencies ms) of n sequential sends."""
+    lat = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        s = time.perf_counter()
+        send(i)
+        lat.append((time.perf_counter() - s) * 1000)
+    return n / (time.perf_counter() - t0), lat
+
+
+def async_window(producer: Any, n: int, concurrency: int) -> float:
+    """sends/s of SDK send_async with `concurrency` sends in flight."""
+    slots = threading.Semaphore(concurrency)
+    errors: list[BaseException] = []
+    done = threading.Event()
+    left = [n]
+    lock = threading.Lock()
+
+    def finished(f: Future) -> None:  # type: ignore[type-arg]
+        if f.exception() is not None:
+            errors.append(f.exception())  # type: ignore[arg-type]
+        slots.release()
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                done.set()
+
+    t0 = time.perf_counter()
+    for i in range(n):
+        slots.acquire()
+        producer.send_async(sdk_message(i)).add_done_callback(finished)
+    if not done.wait(120):
+        raise RuntimeError(f"send_async: {left[0]} of {n} sends unanswered after 120 s")
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} async sends failed: {errors[0]}")
+    return n / elapsed
+
+
+def _main(quarry_addr: str, echo_addr: str) -> None:
+    answers, sys.stdout = sys.stdout, sys.stderr  # stdout carries the answers only, whatever else prints
+    logging.getLogger("rocketmq-python-client").setLevel(logging.WARNING)
+    from rocketmq import ClientConfiguration, Credentials, Producer
+
+    producers = {name: Producer(ClientConfiguration(addr, Credentials(), request_timeout=10), (TOPIC,))
+                 for name, addr in (("quarry", quarry_addr), ("echo", echo_addr))}
+    for p in producers.values():
+        p.startup()
+    try:
+        for i in range(WARMUP):
+            for p in producers.values():
+                p.send(sdk_message(i))
+        print(json.dumps({"ready": True}), file=answers, flush=True)
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            producer = producers[cmd["target"]]
+            if cmd["op"] == "sequential":
+                rate, lat = sequential(lambda i: producer.send(sdk_message(i)), cmd["n"])
+                answer: dict[str, Any] = {"rate": rate, "lat_ms": lat}
+            else:
+                answer = {"rate": async_window(producer, cmd["n"], cmd["c"])}
+            print(json.dumps(answer), file=answers, flush=True)
+    finally:
+        for p in producers.values():
+            p.shutdown()
+
+
+class SdkDriver:
+    """The driver process: `sequential` and `window` run in it and return what it measured."""
+
+    def __init__(self, quarry_addr: str, echo_addr: str) -> None:
+        self._args = [sys.executable, "-m", "bench.sdk_driver", quarry_addr, echo_addr]
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> "SdkDriver":
+        self._proc = subprocess.Popen(self._args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._read()  # ready: warmed up
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._proc is not None
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def _read(self) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the SDK driver ended (exit {self._proc.wait()}); its stderr says why")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def _ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+        return self._read()
+
+    def sequential(self, target: str, n: int) -> tuple[float, list[float]]:
+        answer = self._ask({"op": "sequential", "target": target, "n": n})
+        return answer["rate"], answer["lat_ms"]
+
+    def window(self, target: str, n: int, concurrency: int) -> float:
+        return float(self._ask({"op": "window", "target": target, "n": n, "c": concurrency})["rate"])
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], sys.argv[2])
