@@ -34,6 +34,26 @@ def parse_peer(peer: str) -> tuple[str, int]:
     return host.split("%")[0], port
 
 
+# Keepalive pings on every connection with a call in flight: a peer gone without a word (a
+# host that vanished, a network cut: a half-open connection) is found within time + timeout,
+# and its calls fail, instead of hanging until TCP gives up (~15 min). Quarry's servers accept
+# pings this often (services/serving.py, MIN_PING_INTERVAL_MS).
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+
+
+def _keepalive(opts: list[tuple[str, Any]]) -> None:
+    """Keepalive options added to `opts`, unless the caller set its own."""
+    given = {k for k, _ in opts}
+    for key, value in (("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS), ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                       # gRPC 1.76 waits for a ping's answer this long (60 s by default), whatever
+                       # keepalive_timeout_ms says
+                       ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                       ("grpc.http2.max_pings_without_data", 0)):  # a quiet stream is watched too
+        if key not in given:
+            opts.append((key, value))
+
+
 def _read(env: str) -> bytes | None:
     path = os.environ.get(env)
     return Path(path).read_bytes() if path else None
@@ -65,6 +85,7 @@ def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None)
     ACL settings (unary, server-streaming and bidirectional calls signed); create it inside the event loop
     that uses it."""
     opts = list(options or [])
+    _keepalive(opts)
     creds = _credentials(opts)
     account = _account()
     interceptors: list[Any] | None = [AioSigningInterceptor(*account), AioStreamSigningInterceptor(*account), AioBidiSigningInterceptor(*account)] if account else None
@@ -76,6 +97,7 @@ def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None)
 def open_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
     """A channel to `address` with the deployment's TLS and ACL settings (see module doc)."""
     opts = list(options or [])
+    _keepalive(opts)
     creds = _credentials(opts)
     channel = grpc.secure_channel(address, creds, options=opts) if creds is not None else grpc.insecure_channel(address, options=opts)
     account = _account()

@@ -61,11 +61,18 @@ def _log_health(name: str, reason: str) -> None:
         log_event(log, "health changed", service=name, status="SERVING")
 
 
+# Quarry's own channels ping every quarry.channels.KEEPALIVE_TIME_MS while a call is in flight
+# (to find a peer gone without a word); gRPC's default would answer pings more often than every
+# 5 minutes with GOAWAY "too_many_pings".
+MIN_PING_INTERVAL_MS = 5_000
+
+
 def _options(max_message_bytes: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
     ]
 
 

@@ -88,8 +88,8 @@ class _Watcher:
 async def _next_update(w: _Watcher, heartbeat_s: float) -> indexer_pb2.WatchKeyPresenceResponse | None:
     """The watcher's next queued update (None: it is closed), else a heartbeat once `heartbeat_s`
     passed since the last one sent. Whatever is queued goes first, however late the sender is:
-    asyncio.wait_for with no time left cancels the get before it starts, so a sender that fell
-    behind the heartbeat (a slow link, a busy loop) would never read its queue again."""
+    a wait with no time left cancels the get before it starts, so a sender that fell behind the
+    heartbeat (a slow link, a busy loop) and waited anyway would never read its queue again."""
     while w.queue.empty():
         left = w.last_sent + heartbeat_s - time.monotonic()
         if left <= 0:
@@ -97,7 +97,10 @@ async def _next_update(w: _Watcher, heartbeat_s: float) -> indexer_pb2.WatchKeyP
             w.stamp(update)
             return update
         try:
-            return await asyncio.wait_for(w.queue.get(), left)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for may swallow a cancellation that
+            # comes as the get completes (CPython gh-86296), and the watch would run on.
+            async with asyncio.timeout(left):
+                return await w.queue.get()
         except TimeoutError:
             pass  # an update that came as the wait ended is still queued: looked at again
     return w.queue.get_nowait()

@@ -97,7 +97,8 @@ async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse], silent_s: fl
     try:
         while True:
             try:
-                group = [await asyncio.wait_for(queue.get(), silent_s)]
+                async with asyncio.timeout(silent_s):  # (not wait_for: on 3.11 it may swallow a stop's cancellation)
+                    group = [await queue.get()]
             except TimeoutError:
                 raise _Silent(f"no Tail response within {silent_s:g} s (the commitlog sends one at least each second)") from None
             while not queue.empty() and isinstance(group[-1], commitlog_pb2.TailResponse):

@@ -54,12 +54,12 @@ async def _next_or_silent(call: grpc.aio.StreamStreamCall, silent_s: float, addr
     its lease; a watch silent for `silent_s` (0: no limit yet) is over, though it never ended: a
     peer gone without a word (a half-open connection) would otherwise hold it for good, and
     its copy would stay untrusted until the router restarts."""
-    read = call.read()
     if not silent_s:
-        u = await read
+        u = await call.read()
     else:
         try:
-            u = await asyncio.wait_for(read, silent_s)
+            async with asyncio.timeout(silent_s):  # (not wait_for: on 3.11 it may swallow a cancellation)
+                u = await call.read()
         except TimeoutError:
             raise _Silent(f"no update from {address} within {silent_s:g} s (it sends one every third of its lease)") from None
     return None if u is grpc.aio.EOF else u
@@ -144,7 +144,10 @@ class PresenceCopies:
                     pause = REFUSED_RETRY_S
             except _Silent as exc:
                 why = str(exc)
-                log_event(log, "key presence watch silent; watching again", logging.WARNING, indexer=address, reason=why)
+                # Said once per episode: not again at each retry that stays silent.
+                if (why != bad or copy.snapshots != snapshots) and not copy.leaving:
+                    log_event(log, "key presence watch silent; watching again", logging.WARNING, indexer=address, reason=why)
+                bad = why
             except Exception as exc:  # a bad update: drop the copy and watch again
                 why = f"{type(exc).__name__}: {exc}"
                 if why != bad:  # the indexer breaks the protocol: said once per reason, not per retry

@@ -759,3 +759,83 @@ def test_a_watch_that_falls_silent_without_ending_is_watched_again(monkeypatch: 
         assert silent and silent[0]["indexer"] == "127.0.0.1:9" and "within 0.2 s" in silent[0]["reason"], silent
     finally:
         on_loop(copies.close())
+
+
+class _FreezingProxy:
+    """A TCP proxy on the shared loop whose connections can be frozen: their bytes stop in both
+    directions and nothing closes, as on a connection whose peer vanished without a word
+    (a half-open connection). Connections made after `freeze` pass bytes as usual."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.connections = 0
+        self._frozen_before = -1  # connections numbered below this are frozen
+        self._thaw: asyncio.Event | None = None
+
+    async def start(self) -> str:
+        self._thaw = asyncio.Event()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def freeze(self) -> None:
+        self._frozen_before = self.connections
+
+    async def close(self) -> None:
+        assert self._thaw is not None
+        self._thaw.set()
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number = self.connections
+        self.connections += 1
+        host, port = self.upstream.rsplit(":", 1)
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    if number < self._frozen_before:
+                        assert self._thaw is not None
+                        await self._thaw.wait()  # frozen: nothing passes, nothing closes
+                        return
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+
+def test_a_watch_over_a_connection_gone_silent_is_found_by_keepalive_and_watched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The router's channel to an indexer is cached: without keepalive a half-open connection
+    # would look alive, and every watch (and key query) sent over it would hang until TCP gives
+    # up, some 15 minutes. Keepalive pings find it within time + timeout; the next watch
+    # goes over a new connection.
+    from quarry.channels import open_aio_channel
+
+    monkeypatch.setattr("quarry.channels.KEEPALIVE_TIME_MS", 300)
+    monkeypatch.setattr("quarry.channels.KEEPALIVE_TIMEOUT_MS", 300)
+    monkeypatch.setattr("quarry.services.serving.MIN_PING_INTERVAL_MS", 100)
+    monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 0.05))
+    with Indexer(tmp_path, lease_s=1.0) as ix:
+        proxy = _FreezingProxy(ix.address)
+        address = on_loop(proxy.start())
+        channels: list[Any] = []
+
+        def stub(_address: str) -> Any:
+            if not channels:
+                channels.append(open_aio_channel(address))  # (called on the loop)
+            return indexer_pb2_grpc.IndexerServiceStub(channels[0])
+
+        copies = on_loop(_make(stub))
+        try:
+            _watched(copies, address)
+            proxy.freeze()
+            wait_until(lambda: proxy.connections >= 2 and on_loop(_valid(copies, address)), what="watched again over a new connection")
+        finally:
+            on_loop(copies.close(0.1))
+            for ch in channels:
+                on_loop(ch.close())
+            on_loop(proxy.close())
