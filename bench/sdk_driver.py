@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from typing import Any, Callable
 TOPIC = "BenchRmq5"
 BODY = b"x" * 1024
 WARMUP = 300  # sends per producer before "ready": routes, channels, telemetry, topic creation
+ANSWER_S = 300.0  # the longest a command (or the start and warm-up) may take
 
 
 def sdk_message(i: int):  # type: ignore[no-untyped-def]
@@ -84,9 +86,11 @@ def _main(quarry_addr: str, echo_addr: str) -> None:
 
     producers = {name: Producer(ClientConfiguration(addr, Credentials(), request_timeout=10), (TOPIC,))
                  for name, addr in (("quarry", quarry_addr), ("echo", echo_addr))}
-    for p in producers.values():
-        p.startup()
+    started = []
     try:
+        for p in producers.values():
+            p.startup()
+            started.append(p)
         for i in range(WARMUP):
             for p in producers.values():
                 p.send(sdk_message(i))
@@ -101,7 +105,7 @@ def _main(quarry_addr: str, echo_addr: str) -> None:
                 answer = {"rate": async_window(producer, cmd["n"], cmd["c"])}
             print(json.dumps(answer), file=answers, flush=True)
     finally:
-        for p in producers.values():
+        for p in started:
             p.shutdown()
 
 
@@ -128,8 +132,14 @@ class SdkDriver:
             self._proc.wait()
 
     def _read(self) -> dict[str, Any]:
+        """The driver's next answer; a driver that ends or answers nothing within ANSWER_S is
+        stopped and the bench fails, rather than waiting for ever."""
         assert self._proc is not None and self._proc.stdout is not None
-        line = self._proc.stdout.readline()
+        ready, _, _ = select.select([self._proc.stdout], [], [], ANSWER_S)
+        if not ready:
+            self._proc.kill()
+            raise RuntimeError(f"the SDK driver answered nothing within {ANSWER_S:g} s; stopped")
+        line = self._proc.stdout.readline()  # (it writes whole lines, each flushed)
         if not line:
             raise RuntimeError(f"the SDK driver ended (exit {self._proc.wait()}); its stderr says why")
         return json.loads(line)  # type: ignore[no-any-return]
