@@ -54,6 +54,7 @@ class FlushSignal:
     @staticmethod
     async def wait(event: asyncio.Event, timeout_s: float) -> None:
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout_s):  # (not wait_for: on 3.11 it may swallow a cancellation)
+                await event.wait()
+        except TimeoutError:
             pass

@@ -185,7 +185,10 @@ class KeyPresencePublisher:
                     break
                 w.changed.clear()
                 try:
-                    await asyncio.wait_for(w.changed.wait(), (lease_end if w.closed is not None else min(lease_end, give_up)) - now)
+                    # (asyncio.timeout, not wait_for: on 3.11 wait_for may swallow the cancellation
+                    # of a stopping tailer that comes as the event is set)
+                    async with asyncio.timeout((lease_end if w.closed is not None else min(lease_end, give_up)) - now):
+                        await w.changed.wait()
                 except TimeoutError:
                     pass
         left = self._hold_until - time.monotonic()

@@ -171,7 +171,8 @@ class Tailer:
         """The backoff between attempts, cut short by stop()."""
         assert self._wake is not None
         try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
         except TimeoutError:
             pass
 
