@@ -18,6 +18,7 @@ their answers mean exactly what they mean on the gRPC stream (protos/quarry/v1/m
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 
 MAGIC = b"QMX1"
@@ -30,6 +31,32 @@ FRAMES_TOKEN_KEY = "quarry-frames-token"
 TOKEN_BYTES = 16
 # What a frame may hold beyond its largest message: ids, codes, details, lengths.
 FRAME_SLACK = 64 * 1024
+
+
+# A peer gone without a word (a half-open connection) is found by TCP itself, as gRPC's channels
+# find it with keepalive pings (quarry/channels.py): probes after this long idle, this far
+# apart, and data unacknowledged this long ends the connection (else ~15 min of retransmits).
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_PROBES = 1
+USER_TIMEOUT_MS = 15_000
+
+
+def watch_peer(writer: asyncio.StreamWriter) -> None:
+    """TCP keepalive and a user timeout on a frames connection (either side); where the
+    platform lacks an option, the connection works without it."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    for level, name, value in ((socket.SOL_SOCKET, "SO_KEEPALIVE", 1), (socket.IPPROTO_TCP, "TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+                               (socket.IPPROTO_TCP, "TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S), (socket.IPPROTO_TCP, "TCP_KEEPCNT", KEEPALIVE_PROBES),
+                               (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            try:
+                sock.setsockopt(level, option, value)
+            except OSError:
+                pass
 
 
 class FrameError(Exception):

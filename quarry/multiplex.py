@@ -26,7 +26,7 @@ import grpc
 
 from quarry.channels import signs_calls
 from quarry.formats.addresses import split_host_port
-from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameCut, FrameError, framed, read_frame
+from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameCut, FrameError, framed, read_frame, watch_peer
 from quarry.transport import status_by_number
 from quarry.v1 import multiplex_pb2
 
@@ -285,6 +285,7 @@ class _FramesStream(_Carrier):
 
     async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         reader, writer = await asyncio.open_connection(host, port)
+        watch_peer(writer)
         try:
             writer.write(HELLO.pack(MAGIC, min(self._max_receive, 0xFFFFFFFF)))
             answer = await reader.readexactly(len(self._answer))

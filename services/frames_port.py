@@ -12,7 +12,7 @@ from typing import AsyncIterator
 
 from google.protobuf.message import DecodeError
 
-from quarry.frames import FRAME_SLACK, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame
+from quarry.frames import FRAME_SLACK, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame, watch_peer
 from quarry.services.log import log_event
 from quarry.services.multiplex import MultiplexServicer
 from quarry.v1 import multiplex_pb2
@@ -118,6 +118,7 @@ class FramesPort:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = _peer(writer.get_extra_info("peername"))
+        watch_peer(writer)
         task = asyncio.current_task()
         assert task is not None  # asyncio runs each connection's handler as a task
         self._connections[writer] = task
