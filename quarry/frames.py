@@ -35,10 +35,11 @@ FRAME_SLACK = 64 * 1024
 
 # A peer gone without a word (a half-open connection) is found by TCP itself, as gRPC's channels
 # find it with keepalive pings (quarry/channels.py): probes after this long idle, this far
-# apart, and data unacknowledged this long ends the connection (else ~15 min of retransmits).
+# apart, this many unanswered; and data unacknowledged this long ends the connection (else
+# ~15 min of retransmits; on Linux it also bounds the probes).
 KEEPALIVE_IDLE_S = 10
 KEEPALIVE_INTERVAL_S = 5
-KEEPALIVE_PROBES = 1
+KEEPALIVE_PROBES = 3
 USER_TIMEOUT_MS = 15_000
 
 
