@@ -37,9 +37,11 @@ def parse_peer(peer: str) -> tuple[str, int]:
 # Keepalive pings on every connection with a call in flight: a peer gone without a word (a
 # host that vanished, a network cut: a half-open connection) is found within time + timeout,
 # and its calls fail, instead of hanging until TCP gives up (~15 min). Quarry's servers accept
-# pings this often (services/serving.py, MIN_PING_INTERVAL_MS).
+# pings this often (services/serving.py, MIN_PING_INTERVAL_MS). The timeout is gRPC's default:
+# gRPC also makes it the socket's TCP_USER_TIMEOUT, so data unacknowledged this long ends the
+# connection, and a shorter one would turn a brief network stall into failed calls.
 KEEPALIVE_TIME_MS = 10_000
-KEEPALIVE_TIMEOUT_MS = 5_000
+KEEPALIVE_TIMEOUT_MS = 20_000
 
 
 def _keepalive(opts: list[tuple[str, Any]]) -> None:

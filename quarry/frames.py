@@ -36,11 +36,13 @@ FRAME_SLACK = 64 * 1024
 # A peer gone without a word (a half-open connection) is found by TCP itself, as gRPC's channels
 # find it with keepalive pings (quarry/channels.py): probes after this long idle, this far
 # apart, this many unanswered; and data unacknowledged this long ends the connection (else
-# ~15 min of retransmits; on Linux it also bounds the probes).
+# ~15 min of retransmits). On Linux the user timeout also decides when unanswered probes end
+# an idle connection, and (since 5.11) counts a peer that stops reading (a zero window): it is
+# well above any stall of a live peer, the frames' own back-pressure included.
 KEEPALIVE_IDLE_S = 10
 KEEPALIVE_INTERVAL_S = 5
 KEEPALIVE_PROBES = 3
-USER_TIMEOUT_MS = 15_000
+USER_TIMEOUT_MS = 60_000
 
 
 def watch_peer(writer: asyncio.StreamWriter) -> None:

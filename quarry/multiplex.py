@@ -314,7 +314,8 @@ class _FramesStream(_Carrier):
     async def _run(self, host: str, port: int) -> None:
         failure: BaseException
         try:
-            reader, self._stream_writer = await asyncio.wait_for(self._connect(host, port), FRAMES_CONNECT_TIMEOUT_S)
+            async with asyncio.timeout(FRAMES_CONNECT_TIMEOUT_S):  # (not wait_for: on 3.11 it may swallow close()'s cancellation)
+                reader, self._stream_writer = await self._connect(host, port)
         except asyncio.CancelledError:
             self.failed = MultiplexError(grpc.StatusCode.CANCELLED, "channel closed")
             return

@@ -421,17 +421,18 @@ def test_a_channel_closed_while_its_server_reads_nothing_lets_the_connection_go(
 def test_both_ends_of_a_frames_connection_watch_for_a_peer_gone_without_a_word(broker: InProcessBroker) -> None:
     # A half-open connection (the peer's host vanished) would otherwise hold its calls until
     # TCP gives up, some 15 minutes: keepalive probes and a user timeout end it (quarry/frames.py).
-    from quarry.frames import USER_TIMEOUT_MS
+    from quarry.frames import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS
 
     address = broker.commitlog_addr
     assert broker.commitlog_server is not None and broker.commitlog_server.frames is not None
     frames = broker.commitlog_server.frames
 
-    def options(writer: asyncio.StreamWriter) -> tuple[int, int]:
+    def options(writer: asyncio.StreamWriter) -> tuple[int, ...]:
         sock = writer.get_extra_info("socket")
-        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE), sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+        return (sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),) + tuple(
+            sock.getsockopt(socket.IPPROTO_TCP, o) for o in (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT, socket.TCP_USER_TIMEOUT))
 
-    async def go() -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    async def go() -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
         mux = MultiplexedChannel(grpc.aio.insecure_channel(address), host="127.0.0.1")
         try:
             stub = commitlog_pb2_grpc.CommitLogServiceStub(mux)  # type: ignore[arg-type]
@@ -443,5 +444,6 @@ def test_both_ends_of_a_frames_connection_watch_for_a_peer_gone_without_a_word(b
             await mux.close()
 
     client, servers = on_loop(go())
-    assert client == (1, USER_TIMEOUT_MS)
-    assert servers and all(s == (1, USER_TIMEOUT_MS) for s in servers)
+    want = (1, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS)
+    assert client == want
+    assert servers and all(s == want for s in servers)
