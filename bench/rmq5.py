@@ -23,18 +23,13 @@ import threading
 import time
 from pathlib import Path
 
-from bench.ceiling import EchoCeiling, Stats, drive, median_run
+from bench.ceiling import EchoCeiling, Stats, drive, median_run, pct
 from bench.rmq5_echo import SdkEcho
 from bench.sdk_driver import BODY, TOPIC, SdkDriver, sequential
 from bench.runner import Result, process_cpu_s
 from quarry.clients.producer import Producer as QuarryProducer
 from scripts.launcher import LocalCluster
 
-
-
-def _pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * p))]
 
 
 def _threads(send, n: int, concurrency: int) -> float:  # type: ignore[no-untyped-def]
@@ -171,8 +166,8 @@ def run(argv: list[str]) -> list[Result]:
         Result("quarry.v1 single send p50", statistics.median(v1_lat), "ms", {**params, "concurrency": 1}),
         Result("SDK single sends (1 in flight)", v2_rate, "msg/s", {**params, "concurrency": 1}),
         Result("SDK single send p50", statistics.median(v2_lat), "ms", {**params, "concurrency": 1, "target": "< 1 ms"}),
-        Result("SDK single send p99", _pct(v2_lat, 0.99), "ms", {**params, "concurrency": 1}),
-        Result("quarry.v1 single send p99", _pct(v1_lat, 0.99), "ms", {**params, "concurrency": 1}),
+        Result("SDK single send p99", pct(v2_lat, 0.99), "ms", {**params, "concurrency": 1}),
+        Result("quarry.v1 single send p99", pct(v1_lat, 0.99), "ms", {**params, "concurrency": 1}),
         Result("SDK / quarry.v1 single-send rate", v2_rate / v1_rate, "x", {**params, "concurrency": 1, "target": ">= 0.7"}),
         Result("echo ceiling rate", ceil1.rate, "calls/s", {**params, "concurrency": 1}),
         Result("echo ceiling p50", ceil1.p50_ms, "ms", {**params, "concurrency": 1}),
