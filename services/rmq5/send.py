@@ -31,7 +31,7 @@ MAX_DELAY_MS = 24 * 3_600_000  # RocketMQ proxy's maxDelayTimeMills (1 day)
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 # The enum values read per message, looked up once (each read through protobuf's enum
 # wrapper is a Python __getattr__).
-_FIFO, _DELAY, TRANSACTION = v2.MessageType.FIFO, v2.MessageType.DELAY, v2.MessageType.TRANSACTION
+_NORMAL, _FIFO, _DELAY, TRANSACTION = v2.MessageType.NORMAL, v2.MessageType.FIFO, v2.MessageType.DELAY, v2.MessageType.TRANSACTION
 _UNSUPPORTED_TYPES = (v2.MessageType.LITE, v2.MessageType.PRIORITY)
 
 
@@ -40,29 +40,32 @@ def _has_control(text: str) -> bool:
 
 
 def _check_tag(tag: str, field: str) -> None:
-    """RocketMQ's tag rule: not only whitespace, no '|' (the expression separator), no control characters."""
+    """RocketMQ's tag rule: not only whitespace, no '|' (the expression separator), no control
+    characters. `field` is the message's; the tag's own name is made only for an error."""
     if not tag:
         return
     if not tag.strip():
-        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}: must not be only whitespace")
+        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}.system_properties.tag: must not be only whitespace")
     if "|" in tag:
-        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}: must not contain '|' (it separates tags in subscriptions)")
+        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}.system_properties.tag: must not contain '|' (it separates tags in subscriptions)")
     if _has_control(tag):
-        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}: must not contain control characters")
+        raise RmqError(Code.ILLEGAL_MESSAGE_TAG, f"{field}.system_properties.tag: must not contain control characters")
 
 
 def _check_type(sp: v2.SystemProperties, field: str) -> None:
     """The message type must agree with the properties that make it (as the SDKs set them)."""
     t = sp.message_type
+    if t == _NORMAL:  # (what the others must or must not carry is checked below)
+        return
     has_group, has_delay = bool(sp.message_group), sp.HasField("delivery_timestamp")
     if t == _FIFO and not has_group:
-        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.message_group: required for a FIFO message")
+        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.system_properties.message_group: required for a FIFO message")
     if t == _DELAY and not has_delay:
-        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.delivery_timestamp: required for a DELAY message")
+        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.system_properties.delivery_timestamp: required for a DELAY message")
     if t == TRANSACTION and (has_group or has_delay):
-        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}: a TRANSACTION message must set neither message_group nor delivery_timestamp")
+        raise RmqError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{field}.system_properties: a TRANSACTION message must set neither message_group nor delivery_timestamp")
     if t in _UNSUPPORTED_TYPES:
-        raise RmqError(Code.UNSUPPORTED, f"{field}.message_type: {v2.MessageType.Name(t)} messages are not supported by Quarry")
+        raise RmqError(Code.UNSUPPORTED, f"{field}.system_properties.message_type: {v2.MessageType.Name(t)} messages are not supported by Quarry")
 
 
 def system_pairs(m: v2.Message, field: str, now_ms: int, born: int) -> list[Property]:
@@ -117,12 +120,13 @@ def check_message(m: v2.Message, field: str) -> None:
     if m.topic.resource_namespace:
         raise RmqError(Code.BAD_REQUEST, f"{field}.topic.resource_namespace: namespaces are not supported (got {m.topic.resource_namespace!r}); leave it empty")
     sp = m.system_properties
-    if not sp.message_id:
+    message_id = sp.message_id
+    if not message_id:
         raise RmqError(Code.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: must not be empty (it becomes UNIQ_KEY)")
-    if len(sp.message_id) > 128 or _has_control(sp.message_id):
+    if len(message_id) > 128 or _has_control(message_id):
         raise RmqError(Code.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: at most 128 characters, no control characters")
-    _check_tag(sp.tag, f"{field}.system_properties.tag")
-    _check_type(sp, f"{field}.system_properties")
+    _check_tag(sp.tag, field)
+    _check_type(sp, field)
 
 
 def to_new_message(m: v2.Message, peer: tuple[str, int], field: str = "messages[0]", now_ms: int | None = None) -> NewMessage:
