@@ -111,9 +111,11 @@ class Appender:
         if len(msgs) > MAX_BATCH_MESSAGES:
             raise InvalidArgument("messages", f"at most {MAX_BATCH_MESSAGES} per batch, got {len(msgs)}")
 
-    def append_locked(self, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None) -> Appended:
+    def append_locked(self, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None, independent: bool = False) -> Appended:
         """Store `msgs` in order (the caller holds state.lock and ran `check`). A message whose
-        born host has no IP was born at `peer` (the caller's address)."""
+        born host has no IP was born at `peer` (the caller's address). A batch's messages that
+        leave the queue to the broker follow the first one's, unless they are `independent`
+        (each sent in a call of its own): each then takes its own round-robin turn."""
         state = self.state
         if state.closed:
             raise ReadOnly("store is closed")
@@ -258,7 +260,7 @@ class Appender:
 
             # The queue: as asked, or round robin; a batch's messages after the first follow it.
             if want_qid < 0:
-                if not same_as_prev:  # (never so for the first message)
+                if not same_as_prev or independent:  # (never same_as_prev for the first message)
                     turn = rr.get(topic)
                     turn = (rr_old.get(topic, -1) if turn is None else turn) + 1
                     rr[topic] = turn

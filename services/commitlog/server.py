@@ -50,7 +50,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.consumer_max_attempts = 17
 
     async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
-        appended = await self.sending.append_flushed((request.message,), peer=peer_host(context))
+        appended = await self.sending.append_in_turn(request.message, "SendMessage", peer=peer_host(context))
         return commitlog_pb2.SendMessageResponse(result=send_result(appended, self.broker_name))
 
     async def SendBatch(self, request: commitlog_pb2.SendBatchRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendBatchResponse:

@@ -141,9 +141,10 @@ class CommitLogStore:
         return self.append_many([msg])[0]
 
     def append_many(self, msgs: Sequence[MessageFields], same_topic: bool = True, wait_flush: bool = True,
-                    peer: tuple[str, int] | None = None) -> Appended:
+                    peer: tuple[str, int] | None = None, independent: bool = False) -> Appended:
         """Store messages in order with one write per segment touched; all or nothing on bad input.
         A message whose born host has no IP was born at `peer` (the caller's address).
+        `independent`: the messages come from calls of their own (Appender.append_locked).
 
         In SYNC mode it returns once the messages are fsynced, unless wait_flush is False: the
         caller then waits itself with `flushing.await_flushed` (an event loop must not block),
@@ -151,7 +152,7 @@ class CommitLogStore:
         self._appender.check(msgs)
         with self.state.lock:
             try:
-                appended = self._appender.append_locked(msgs, same_topic, peer)
+                appended = self._appender.append_locked(msgs, same_topic, peer, independent)
             except DiskFull as exc:
                 self.disk_full = str(exc)  # health: NOT_SERVING until space returns (services/commitlog/health.py)
                 raise

@@ -66,7 +66,10 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
                 is_half = m.system_properties.message_type == TRANSACTION
                 msgs.append(half_message(m, peer, f"messages[{i}]") if is_half else to_new_message(m, peer, f"messages[{i}]"))
                 halves.append(is_half)
-            appended = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
+            if len(msgs) == 1 and not halves[0]:  # how the SDKs send: a message a call
+                appended = await self.core.sending.append_in_turn(msgs[0], "rmq5.SendMessage")
+            else:
+                appended = await self.core.sending.append_flushed(msgs, rpc="rmq5.SendMessage", same_topic=False)
         except Exception as exc:  # never an unanswered call
             return service.SendMessageResponse(status=client_calls.in_band(exc, "SendMessage"))
         # (rows: DispatchInfo's fields; [4] the queue offset, [7] UNIQ_KEY, [0] the physical offset)
