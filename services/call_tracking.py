@@ -60,6 +60,9 @@ class CallTracker:
     def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
         self._waited = 0
+        # Unary calls of this server's own connections between their handler's start and their
+        # end (multiplexed calls are not among them): whether a call has company.
+        self.unary_in_flight = 0
         self._idle = threading.Event()
         self._idle.set()
         # Whether stop waits for a method's calls, and the labelled series of the per-RPC
@@ -110,13 +113,16 @@ class _Call:
     client gone), not when the handler returns: the response is still being sent then, and a
     stop that went ahead at that moment would cancel it."""
 
-    __slots__ = ("tracker", "token", "code", "_ended")
+    __slots__ = ("tracker", "token", "code", "_ended", "_unary")
 
-    def __init__(self, tracker: CallTracker, method: str) -> None:
+    def __init__(self, tracker: CallTracker, method: str, unary: bool) -> None:
         self.tracker = tracker
         self.token = tracker.begin(method)
         self.code = "CANCELLED"  # what the call ends as if it terminates before its handler finishes
         self._ended = False
+        self._unary = unary
+        if unary:
+            tracker.unary_in_flight += 1
 
     def finish(self, context: Any, failed: bool | None) -> None:
         """The handler is done: remember the status it leaves."""
@@ -126,14 +132,17 @@ class _Call:
         if self._ended:  # (on the loop, like every step of a call: no lock)
             return
         self._ended = True
+        if self._unary:
+            self.tracker.unary_in_flight -= 1
         self.tracker.end(self.token, self.code)
 
 
 def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """`handler` (coroutine or async-generator behaviour) with every call of it tracked."""
 
-    def start(context: grpc.aio.ServicerContext) -> _Call:
-        call = _Call(tracker, method)
+    def start(context: grpc.aio.ServicerContext, unary: bool) -> _Call:
+        """The call tracked (`unary`: one request, one response, counted in unary_in_flight)."""
+        call = _Call(tracker, method, unary)
         # The call's own task (grpc.aio runs each RPC in one) ends once its status is sent.
         # Not context.add_done_callback: grpc binds the context into the callback it keeps in
         # the call's state, a reference cycle per call that kept the call's core objects alive
@@ -145,9 +154,9 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
             context.add_done_callback(call.end)
         return call
 
-    def unary(inner: Callable) -> Callable:
+    def unary(inner: Callable, single: bool) -> Callable:
         async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            call, failed = start(context), True
+            call, failed = start(context, single), True
             try:
                 result = await inner(request, context)
                 failed = False
@@ -161,7 +170,7 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
 
     def streaming(inner: Callable) -> Callable:
         async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            call, failed = start(context), True
+            call, failed = start(context, False), True
             try:
                 result = inner(request, context)
                 if hasattr(result, "__aiter__"):
@@ -252,14 +261,15 @@ class AioTrackingInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _rewrap(handler: grpc.RpcMethodHandler, unary: Callable, streaming: Callable) -> grpc.RpcMethodHandler:
-    """The same handler with its behaviour wrapped (unary responses by `unary`, streamed by `streaming`)."""
+    """The same handler with its behaviour wrapped (unary responses by `unary`, told whether the
+    request is single too, streamed by `streaming`)."""
     des, ser = handler.request_deserializer, handler.response_serializer
     if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), des, ser)
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary, True), des, ser)
     if handler.unary_stream is not None:
         return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), des, ser)
     if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), des, ser)
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary, False), des, ser)
     if handler.stream_stream is not None:
         return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), des, ser)
     return handler

@@ -78,6 +78,9 @@ async def _serve(args: argparse.Namespace) -> None:
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)), frames_port=args.frames_port,
         metrics=metrics.METRICS, health_check=lambda: store_health(store), grpc_poller_policy=args.grpc_poller,
     )
+    tracker = running.tracker
+    if tracker is not None:
+        servicer.sending.has_company = lambda: tracker.unary_in_flight > 1
     remoting = await start_remoting(args, servicer, store, stopping)
     offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()
     heartbeat = None

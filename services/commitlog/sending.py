@@ -35,6 +35,9 @@ class SendPath:
         self._latency: dict[str, Any] = {}
         self._sent: dict[str, list[float]] = {}
         self._sent_bytes = metrics.SENT_BYTES.labels()
+        # Whether other unary calls are in flight on the server (the process wires its call
+        # tracker): append_in_turn waits for the turn's end only then.
+        self.has_company: Callable[[], bool] = lambda: True
         # append_in_turn's callers waiting for this turn's append: (message, born host, answer)
         self._turn: list[tuple[MessageFields, tuple[str, int] | None, asyncio.Future[Appended]]] = []
         metrics.STORE_MAX_OFFSET.set_function(lambda: store.write_offset)
@@ -63,17 +66,19 @@ class SendPath:
         return appended
 
     async def append_in_turn(self, msg: MessageFields, rpc: str, peer: tuple[str, int] | None = None) -> Appended:
-        """append_flushed of one message sent in a call of its own, stored together with the
-        other such calls' messages that reach this point in the same turn of the event loop:
-        one append (one write, one wake-up of the readers) for all of them, each answered with
-        its own row or its own error. Why it pays even when a turn holds one message: a
-        handler that appends at once delays, by the append's time, every other completion
-        ready in that turn (requests read, answers written); waiting for the turn's end lets
-        the loop move those first, and the client and the server overlap better (bench rmq5)."""
+        """append_flushed of one message sent in a call of its own. With other calls in flight
+        it is stored at the end of this turn of the event loop, with the other such calls'
+        messages of the turn: one append (one write, one wake-up of the readers) for all,
+        each answered with its own row or its own error. That pays even for a turn of one
+        message: a handler appending at once holds up every other completion ready in the
+        turn (requests read, answers written), and waiting lets the loop move those first
+        (bench rmq5). A call alone is stored at once: waiting would only cost it a turn."""
+        waiting = self._turn
+        if not waiting and not self.has_company():
+            return await self.append_flushed((msg,), rpc, peer=peer)
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         answered = loop.create_future()
-        waiting = self._turn
         waiting.append((msg, peer, answered))
         if len(waiting) == 1:
             loop.call_soon(self._append_turn)

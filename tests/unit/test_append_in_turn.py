@@ -102,3 +102,18 @@ def test_each_caller_of_a_sync_store_waits_for_the_fsync_of_its_record(tmp_path:
         assert servicer.store.flushed_offset >= max(a.end for a in got)
 
     _run(tmp_path, body, flush_mode="SYNC", flush_interval_ms=120_000)
+
+
+def test_a_call_alone_is_stored_at_once(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer) -> None:
+        sending = servicer.sending
+        sending.has_company = lambda: False  # no other call in flight on the server
+        appends = []
+        sending.append_listeners.append(lambda: appends.append(1))
+        first = asyncio.ensure_future(sending.append_in_turn(_msg("a"), "test"))
+        second = asyncio.ensure_future(sending.append_in_turn(_msg("b"), "test"))
+        await asyncio.sleep(0)  # both ran to their append: neither waited for the turn's end
+        assert len(appends) == 2 and not sending._turn
+        assert [(await first)[0].unique_key, (await second)[0].unique_key] == ["U-a", "U-b"]
+
+    _run(tmp_path, body)

@@ -186,3 +186,53 @@ def test_a_call_its_client_cancels_is_counted_as_cancelled() -> None:
         return metrics.registry.get_sample_value("quarry_rpc_requests_total", {"service": "t.T", "method": "Wait", "code": "CANCELLED"})
 
     assert asyncio.run(main()) == 1
+
+
+def test_unary_calls_in_flight_are_counted_and_streams_are_not() -> None:
+    """What SendPath.append_in_turn asks (services/commitlog/main.py wires it): whether a call
+    has company. Two unary calls held in their handlers count two; a response stream held open
+    beside them counts nothing; all back to zero when they end."""
+    import grpc
+
+    from quarry.services.call_tracking import TrackedServer
+
+    async def main() -> tuple[int, int, int]:
+        release = asyncio.Event()
+        held = asyncio.Semaphore(0)
+
+        async def hold(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            held.release()
+            await release.wait()
+            return request
+
+        async def stream(request: bytes, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+            held.release()
+            await release.wait()
+            yield request
+
+        tracker = CallTracker(ServiceMetrics("test"))
+        server = grpc.aio.server()
+        TrackedServer(server, tracker).add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {
+            "Hold": grpc.unary_unary_rpc_method_handler(hold), "Stream": grpc.unary_stream_rpc_method_handler(stream)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                streamed = channel.unary_stream("/t.T/Stream")(b"s")
+                await asyncio.wait_for(held.acquire(), 10)
+                only_stream = tracker.unary_in_flight
+                calls = [asyncio.ensure_future(channel.unary_unary("/t.T/Hold")(b"x")) for _ in range(2)]
+                for _ in calls:
+                    await asyncio.wait_for(held.acquire(), 10)
+                both = tracker.unary_in_flight
+                release.set()
+                assert await asyncio.gather(*calls) == [b"x", b"x"]
+                assert [r async for r in streamed] == [b"s"]
+                deadline = asyncio.get_running_loop().time() + 10
+                while tracker.unary_in_flight and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.01)  # (a poll of the condition, with a deadline: a call ends after its status is sent)
+                return only_stream, both, tracker.unary_in_flight
+        finally:
+            await server.stop(None)
+
+    assert asyncio.run(main()) == (0, 2, 0)
