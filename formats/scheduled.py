@@ -18,6 +18,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # RocketMQ's default messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
 DELAY_LEVEL_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
                   420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000]
+MAX_DELAY_LEVEL = len(DELAY_LEVEL_MS)  # SCHEDULE_TOPIC_XXXX has a queue per level: level n parks in queue n - 1
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 PARKING_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
@@ -42,13 +43,20 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+def delay_level(level_text: str | None) -> int:
+    """The delay level a DELAY property asks for, levels past the last taken as the last (a
+    4.x broker's put rule); 0 for none: absent, not a number or not positive."""
+    level = _int(level_text)
+    if level is None or level <= 0:
+        return 0
+    return min(level, MAX_DELAY_LEVEL)
+
+
 def delay_level_deliver_time(level_text: str | None, store_timestamp: int) -> int | None:
     """A 4.x delay level's deliver time: store time + the level's delay (levels past the last
     use the last); None when the level is absent, not a number or not positive."""
-    level = _int(level_text)
-    if level is not None and level > 0:
-        return store_timestamp + DELAY_LEVEL_MS[min(level, len(DELAY_LEVEL_MS)) - 1]
-    return None
+    level = delay_level(level_text)
+    return store_timestamp + DELAY_LEVEL_MS[level - 1] if level else None
 
 
 def deliver_time(props: Mapping[str, str], store_timestamp: int) -> int | None:

@@ -102,6 +102,13 @@ class Appender:
         self._tag_codes: dict[str, int] = {}  # Java hashCode of TAGS: a producer repeats a few tags
         self._scratch: bytearray | None = None
 
+    def next_turn(self, topic: str, queues: int) -> int:
+        """The next round-robin queue of `topic` (the caller holds state.lock), as an append of
+        one message leaving the queue to the broker would choose it."""
+        turn = self._round_robin.get(topic, -1) + 1
+        self._round_robin = {**self._round_robin, topic: turn}
+        return turn % queues
+
     def check(self, msgs: Sequence[MessageFields]) -> None:
         """What can be refused before the lock is taken."""
         if self.state.read_only:

@@ -11,6 +11,7 @@ from pathlib import Path
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.convert import resolve_store_host
+from quarry.services.commitlog.delayed_delivery import DelayedDelivery
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.health import store_health
 from quarry.services.commitlog.registration import Heartbeats, announced_topics, registration_request
@@ -64,6 +65,13 @@ async def _serve(args: argparse.Namespace) -> None:
     flushed = FlushSignal(asyncio.get_running_loop())
     store.add_flush_listener(flushed.fire)
     servicer = CommitLogServicer(store, args.broker_name, stopping, flushed)
+    delivery = None
+    if not store.read_only:  # (a read-only or followed store's delayed messages are its writer's to deliver)
+        try:
+            delivery = DelayedDelivery(servicer.sending, flushed)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            store.close()
+            raise StartupError(f"{store.dir / 'config' / 'delayOffset.json'}: not a delay offset table ({exc}); fix or move it away") from None
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
     # RocketMQ 5 SDKs send here too (local mode), on the same port: see services/rmq5.
     rmq5 = CommitLogMessagingServicer(servicer, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size,
@@ -94,6 +102,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
         heartbeat = Heartbeats(args.router, _registration, args.heartbeat_interval_ms).start()
         servicer.sending.on_topic_created = heartbeat.beat_now
+    delivery_stop = asyncio.Event()
+    delivering = asyncio.ensure_future(delivery.run(delivery_stop)) if delivery is not None else None
     log_event(log, "store ready", dir=args.store_dir, end=store.write_offset, recovered=store.recovered, flush_mode=args.flush_mode)
     # What start-up built (modules, recovered state) lives as long as the process: frozen, the
     # collector's full passes under a send load no longer walk it.
@@ -115,6 +125,7 @@ async def _serve(args: argparse.Namespace) -> None:
         store.close()
 
     def _before_grace() -> None:
+        delivery_stop.set()  # no delayed message is delivered to a closing store
         stopping.set()  # lets Tail streams end so the grace period is not spent on them
         rmq5.close()  # and the SDKs' Telemetry streams
         flushed.fire()
@@ -123,5 +134,7 @@ async def _serve(args: argparse.Namespace) -> None:
             remoting.broker.appended.fire_in_loop()  # long-polling pulls see `stopping` and answer now
 
     await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace, grace_s=args.shutdown_grace_ms / 1000.0)
+    if delivering is not None:
+        delivering.cancel()  # (it ended its round when told to stop; this only collects it)
     if remoting is not None:
         await remoting.close()

@@ -14,6 +14,7 @@ from quarry.services.commitlog.errors import StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
 from quarry.services.commitlog.message_input import MessageFields
+from quarry.services.commitlog.parking import park
 from quarry.services.commitlog.store import CommitLogStore
 
 
@@ -125,7 +126,8 @@ class SendPath:
         state = self.store.state  # (the store's properties read it: one lookup less each)
         topics_before = len(state.topics)
         try:
-            appended = self.store.append_many(msgs, same_topic=same_topic, wait_flush=False, peer=peer, independent=independent)
+            msgs, parked = park(self.store, msgs, same_topic)  # delay levels: parking.py
+            appended = self.store.append_many(msgs, same_topic=same_topic and not parked, wait_flush=False, peer=peer, independent=independent)
         except StoreError as exc:
             if count_errors:
                 metrics.SEND_ERRORS.labels(type(exc).__name__).inc()

@@ -23,7 +23,7 @@ from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.consumer_groups import ConsumerGroups
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.dispatch_cache import DispatchCache
-from quarry.services.commitlog.errors import DiskFull, InvalidArgument, ReadOnly
+from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
 from quarry.services.commitlog.follow import Follower
 from quarry.services.commitlog.message_input import MessageFields
@@ -180,6 +180,40 @@ class CommitLogStore:
             self.state.topics = topics
         log_event(log, "topic created", topic=topic, queues=queues)
         return True
+
+    def ensure_queues(self, topic: str, queues: int) -> None:
+        """Make `topic` (a system topic: not validated) have at least `queues` queues, creating
+        it or adding queues (a RocketMQ store's SCHEDULE_TOPIC_XXXX has one per delay level)."""
+        if self.state.topics.get(topic, 0) >= queues:
+            return
+        if self.read_only:
+            raise ReadOnly("store is read-only")
+        with self.state.lock:
+            if self.state.topics.get(topic, 0) >= queues:
+                return
+            topics = {**self.state.topics, topic: queues}
+            save_topics(self.dir / "config", topics)
+            self.state.topics = topics
+        log_event(log, "topic queues set", topic=topic, queues=queues)
+
+    def queue_for(self, topic: str, queue_id: int, field_prefix: str = "") -> int:
+        """The queue a message of `topic` asking for `queue_id` goes to (-1: the broker's
+        round-robin choice, one turn taken), checked as an append checks it: the topic's name,
+        that it exists or may be created, the queue in range. For a message stored elsewhere
+        first (a delayed one is parked) and delivered to its queue later."""
+        try:
+            validate_topic(topic, f"{field_prefix}topic")
+        except TopicError as exc:
+            raise InvalidArgument(str(exc)) from None
+        with self.state.lock:
+            queues = self.state.topics.get(topic)
+            if queues is None:
+                if not self.config.auto_create_topics:
+                    raise NotFound(f"topic {topic} does not exist and auto-creation is off")
+                queues = self.config.default_queues
+            if queue_id >= queues:
+                raise InvalidArgument(f"{field_prefix}queue_id", f"{queue_id} out of range: topic {topic} has queues 0..{queues - 1}")
+            return queue_id if queue_id >= 0 else self._appender.next_turn(topic, queues)
 
     # -- flush ----------------------------------------------------------------------------
     def flush(self, clean: bool = False) -> int:

@@ -139,17 +139,18 @@ def test_delayed_message_is_found_before_delivery_under_its_real_topic(cluster: 
     uid = unique_key_generator().next_id()
     for broker in ("broker-a", "broker-b"):
         send(cluster, broker, [common_pb2.MessageInput(topic="DelayT", body=f"now-{broker}".encode(), queue_id=0)])
-    # What a RocketMQ broker stores for a message sent to DelayT with delay level 3: parked under
-    # SCHEDULE_TOPIC_XXXX queue 2, its topic and queue kept in REAL_TOPIC / REAL_QID.
+    # What a RocketMQ broker stores for a message sent to DelayT with delay level 16 (30 min, due
+    # long after the test): parked under SCHEDULE_TOPIC_XXXX queue 15, its topic and queue kept
+    # in REAL_TOPIC / REAL_QID.
     (parked,) = send(cluster, "broker-a", [common_pb2.MessageInput(
-        topic="SCHEDULE_TOPIC_XXXX", body=b"later", queue_id=2, keys=["order-77"], tags="Pay", unique_key=uid,
-        properties=[common_pb2.Property(name="DELAY", value="3"), common_pb2.Property(name="REAL_TOPIC", value="DelayT"),
+        topic="SCHEDULE_TOPIC_XXXX", body=b"later", queue_id=15, keys=["order-77"], tags="Pay", unique_key=uid,
+        properties=[common_pb2.Property(name="DELAY", value="16"), common_pb2.Property(name="REAL_TOPIC", value="DelayT"),
                     common_pb2.Property(name="REAL_QID", value="0")])])
     data = _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT"))
     by_body = {_body(m): m for m in data["messages"]}
     assert set(by_body) == {"now-broker-a", "now-broker-b", "later"}
     later = by_body["later"]
-    assert later["scheduled"] and later["realTopic"] == "DelayT" and int(later["deliverTimestamp"]) == int(later["storeTimestamp"]) + 10_000
+    assert later["scheduled"] and later["realTopic"] == "DelayT" and int(later["deliverTimestamp"]) == int(later["storeTimestamp"]) + 1_800_000
     assert not by_body["now-broker-a"]["scheduled"]
     assert [_body(m) for m in _json(quarry(cluster, "--json", "printMsg", "-t", "DelayT", "-s", "Pay"))["messages"]] == ["later"]
     plain = quarry(cluster, "printMsg", "-t", "DelayT", "-s", "Pay")

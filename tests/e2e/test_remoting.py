@@ -208,6 +208,34 @@ def test_pull_offsets_flags_long_polling_and_offset_queries(cluster: LocalCluste
     run(main())
 
 
+def test_a_delay_level_message_is_parked_then_stored_in_its_queue_when_due(cluster: LocalCluster) -> None:
+    """RocketMQ 4's delay levels: parked under SCHEDULE_TOPIC_XXXX at put time (the id a
+    producer gets names the parked record, as RocketMQ's), stored in its own queue when due
+    (level 1: a second after it was stored), where a pull finds it."""
+    addr = broker_addr(cluster, "broker-b")
+    assert run(send_v2(addr, "DelayLevelTopic", b"now", "TAGS\x01A")).code == codes.SUCCESS
+    sent = run(send_v2(addr, "DelayLevelTopic", b"later", "KEYS\x01order-9\x02UNIQ_KEY\x01UK-DELAY-1\x02DELAY\x011"))
+    assert sent.code == codes.SUCCESS
+    code, _, body = run(mqadmin.view_message(sent.ext_fields["msgId"]))
+    (parked,) = mqadmin.decodes(body)
+    assert code == codes.SUCCESS and (parked.topic, parked.queue_id) == ("SCHEDULE_TOPIC_XXXX", 0)
+    assert parked.properties["REAL_TOPIC"] == "DelayLevelTopic" and parked.properties["REAL_QID"] == "0" and parked.properties["DELAY"] == "1"
+
+    def pulled() -> list[Any]:
+        async def ask() -> list[Any]:
+            async with RemotingClient(addr) as b:
+                r = await _pull(b, "DelayLevelTopic", 0)
+                return mqadmin.decodes(r.body) if r.code == codes.SUCCESS else []
+        records = run(ask())
+        return records if len(records) == 2 else []
+
+    now, later = wait_until(pulled, what="the delayed message in its queue")  # type: ignore[misc]
+    assert now.body == b"now" and later.body == b"later"
+    assert later.store_timestamp >= parked.store_timestamp + 1000  # not before it was due
+    assert later.properties["UNIQ_KEY"] == "UK-DELAY-1" and later.properties["KEYS"] == "order-9" and "DELAY" not in later.properties
+    assert later.born_timestamp == parked.born_timestamp
+
+
 def test_consumer_offsets_survive_a_broker_restart(cluster: LocalCluster) -> None:
     addr = broker_addr(cluster, "broker-b")
     assert run(send_v2(addr, "DurableOffsets", b"x", "")).code == codes.SUCCESS

@@ -1,0 +1,155 @@
+"""Delay levels (RocketMQ 4.x): a message sent with one is parked under SCHEDULE_TOPIC_XXXX at
+put time (services/commitlog/parking.py) and stored again under its own topic and queue when
+due (services/commitlog/delayed_delivery.py), the cursors kept in config/delayOffset.json."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from typing import Any, Awaitable, Callable, TypeVar
+
+import pytest
+
+from quarry.formats.scheduled import DELAY_LEVEL_MS, SCHEDULE_TOPIC
+from quarry.services.commitlog.delayed_delivery import DelayedDelivery, load_offsets
+from quarry.services.commitlog.errors import InvalidArgument
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.message_input import Host, NewMessage
+from quarry.services.commitlog.server import CommitLogServicer
+from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.v1 import common_pb2
+
+T = TypeVar("T")
+BORN = Host("10.0.0.7", 5000)
+
+
+def _run(store_dir: Path, body: Callable[[CommitLogServicer, FlushSignal], Awaitable[T]], **config: Any) -> T:
+    async def main() -> T:
+        store = CommitLogStore(StoreConfig(store_dir=store_dir, **config))
+        flushed = FlushSignal(asyncio.get_running_loop())
+        store.add_flush_listener(flushed.fire)
+        try:
+            return await body(CommitLogServicer(store, "broker-a", threading.Event(), flushed), flushed)
+        finally:
+            store.close()
+
+    return asyncio.run(main())
+
+
+def _delayed(level: str, key: str = "k", queue_id: int = 1, topic: str = "OrderTopic", **kw: Any) -> NewMessage:
+    return NewMessage(topic, f"body-{key}".encode(), [key, "second"], "paid", f"U-{key}", [("a", "1"), ("DELAY", level)],
+                      flag=7, queue_id=queue_id, born_timestamp=1_700_000_000_000, born_host=BORN, **kw)
+
+
+def test_a_message_with_a_delay_level_is_parked_in_its_levels_queue(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer, _: FlushSignal) -> None:
+        row = (await servicer.sending.append_flushed([_delayed("3")])).rows[0]
+        # (row: physical offset, size, topic, queue, queue offset, tagsCode, ..., store time)
+        assert (row[2], row[3], row[4]) == (SCHEDULE_TOPIC, 2, 0)
+        assert row[5] == row[8] + DELAY_LEVEL_MS[2]  # the queue's tagsCode is the deliver time
+        rec = servicer.store.read(row[0])
+        assert rec.properties["REAL_TOPIC"] == "OrderTopic" and rec.properties["REAL_QID"] == "1" and rec.properties["DELAY"] == "3"
+        assert rec.properties["KEYS"] == "k second" and rec.properties["UNIQ_KEY"] == "U-k"
+        assert servicer.store.topics[SCHEDULE_TOPIC] == 18  # a queue per level, as RocketMQ's
+        assert "OrderTopic" not in servicer.store.topics  # nothing in its queues before it is due
+
+    _run(tmp_path, body)
+
+
+@pytest.mark.parametrize("level, sys_flag", [("0", 0), ("-2", 0), ("soon", 0), ("", 0), ("3", 0x4), ("3", 0xC)])
+def test_no_level_and_prepared_or_rolled_back_records_are_stored_where_sent(tmp_path: Path, level: str, sys_flag: int) -> None:
+    async def body(servicer: CommitLogServicer, _: FlushSignal) -> str:
+        return str((await servicer.sending.append_flushed([_delayed(level, sys_flag=sys_flag)])).rows[0][2])
+
+    assert _run(tmp_path, body) == "OrderTopic"
+
+
+def test_levels_past_the_last_are_the_last_and_the_broker_chooses_the_real_queue_in_turn(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer, _: FlushSignal) -> list[tuple[int, str]]:
+        # quarry.v1's protobuf messages, queue left to the broker
+        msgs = [common_pb2.MessageInput(topic="OrderTopic", body=b"x", queue_id=-1, properties=[common_pb2.Property(name="DELAY", value="99")])
+                for _ in range(3)]
+        appended = await servicer.sending.append_flushed(msgs, peer=("10.1.1.1", 9))
+        return [(row[3], servicer.store.read(row[0]).properties["REAL_QID"]) for row in appended.rows]
+
+    assert _run(tmp_path, body, default_queues=4) == [(17, "0"), (17, "1"), (17, "2")]
+
+
+@pytest.mark.parametrize("msg, field", [
+    (_delayed("2", topic="bad topic"), "topic"),
+    (_delayed("2", queue_id=9), "queue_id"),
+])
+def test_a_delayed_message_is_checked_against_its_own_topic(tmp_path: Path, msg: NewMessage, field: str) -> None:
+    async def body(servicer: CommitLogServicer, _: FlushSignal) -> None:
+        with pytest.raises(InvalidArgument) as err:
+            await servicer.sending.append_flushed([msg])
+        assert err.value.field == field
+        assert servicer.store.write_offset == 0
+
+    _run(tmp_path, body, default_queues=4)
+
+
+def test_a_batch_of_delayed_messages_still_holds_one_topic(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer, _: FlushSignal) -> None:
+        with pytest.raises(InvalidArgument) as err:
+            await servicer.sending.append_flushed([_delayed("2"), _delayed("2", topic="OtherTopic")])
+        assert err.value.field == "messages[1].topic"
+
+    _run(tmp_path, body)
+
+
+def test_each_level_is_delivered_when_due_and_its_cursor_kept(tmp_path: Path) -> None:
+    now = [0]
+
+    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> None:
+        store = servicer.store
+        late = (await servicer.sending.append_flushed([_delayed("2", "late")])).rows[0]  # 5 s
+        early = (await servicer.sending.append_flushed([_delayed("1", "early", queue_id=3)])).rows[0]  # 1 s, sent after
+        delivery = DelayedDelivery(servicer.sending, flushed, clock_ms=lambda: now[0])
+        now[0] = early[8] + 999
+        assert await delivery.deliver_due() == 0
+        now[0] = early[8] + 1000
+        assert await delivery.deliver_due() == 1
+        records, _, _, _ = store.pull("OrderTopic", 3, 0, 10)
+        assert [r.properties["UNIQ_KEY"] for r in records] == ["U-early"]
+        copy = records[0]
+        assert copy.body == b"body-early" and copy.flag == 7 and copy.born_timestamp == 1_700_000_000_000 and copy.born_host == BORN
+        assert copy.properties == {"KEYS": "early second", "TAGS": "paid", "UNIQ_KEY": "U-early", "a": "1",
+                                   "REAL_TOPIC": "OrderTopic", "REAL_QID": "3"}  # DELAY dropped, the rest kept
+        assert store.flushed_offset >= store.write_offset  # on disk before the cursor moved
+        assert json.loads((tmp_path / "config" / "delayOffset.json").read_text()) == {"offsetTable": {"1": 1}}
+        now[0] = late[8] + 5000
+        assert await delivery.deliver_due() == 1
+        assert [r.properties["UNIQ_KEY"] for r in store.pull("OrderTopic", 1, 0, 10)[0]] == ["U-late"]
+        assert await delivery.deliver_due() == 0  # delivered once
+        # A restart goes on from the kept cursors: nothing is delivered twice.
+        again = DelayedDelivery(servicer.sending, flushed, clock_ms=lambda: now[0])
+        assert again.offsets == {1: 1, 2: 1} and await again.deliver_due() == 0
+
+    _run(tmp_path, body)
+
+
+def test_a_parked_record_naming_no_deliverable_queue_is_passed_and_the_rest_delivered(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[str]:
+        sending = servicer.sending
+        sending.store.ensure_queues(SCHEDULE_TOPIC, 18)
+        sending.store.create_topic("OrderTopic", 4)
+        # Sent straight to the parking topic (as RocketMQ stores them), one naming queue 7 of 4.
+        for key, qid in (("a", "0"), ("b", "7"), ("c", "1")):
+            await sending.append_flushed([NewMessage(SCHEDULE_TOPIC, b"x", [key], "", f"U-{key}", [("DELAY", "1"), ("REAL_TOPIC", "OrderTopic"), ("REAL_QID", qid)],
+                                                     queue_id=0, born_host=BORN)])
+        delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: 2**62)
+        assert await delivery.deliver_due() == 2
+        assert delivery.offsets == {1: 3}
+        return sorted(r.properties["UNIQ_KEY"] for q in range(4) for r in sending.store.pull("OrderTopic", q, 0, 10)[0])
+
+    assert _run(tmp_path, body) == ["U-a", "U-c"]
+
+
+def test_rocketmqs_own_delay_offset_file_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "delayOffset.json"
+    path.write_text('{"offsetTable":{1:5,3:0,18:12}}')  # fastjson's bare integer keys
+    assert load_offsets(path) == {1: 5, 3: 0, 18: 12}
+    path.write_text('{"offsetTable": {"2": 4}}')
+    assert load_offsets(path) == {2: 4}
