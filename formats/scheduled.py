@@ -77,14 +77,24 @@ def deliver_time(props: Mapping[str, str], store_timestamp: int) -> int | None:
     return None
 
 
+def due_at(topic: str, props: Mapping[str, str], store_timestamp: int) -> int | None:
+    """When a record stored under `topic` (not a parking topic) may be consumed; None: at once.
+    A delivered copy, under its own topic and carrying REAL_TOPIC, is due at once: a broker
+    writes the copy's properties before it clears the level, so the copy keeps DELAY."""
+    if props.get(REAL_TOPIC):
+        return None
+    return deliver_time(props, store_timestamp)
+
+
 def schedule_of(topic: str, props: Mapping[str, str], store_timestamp: int) -> Schedule | None:
-    """The Schedule of a stored record, or None for an ordinary message."""
-    at = deliver_time(props, store_timestamp)
+    """The Schedule of a stored record, or None for an ordinary message (or a delivered copy)."""
     if topic in PARKING_TOPICS:
         real = props.get(REAL_TOPIC)
         if not real:
             return None
+        at = deliver_time(props, store_timestamp)
         return Schedule(real, at if at is not None else store_timestamp, True)
+    at = due_at(topic, props, store_timestamp)
     if at is None:
         return None
     return Schedule(topic, at, False)

@@ -17,10 +17,17 @@ from quarry.formats.properties import DELAY, REAL_QID, REAL_TOPIC
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK
 from quarry.formats.scheduled import MAX_DELAY_LEVEL, PARKING_TOPICS, SCHEDULE_TOPIC, delay_level
 from quarry.services.commitlog.errors import InvalidArgument
-from quarry.services.commitlog.message_input import Host, MessageFields, NewMessage, Property
+from quarry.services.commitlog.message_input import Host, MessageFields, NewMessage, Property, reject
 from quarry.services.commitlog.store import CommitLogStore
 
 _NOT_PARKED = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+def _past_last(level_text: str) -> bool:
+    try:
+        return int(level_text) > MAX_DELAY_LEVEL
+    except ValueError:
+        return False
 
 
 def level_of(msg: MessageFields) -> int:
@@ -34,10 +41,11 @@ def level_of(msg: MessageFields) -> int:
     return level
 
 
-def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool) -> tuple[Sequence[MessageFields], bool]:
+def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None) -> tuple[Sequence[MessageFields], bool]:
     """`msgs` with every delayed message replaced by its parked form, and whether any was
-    (then the batch holds two topics: checked here for one, as the append would). A parked
-    message's own queue is chosen now (store.queue_for), so REAL_QID says where it goes."""
+    (then the batch holds two topics: checked here for one, as the append would). A delayed
+    message is checked first (message_input.reject: the append's rules, the field named as
+    sent), then its own queue is chosen (store.queue_for), so REAL_QID says where it goes."""
     out: list[MessageFields] | None = None
     many = len(msgs) > 1
     for i, m in enumerate(msgs):
@@ -50,21 +58,22 @@ def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool)
         if not level:
             continue
         if out is None:
+            if same_topic:  # (the append would check it, but the batch now holds two topics)
+                first = msgs[0].topic
+                for j, other in enumerate(msgs):
+                    if other.topic != first:
+                        raise InvalidArgument(f"messages[{j}].topic", f"a batch holds one topic ({first!r})")
             out = list(msgs)
-            store.ensure_queues(SCHEDULE_TOPIC, MAX_DELAY_LEVEL)
         prefix = f"messages[{i}]." if many else ""
+        reject(m, prefix, store.config.max_message_size, peer)
         queue = store.queue_for(m.topic, m.queue_id, prefix)
+        store.ensure_queues(SCHEDULE_TOPIC, MAX_DELAY_LEVEL)
         bh = m.born_host
+        capped = str(level)  # (a level past the last is stored as the last, as RocketMQ stores it)
         out[i] = NewMessage(
             SCHEDULE_TOPIC, m.body, list(m.keys), m.tags, m.unique_key,
-            [*(Property(p.name, p.value) for p in m.properties), Property(REAL_TOPIC, m.topic), Property(REAL_QID, str(queue))],
+            [*(Property(p.name, capped if p.name == DELAY and _past_last(p.value) else p.value) for p in m.properties),
+             Property(REAL_TOPIC, m.topic), Property(REAL_QID, str(queue))],
             m.flag, level - 1, m.born_timestamp, Host(bh.ip, bh.port), m.sys_flag, m.reconsume_times, m.prepared_transaction_offset,
         )
-    if out is None:
-        return msgs, False
-    if same_topic:
-        first = msgs[0].topic
-        for i, m in enumerate(msgs):
-            if m.topic != first:
-                raise InvalidArgument(f"messages[{i}].topic", f"a batch holds one topic ({first!r})")
-    return out, True
+    return (msgs, False) if out is None else (out, True)

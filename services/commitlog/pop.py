@@ -46,7 +46,7 @@ def message_group(record: Record) -> str:
 
 
 def due_time(record: Record) -> int:
-    return scheduled.deliver_time(record.properties, record.store_timestamp) or 0
+    return scheduled.due_at(record.topic, record.properties, record.store_timestamp) or 0
 
 
 def _read(store, topic: str, queue_id: int, offset: int) -> Record | None:  # type: ignore[no-untyped-def]

@@ -110,14 +110,17 @@ class RemotingBroker:
                 results = await self.servicer.sending.append_flushed([msg], "RemotingSend")
         except StoreError as exc:
             raise remoting_error(exc) from None
-        return self._send_response(req, results)
+        return self._send_response(req, results, topic, common["queue_id"])  # type: ignore[arg-type]
 
     @staticmethod
-    def _send_response(req: RemotingCommand, results: Appended) -> RemotingCommand:
+    def _send_response(req: RemotingCommand, results: Appended, topic: str, queue_id: int) -> RemotingCommand:
         first = results[0]
         code = codes.SUCCESS if results.flushed else codes.FLUSH_DISK_TIMEOUT
+        # A parked (delayed) message is answered with the queue it was sent to, as RocketMQ
+        # answers it; its id and queue offset are the parked record's.
         return req.response(code, None, {
-            "msgId": ",".join(r.offset_msg_id for r in results), "queueId": first.queue_id, "queueOffset": first.queue_offset,
+            "msgId": ",".join(r.offset_msg_id for r in results), "queueId": first.queue_id if first.topic == topic else queue_id,
+            "queueOffset": first.queue_offset,
             "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
         })
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.append import Appended
-from quarry.services.commitlog.errors import StoreError
+from quarry.services.commitlog.errors import DiskFull, ReadOnly, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
 from quarry.services.commitlog.message_input import MessageFields
@@ -52,13 +52,14 @@ class SendPath:
         return self._appended
 
     async def append_flushed(self, msgs: Sequence[MessageFields], rpc: str = "SendMessage", abort_prefix: str = "", wait_flush: bool = True,
-                             same_topic: bool = True, peer: tuple[str, int] | None = None) -> Appended:
+                             same_topic: bool = True, peer: tuple[str, int] | None = None, delivered: bool = False) -> Appended:
         """Store, count, announce new topics and (SYNC, unless told otherwise) await the fsync.
         `msgs` are taken as they are (a request's own messages); `peer` is the born host of
-        those without one."""
+        those without one. Delayed messages are parked (parking.py) unless `delivered`: due
+        copies of parked ones (delayed_delivery.py), which keep their level as RocketMQ's do."""
         t0 = time.perf_counter()
         try:
-            appended = self._append(msgs, same_topic, peer)
+            appended = self._append(msgs, same_topic, peer, parking=not delivered)
         except StoreError as exc:
             raise exc.prefixed(abort_prefix)
         if wait_flush and self.store.state.config.flush_mode == "SYNC":  # (ASYNC: no coroutine to build and await)
@@ -93,41 +94,53 @@ class SendPath:
         """Append what append_in_turn's callers queued this turn: one append per born host
         they gave (the callers whose calls ended before it are left out: not stored, not
         acknowledged); a group the store refuses is appended message by message, so only
-        the messages at fault fail."""
+        the messages at fault fail, unless nothing can be stored (closed, read-only, disk
+        full): then all get that error. No caller is left waiting, whatever goes wrong."""
         waiting, self._turn = self._turn, []
-        groups: dict[tuple[type, tuple[str, int] | None], list[tuple[MessageFields, asyncio.Future[Appended]]]] = {}
-        for msg, peer, answered in waiting:
-            if not answered.done():
-                groups.setdefault((type(msg), peer), []).append((msg, answered))
-        for (_, peer), group in groups.items():
-            if len(group) > 1:
-                try:
-                    appended = self._append([msg for msg, _ in group], False, peer, independent=True, count_errors=False)
-                except StoreError:
-                    pass  # one by one, below: each message's own error
-                except Exception as exc:  # never a caller left waiting
-                    for _, answered in group:
-                        answered.set_exception(exc)
-                    continue
-                else:
-                    offset_msg_id = appended.offset_msg_id
-                    for row, (_, answered) in zip(appended.rows, group):
-                        answered.set_result(Appended([row], offset_msg_id, row[1]))
-                    continue
-            for msg, answered in group:
-                try:
-                    answered.set_result(self._append((msg,), True, peer))
-                except Exception as exc:
-                    answered.set_exception(exc)
+        try:
+            groups: dict[tuple[type, tuple[str, int] | None], list[tuple[MessageFields, asyncio.Future[Appended]]]] = {}
+            for msg, peer, answered in waiting:
+                if not answered.done():
+                    groups.setdefault((type(msg), peer), []).append((msg, answered))
+            for (_, peer), group in groups.items():
+                if len(group) > 1:
+                    try:
+                        appended = self._append([msg for msg, _ in group], False, peer, independent=True, count_errors=False)
+                    except (ReadOnly, DiskFull) as exc:
+                        _answer_all(group, exc)
+                        continue
+                    except StoreError:
+                        pass  # one by one, below: each message's own error
+                    except Exception as exc:
+                        _answer_all(group, exc)
+                        continue
+                    else:
+                        offset_msg_id = appended.offset_msg_id
+                        for row, (_, answered) in zip(appended.rows, group):
+                            if not answered.done():
+                                answered.set_result(Appended([row], offset_msg_id, row[1]))
+                        continue
+                for msg, answered in group:
+                    try:
+                        result = self._append((msg,), True, peer)
+                    except Exception as exc:
+                        _answer_all([(msg, answered)], exc)
+                    else:
+                        if not answered.done():
+                            answered.set_result(result)
+        finally:
+            _answer_all([(msg, answered) for msg, _, answered in waiting], RuntimeError("the send path failed before this message was stored"))
 
     def _append(self, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None, independent: bool = False,
-                count_errors: bool = True) -> Appended:
+                count_errors: bool = True, parking: bool = True) -> Appended:
         """Store `msgs` (no fsync wait), count them, announce new topics and wake the readers."""
         state = self.store.state  # (the store's properties read it: one lookup less each)
         topics_before = len(state.topics)
         try:
-            msgs, parked = park(self.store, msgs, same_topic)  # delay levels: parking.py
-            appended = self.store.append_many(msgs, same_topic=same_topic and not parked, wait_flush=False, peer=peer, independent=independent)
+            if parking:
+                msgs, parked = park(self.store, msgs, same_topic, peer)  # delay levels: parking.py
+                same_topic = same_topic and not parked
+            appended = self.store.append_many(msgs, same_topic=same_topic, wait_flush=False, peer=peer, independent=independent)
         except StoreError as exc:
             if count_errors:
                 metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
@@ -137,11 +150,11 @@ class SendPath:
         for listener in self.append_listeners:
             listener()
         rows = appended.rows
-        if independent:  # (the calls of one turn may name different topics)
+        if same_topic:
+            self._count_sent(rows[0][2], len(rows))
+        else:  # (a turn's calls, parked messages, delivered copies: topics may differ)
             for row in rows:
                 self._count_sent(row[2], 1)
-        else:
-            self._count_sent(rows[0][2], len(rows))
         self._sent_bytes[0] += appended.bytes
         return appended
 
@@ -165,3 +178,10 @@ class SendPath:
             return
         if not await await_flushed(self.store.flusher, self.flushed, appended.end, self.store.config.sync_flush_timeout_ms / 1000.0):
             appended.flushed = False
+
+
+def _answer_all(callers: Sequence[tuple[MessageFields, "asyncio.Future[Appended]"]], exc: BaseException) -> None:
+    """Fail every caller not answered yet with `exc`."""
+    for _, answered in callers:
+        if not answered.done():
+            answered.set_exception(exc)

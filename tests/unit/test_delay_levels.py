@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
 
-from quarry.formats.scheduled import DELAY_LEVEL_MS, SCHEDULE_TOPIC
+from quarry.formats.scheduled import DELAY_LEVEL_MS, SCHEDULE_TOPIC, schedule_of
 from quarry.services.commitlog.delayed_delivery import DelayedDelivery, load_offsets
 from quarry.services.commitlog.errors import InvalidArgument
 from quarry.services.commitlog.flush_signal import FlushSignal
@@ -52,7 +52,8 @@ def test_a_message_with_a_delay_level_is_parked_in_its_levels_queue(tmp_path: Pa
         assert rec.properties["REAL_TOPIC"] == "OrderTopic" and rec.properties["REAL_QID"] == "1" and rec.properties["DELAY"] == "3"
         assert rec.properties["KEYS"] == "k second" and rec.properties["UNIQ_KEY"] == "U-k"
         assert servicer.store.topics[SCHEDULE_TOPIC] == 18  # a queue per level, as RocketMQ's
-        assert "OrderTopic" not in servicer.store.topics  # nothing in its queues before it is due
+        assert servicer.store.topics["OrderTopic"] == 4  # made as a send makes it (its queues are checked now) ...
+        assert all(not servicer.store.pull("OrderTopic", q, 0, 10)[0] for q in range(4))  # ... and empty until it is due
 
     _run(tmp_path, body)
 
@@ -66,26 +67,29 @@ def test_no_level_and_prepared_or_rolled_back_records_are_stored_where_sent(tmp_
 
 
 def test_levels_past_the_last_are_the_last_and_the_broker_chooses_the_real_queue_in_turn(tmp_path: Path) -> None:
-    async def body(servicer: CommitLogServicer, _: FlushSignal) -> list[tuple[int, str]]:
+    async def body(servicer: CommitLogServicer, _: FlushSignal) -> list[tuple[int, str, str]]:
         # quarry.v1's protobuf messages, queue left to the broker
         msgs = [common_pb2.MessageInput(topic="OrderTopic", body=b"x", queue_id=-1, properties=[common_pb2.Property(name="DELAY", value="99")])
                 for _ in range(3)]
         appended = await servicer.sending.append_flushed(msgs, peer=("10.1.1.1", 9))
-        return [(row[3], servicer.store.read(row[0]).properties["REAL_QID"]) for row in appended.rows]
+        return [(row[3], (p := servicer.store.read(row[0]).properties)["REAL_QID"], p["DELAY"]) for row in appended.rows]
 
-    assert _run(tmp_path, body, default_queues=4) == [(17, "0"), (17, "1"), (17, "2")]
+    # The level stored is the last one, as RocketMQ stores it.
+    assert _run(tmp_path, body, default_queues=4) == [(17, "0", "18"), (17, "1", "18"), (17, "2", "18")]
 
 
 @pytest.mark.parametrize("msg, field", [
     (_delayed("2", topic="bad topic"), "topic"),
     (_delayed("2", queue_id=9), "queue_id"),
+    (_delayed("2", queue_id=-5), "queue_id"),
+    (NewMessage("OrderTopic", b"", ["k"], properties=[("DELAY", "2")], queue_id=0, born_host=BORN), "body"),
 ])
 def test_a_delayed_message_is_checked_against_its_own_topic(tmp_path: Path, msg: NewMessage, field: str) -> None:
     async def body(servicer: CommitLogServicer, _: FlushSignal) -> None:
         with pytest.raises(InvalidArgument) as err:
             await servicer.sending.append_flushed([msg])
         assert err.value.field == field
-        assert servicer.store.write_offset == 0
+        assert servicer.store.write_offset == 0 and SCHEDULE_TOPIC not in servicer.store.topics  # nothing changed
 
     _run(tmp_path, body, default_queues=4)
 
@@ -115,8 +119,10 @@ def test_each_level_is_delivered_when_due_and_its_cursor_kept(tmp_path: Path) ->
         assert [r.properties["UNIQ_KEY"] for r in records] == ["U-early"]
         copy = records[0]
         assert copy.body == b"body-early" and copy.flag == 7 and copy.born_timestamp == 1_700_000_000_000 and copy.born_host == BORN
-        assert copy.properties == {"KEYS": "early second", "TAGS": "paid", "UNIQ_KEY": "U-early", "a": "1",
-                                   "REAL_TOPIC": "OrderTopic", "REAL_QID": "3"}  # DELAY dropped, the rest kept
+        # As RocketMQ stores the copy: its level kept (read as delivered: it carries REAL_TOPIC).
+        assert copy.properties == {"KEYS": "early second", "TAGS": "paid", "UNIQ_KEY": "U-early", "a": "1", "DELAY": "1",
+                                   "REAL_TOPIC": "OrderTopic", "REAL_QID": "3"}
+        assert schedule_of(copy.topic, copy.properties, copy.store_timestamp) is None and copy.prepared_transaction_offset == 0
         assert store.flushed_offset >= store.write_offset  # on disk before the cursor moved
         assert json.loads((tmp_path / "config" / "delayOffset.json").read_text()) == {"offsetTable": {"1": 1}}
         now[0] = late[8] + 5000
@@ -130,21 +136,51 @@ def test_each_level_is_delivered_when_due_and_its_cursor_kept(tmp_path: Path) ->
     _run(tmp_path, body)
 
 
-def test_a_parked_record_naming_no_deliverable_queue_is_passed_and_the_rest_delivered(tmp_path: Path) -> None:
-    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[str]:
-        sending = servicer.sending
-        sending.store.ensure_queues(SCHEDULE_TOPIC, 18)
-        sending.store.create_topic("OrderTopic", 4)
-        # Sent straight to the parking topic (as RocketMQ stores them), one naming queue 7 of 4.
-        for key, qid in (("a", "0"), ("b", "7"), ("c", "1")):
-            await sending.append_flushed([NewMessage(SCHEDULE_TOPIC, b"x", [key], "", f"U-{key}", [("DELAY", "1"), ("REAL_TOPIC", "OrderTopic"), ("REAL_QID", qid)],
-                                                     queue_id=0, born_host=BORN)])
-        delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: 2**62)
-        assert await delivery.deliver_due() == 2
-        assert delivery.offsets == {1: 3}
-        return sorted(r.properties["UNIQ_KEY"] for q in range(4) for r in sending.store.pull("OrderTopic", q, 0, 10)[0])
+def _hand_parked(sending: Any, key: str, real_topic: str, real_qid: str) -> Any:
+    """Sent straight to the parking topic, as a RocketMQ broker stores a delayed message."""
+    return sending.append_flushed([NewMessage(SCHEDULE_TOPIC, b"x", [key], "", f"U-{key}", [("DELAY", "1"), ("REAL_TOPIC", real_topic), ("REAL_QID", real_qid)],
+                                              queue_id=0, born_host=BORN)])
 
-    assert _run(tmp_path, body) == ["U-a", "U-c"]
+
+def test_a_copy_goes_where_it_can_and_a_record_naming_nowhere_is_passed(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[tuple[str, int]]:
+        sending = servicer.sending
+        sending.store.create_topic("OrderTopic", 4)
+        for key, topic, qid in (("a", "OrderTopic", "0"), ("gone", "OrderTopic", "7"), ("new", "NewTopic", "1"),
+                                ("loop", SCHEDULE_TOPIC, "0"), ("half", "RMQ_SYS_TRANS_HALF_TOPIC", "0"), ("noqid", "OrderTopic", "x")):
+            await _hand_parked(sending, key, topic, qid)
+        delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: 2**62)
+        assert await delivery.deliver_due() == 3
+        assert delivery.offsets == {1: 6}
+        assert await delivery.deliver_due() == 0  # nothing comes back: a copy is never parked again
+        store = sending.store
+        return sorted((r.properties["UNIQ_KEY"], r.queue_id) for t in ("OrderTopic", "NewTopic") for q in range(store.topics[t])
+                      for r in store.pull(t, q, 0, 10)[0])
+
+    # Queue 7 of 4 is folded onto those left; a topic that is gone is made again (auto-creation
+    # off: the message was taken when sent); no copy goes to a parking or transaction topic.
+    assert _run(tmp_path, body, auto_create_topics=False) == [("U-a", 0), ("U-gone", 3), ("U-new", 1)]
+
+
+def test_cursors_are_written_only_once_the_copies_are_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from quarry.services.commitlog import delayed_delivery
+
+    monkeypatch.setattr(delayed_delivery, "FLUSH_WAIT_S", 0.05)
+
+    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> None:
+        store = servicer.store
+        await _hand_parked(servicer.sending, "a", "OrderTopic", "0")
+        store.flush()
+        monkeypatch.setattr(store.flusher, "request_flush", lambda *a: None)  # a disk that does not keep up
+        delivery = DelayedDelivery(servicer.sending, flushed, clock_ms=lambda: 2**62)
+        assert await delivery.deliver_due() == 1
+        assert delivery.offsets == {1: 1} and not delivery.path.exists()  # the copy is not on disk yet
+        assert await delivery.deliver_due() == 0  # and is not stored a second time meanwhile
+        store.flush()
+        await delivery.deliver_due()
+        assert load_offsets(delivery.path) == {1: 1}
+
+    _run(tmp_path, body, flush_interval_ms=120_000)
 
 
 def test_rocketmqs_own_delay_offset_file_is_read(tmp_path: Path) -> None:
