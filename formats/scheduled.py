@@ -79,9 +79,9 @@ def deliver_time(props: Mapping[str, str], store_timestamp: int) -> int | None:
 
 def due_at(topic: str, props: Mapping[str, str], store_timestamp: int) -> int | None:
     """When a record stored under `topic` (not a parking topic) may be consumed; None: at once.
-    A delivered copy, under its own topic and carrying REAL_TOPIC, is due at once: a broker
-    writes the copy's properties before it clears the level, so the copy keeps DELAY."""
-    if props.get(REAL_TOPIC):
+    A delivered copy, under the topic its REAL_TOPIC names, is due at once: a broker writes
+    the copy's properties before it clears the level, so the copy keeps DELAY."""
+    if props.get(REAL_TOPIC) == topic:
         return None
     return deliver_time(props, store_timestamp)
 

@@ -21,13 +21,15 @@ import json
 import logging
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from quarry.formats.body import readable_body
 from quarry.formats.properties import KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY
 from quarry.formats.record import Record
-from quarry.formats.scheduled import MAX_DELAY_LEVEL, PARKING_TOPICS, SCHEDULE_TOPIC
+from quarry.formats.scheduled import DELAY_LEVEL_MS, MAX_DELAY_LEVEL, PARKING_TOPICS, SCHEDULE_TOPIC
+from quarry.formats.topic import is_valid_topic
 from quarry.formats.state_file import write_json_atomic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
@@ -74,13 +76,24 @@ def delivered_copy(rec: Record) -> NewMessage | None:
         real_queue = int(props.get(REAL_QID, ""))
     except ValueError:
         return None
-    if not real_topic or real_topic in _NOT_DELIVERED_TO or real_queue < 0:
+    if not is_valid_topic(real_topic) or real_topic in _NOT_DELIVERED_TO or real_queue < 0:
         return None
     return NewMessage(
         real_topic, readable_body(rec.body, rec.sys_flag), rec.keys, rec.tags or "", rec.unique_key or "",
         [(n, v) for n, v in rec.properties_pairs if n not in _OWN_FIELDS],
         rec.flag, real_queue, rec.born_timestamp, rec.born_host, rec.sys_flag, rec.reconsume_times, 0,
     )
+
+
+@dataclass
+class Entry:
+    """One step of a level's cursor: past a parked record, with the copy to store (None:
+    passed), and why, when it is passed or changed (logged once the cursor has moved)."""
+
+    level: int
+    cursor: int
+    copy: NewMessage | None
+    why: str
 
 
 class DelayedDelivery:
@@ -97,94 +110,116 @@ class DelayedDelivery:
         self._unsaved_end = 0  # the log end the file's cursors wait for (copies appended, not yet known on disk)
         self._first_level = 1  # where a round starts: turns round, so no level waits behind a busy one
         self._failing = ""  # the failure last logged (said once, not every round)
+        self._full = False  # the last round took a whole batch: look again at once
 
-    def due(self, now_ms: int) -> list[tuple[int, int, NewMessage | None]]:
-        """Up to BATCH parked records due at `now_ms`, each level's in queue order: (level, the
-        level's cursor past it, its copy, or None when it cannot be delivered or the entry
-        only passes units the queue skips: expired, damaged)."""
-        out: list[tuple[int, int, NewMessage | None]] = []
+    def due(self, now_ms: int) -> list[Entry]:
+        """Up to BATCH entries due at `now_ms`, each level's in queue order: a parked record's
+        copy, or an entry that only moves the level's cursor past what cannot be delivered
+        (with why: logged once the cursor has moved)."""
+        out: list[Entry] = []
         if SCHEDULE_TOPIC not in self.store.topics:
             return out
         first = self._first_level
         self._first_level = first % MAX_DELAY_LEVEL + 1
         for level in [*range(first, MAX_DELAY_LEVEL + 1), *range(1, first)]:
-            cq = self.store.cqs.existing(SCHEDULE_TOPIC, level - 1)
-            if cq is None:
-                continue
-            cursor = self.offsets.get(level, 0)
-            if cursor < cq.min_offset:  # removed with their segments before they were due
-                log_event(log, "delayed messages expired before delivery; passed", logging.WARNING, delay_level=level, count=cq.min_offset - cursor)
-                out.append((level, cq.min_offset, None))
-                cursor = cq.min_offset
-            while len(out) < BATCH:
-                units = cq.read_units(cursor, BATCH - len(out))
-                n = 0
-                for _, _, deliver_at in units:  # (a parked unit's tagsCode is its deliver time)
-                    if deliver_at > now_ms:
-                        break
-                    n += 1
-                if not n:
-                    break
-                records, next_offset, _, _ = self.store.pull(SCHEDULE_TOPIC, level - 1, cursor, n)
-                for rec in records:
-                    copy = delivered_copy(rec)
-                    if copy is None:
-                        log_event(log, "parked record names no topic it can be delivered to; passed", logging.WARNING, delay_level=level,
-                                  queue_offset=rec.queue_offset, real_topic=rec.properties.get(REAL_TOPIC, "-"), real_qid=rec.properties.get(REAL_QID, "-"))
-                    out.append((level, rec.queue_offset + 1, copy))
-                if next_offset > (out[-1][1] if out and out[-1][0] == level else cursor):
-                    out.append((level, next_offset, None))
-                if n < len(units) or next_offset <= cursor:
-                    break
-                cursor = next_offset
+            try:
+                self._due_of_level(level, now_ms, out)
+            except (StoreError, OSError) as exc:  # this level's queue cannot be read now: the others go on
+                self._say_once(f"level {level}: {type(exc).__name__}: {exc}", "delayed messages of a level not readable; tried again", delay_level=level, error=str(exc))
+            if len(out) >= BATCH:
+                break
         return out
 
-    def _deliverable(self, msg: NewMessage) -> NewMessage:
-        """`msg` as its topic takes it now: the topic made when missing (the message was taken
-        when sent), a queue gone since folded onto those left (RocketMQ's store would write
-        to a queue no reader knows)."""
+    def _due_of_level(self, level: int, now_ms: int, out: list[Entry]) -> None:
+        cq = self.store.cqs.existing(SCHEDULE_TOPIC, level - 1)
+        if cq is None:
+            return
+        cursor = self.offsets.get(level, 0)
+        if cursor < cq.min_offset:  # removed with their segments before they were due
+            out.append(Entry(level, cq.min_offset, None, f"{cq.min_offset - cursor} delayed messages expired before delivery; passed"))
+            cursor = cq.min_offset
+        elif cursor > cq.max_offset:  # a cursor past the queue's end (an edited file, a rebuilt queue): RocketMQ corrects it too
+            out.append(Entry(level, cq.max_offset, None, f"cursor {cursor} past the queue's end {cq.max_offset}; set to the end"))
+            cursor = cq.max_offset
+            self.offsets[level] = cursor  # (an entry moves cursors only forward)
+        # A unit due later than now + the level's delay was stored under a clock since set back
+        # (or sent to the wrong queue): due now, as RocketMQ's correctDeliverTimestamp has it.
+        latest = now_ms + DELAY_LEVEL_MS[level - 1]
+        while len(out) < BATCH:
+            units = cq.read_units(cursor, BATCH - len(out))
+            n = 0
+            for _, _, deliver_at in units:  # (a parked unit's tagsCode is its deliver time)
+                if now_ms < deliver_at <= latest:
+                    break
+                n += 1
+            if not n:
+                return
+            records, next_offset, _, _ = self.store.pull(SCHEDULE_TOPIC, level - 1, cursor, n)
+            for rec in records:
+                copy = delivered_copy(rec)
+                why = "" if copy is not None else (f"parked record at queue offset {rec.queue_offset} names no topic it can be delivered to "
+                                                   f"(REAL_TOPIC {rec.properties.get(REAL_TOPIC, '-')!r}, REAL_QID {rec.properties.get(REAL_QID, '-')!r}); passed")
+                out.append(Entry(level, rec.queue_offset + 1, copy, why))
+            if next_offset > (out[-1].cursor if out and out[-1].level == level else cursor):
+                out.append(Entry(level, next_offset, None, ""))  # units the queue skips (expired, damaged: the store reports those)
+            if n < len(units) or next_offset <= cursor:
+                return
+            cursor = next_offset
+
+    def _deliverable(self, entry: Entry) -> Entry:
+        """`entry` with its copy as its topic takes it now: the topic made when missing (the
+        message was taken when sent), a queue gone since folded onto those left (RocketMQ's
+        store would write to a queue no reader knows); passed when the topic cannot be made."""
+        msg = entry.copy
+        if msg is None:
+            return entry
         queues = self.store.topics.get(msg.topic)
         if queues is None:
-            self.store.create_topic(msg.topic, self.store.config.default_queues)
+            try:
+                self.store.create_topic(msg.topic, self.store.config.default_queues)
+            except StoreError as exc:
+                return Entry(entry.level, entry.cursor, None, f"delayed message {msg.unique_key or '-'} for {msg.topic!r} cannot be delivered ({exc}); passed")
+            self.sending.on_topic_created()
             queues = self.store.topics[msg.topic]
         if msg.queue_id >= queues:
-            log_event(log, "delayed message's queue is gone; delivered to another", logging.WARNING, topic=msg.topic,
-                      queue_id=msg.queue_id, queues=queues, to=msg.queue_id % queues)
             msg.queue_id %= queues
-        return msg
+            return Entry(entry.level, entry.cursor, msg, f"delayed message {msg.unique_key or '-'} for {msg.topic}: its queue is gone (the topic has {queues}); delivered to queue {msg.queue_id}")
+        return entry
 
     async def deliver_due(self) -> int:
         """Deliver what is due now; the number of messages stored again."""
         await self._save_when_durable()
-        due = self.due(self.clock_ms())
+        due = [self._deliverable(e) for e in self.due(self.clock_ms())]
+        self._full = len(due) >= BATCH
         if not due:
             return 0
         done = len(due)  # the entries handled, in order (their cursors move)
         stored, appended, failure = 0, None, None
-        copies = [self._deliverable(m) for _, _, m in due if m is not None]
+        copies = [e.copy for e in due if e.copy is not None]
         if copies:
             try:
                 appended = await self.sending.append_flushed(copies, "DelayedDelivery", wait_flush=False, same_topic=False, delivered=True)
                 stored = len(copies)
             except (DiskFull, ReadOnly):  # nothing can be stored now: the same entries next round
                 raise
-            except StoreError:  # one by one: a copy refused for good is passed, said once
+            except StoreError:  # one by one: a copy refused for good is passed
                 done = 0
-                for level, _, msg in due:
-                    if msg is not None:
+                for i, e in enumerate(due):
+                    if e.copy is not None:
                         try:
-                            appended = await self.sending.append_flushed((msg,), "DelayedDelivery", wait_flush=False, delivered=True)
+                            appended = await self.sending.append_flushed((e.copy,), "DelayedDelivery", wait_flush=False, delivered=True)
                             stored += 1
                         except (InvalidArgument, NotFound) as exc:
-                            log_event(log, "delayed message refused by its topic; passed", logging.WARNING, delay_level=level, topic=msg.topic,
-                                      unique_key=msg.unique_key or "-", reason=str(exc))
+                            due[i] = Entry(e.level, e.cursor, None, f"delayed message {e.copy.unique_key or '-'} refused by {e.copy.topic!r} ({exc}); passed")
                         except StoreError as exc:
                             failure = exc
                             break
                     done += 1
-        for level, cursor, _ in due[:done]:
-            if cursor > self.offsets.get(level, 0):
-                self.offsets[level] = cursor
+        for e in due[:done]:
+            if e.cursor > self.offsets.get(e.level, 0):
+                self.offsets[e.level] = e.cursor
+            if e.why:  # (said once: the cursor has moved past it)
+                log_event(log, "delayed delivery", logging.WARNING, delay_level=e.level, detail=e.why)
         if appended is not None:
             self._unsaved_end = max(self._unsaved_end, appended.end)
             await await_flushed(self.store.flusher, self.flushed, appended.end, FLUSH_WAIT_S)
@@ -192,6 +227,11 @@ class DelayedDelivery:
         if failure is not None:
             raise failure
         return stored
+
+    def _say_once(self, key: str, event: str, **fields: object) -> None:
+        if key != self._failing:
+            log_event(log, event, logging.ERROR, **fields)  # type: ignore[arg-type]
+            self._failing = key
 
     async def _save_when_durable(self) -> None:
         """Write the cursors if they moved and every copy they pass is on disk."""
@@ -203,26 +243,30 @@ class DelayedDelivery:
         self._saved = snapshot
 
     def save_at_close(self) -> None:
-        """At a clean stop, after the store's close flushed everything: the cursors as they are."""
-        if self.offsets != self._saved:
+        """At a clean stop, once delivery has ended and the store's close flushed everything:
+        the cursors as they are (only if every copy they pass is on disk)."""
+        if self.offsets == self._saved or self.store.flushed_offset < self._unsaved_end:
+            return
+        try:
             write_json_atomic(self.path, {"offsetTable": {str(level): offset for level, offset in sorted(self.offsets.items())}}, 2)
-            self._saved = dict(self.offsets)
+        except OSError as exc:  # the last round's messages are delivered again at the next start
+            log_event(log, "delay offsets not written at stop", logging.WARNING, path=str(self.path), error=str(exc))
+            return
+        self._saved = dict(self.offsets)
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Deliver until `stopping` is set: at once while more is due, else every INTERVAL_S."""
         while not stopping.is_set():
-            delivered = 0
             try:
-                delivered = await self.deliver_due()
+                await self.deliver_due()
                 if self._failing:
                     log_event(log, "delayed delivery resumed")
                     self._failing = ""
             except Exception as exc:  # never the end of delivery: said once, tried again
                 why = f"{type(exc).__name__}: {exc}"
-                if why != self._failing:
-                    log_event(log, "delayed delivery failed; trying again", logging.ERROR, error=why)
-                    self._failing = why
-            if delivered < BATCH:
+                self._say_once(why, "delayed delivery failed; trying again", error=why)
+                self._full = False
+            if not self._full:
                 try:
                     async with asyncio.timeout(INTERVAL_S):
                         await stopping.wait()

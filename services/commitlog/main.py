@@ -118,9 +118,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
     loop = asyncio.get_running_loop()
 
-    async def _delivery_ended() -> None:
+    async def _delivery_ended() -> bool:
         if delivering is not None:
             await asyncio.wait([delivering], timeout=DELIVERY_STOP_S)
+        return delivering is None or delivering.done()
 
     def _stop() -> None:
         stopping.set()
@@ -129,13 +130,16 @@ async def _serve(args: argparse.Namespace) -> None:
             # No unregister: until it expires, the router keeps reporting this broker as not
             # answering instead of silently leaving its messages out of answers.
             heartbeat.stop(unregister=False)
+        ended = True
         if delivering is not None:  # its round ends (told in _before_grace) before the store closes
             try:
-                asyncio.run_coroutine_threadsafe(_delivery_ended(), loop).result(DELIVERY_STOP_S + 1)
-            except Exception as exc:  # the store closes anyway: a copy not yet counted is delivered again
-                log_event(log, "delayed delivery did not end before the stop", logging.WARNING, error=repr(exc))
+                ended = asyncio.run_coroutine_threadsafe(_delivery_ended(), loop).result(DELIVERY_STOP_S + 1)
+            except Exception:
+                ended = False
+            if not ended:  # the store closes anyway; the cursors stay as last written: delivered again, never lost
+                log_event(log, "delayed delivery did not end before the stop; its last round is delivered again at the next start", logging.WARNING)
         store.close()
-        if delivery is not None:
+        if delivery is not None and ended:
             delivery.save_at_close()  # every copy delivered is on disk now: the cursors too
 
     def _before_grace() -> None:

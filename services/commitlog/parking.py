@@ -21,6 +21,7 @@ from quarry.services.commitlog.message_input import Host, MessageFields, NewMess
 from quarry.services.commitlog.store import CommitLogStore
 
 _NOT_PARKED = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+_SET_HERE = (REAL_TOPIC, REAL_QID)  # a copy sent again (a 4.x client's retry) carries older ones: replaced, not repeated
 
 
 def _past_last(level_text: str) -> bool:
@@ -72,7 +73,7 @@ def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool,
         capped = str(level)  # (a level past the last is stored as the last, as RocketMQ stores it)
         out[i] = NewMessage(
             SCHEDULE_TOPIC, m.body, list(m.keys), m.tags, m.unique_key,
-            [*(Property(p.name, capped if p.name == DELAY and _past_last(p.value) else p.value) for p in m.properties),
+            [*(Property(p.name, capped if p.name == DELAY and _past_last(p.value) else p.value) for p in m.properties if p.name not in _SET_HERE),
              Property(REAL_TOPIC, m.topic), Property(REAL_QID, str(queue))],
             m.flag, level - 1, m.born_timestamp, Host(bh.ip, bh.port), m.sys_flag, m.reconsume_times, m.prepared_transaction_offset,
         )

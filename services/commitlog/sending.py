@@ -107,6 +107,8 @@ class SendPath:
                     try:
                         appended = self._append([msg for msg, _ in group], False, peer, independent=True, count_errors=False)
                     except (ReadOnly, DiskFull) as exc:
+                        for _ in group:
+                            metrics.SEND_ERRORS.labels(type(exc).__name__).inc()
                         _answer_all(group, exc)
                         continue
                     except StoreError:

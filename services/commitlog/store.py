@@ -199,16 +199,13 @@ class CommitLogStore:
     def queue_for(self, topic: str, queue_id: int, field_prefix: str = "") -> int:
         """The queue a message of `topic` asking for `queue_id` goes to (-1: the broker's
         round-robin choice, one turn taken), checked as an append checks it: the topic's name,
-        that it exists (created now when it may be, as a send would create it), the queue in
-        range (`queue_id` >= -1: message_input.reject's rule). For a message stored elsewhere
-        first (a delayed one is parked) and delivered to its queue later."""
+        that it exists or may be created, the queue in range (`queue_id` >= -1:
+        message_input.reject's rule). For a message stored elsewhere first (a delayed one is
+        parked) and delivered to its queue later; nothing is created here."""
         try:
             validate_topic(topic, f"{field_prefix}topic")
         except TopicError as exc:
             raise InvalidArgument(str(exc)) from None
-        if self.read_only or self.state.closed:
-            raise ReadOnly("store is read-only" if self.read_only else "store is closed")
-        created = False
         with self.state.lock:
             queues = self.state.topics.get(topic)
             if queues is None:
@@ -217,15 +214,7 @@ class CommitLogStore:
                 queues = self.config.default_queues
             if queue_id >= queues:
                 raise InvalidArgument(f"{field_prefix}queue_id", f"{queue_id} out of range: topic {topic} has queues 0..{queues - 1}")
-            if topic not in self.state.topics:
-                topics = {**self.state.topics, topic: queues}
-                save_topics(self.dir / "config", topics)
-                self.state.topics = topics
-                created = True
-            chosen = queue_id if queue_id >= 0 else self._appender.next_turn(topic, queues)
-        if created:
-            log_event(log, "topic created", topic=topic, queues=queues)
-        return chosen
+            return queue_id if queue_id >= 0 else self._appender.next_turn(topic, queues)
 
     # -- flush ----------------------------------------------------------------------------
     def flush(self, clean: bool = False) -> int:

@@ -214,27 +214,28 @@ def test_a_delay_level_message_is_parked_then_stored_in_its_queue_when_due(clust
     (level 1: a second after it was stored), where a pull finds it."""
     addr = broker_addr(cluster, "broker-b")
     assert run(send_v2(addr, "DelayLevelTopic", b"now", "TAGS\x01A")).code == codes.SUCCESS
-    sent = run(send_v2(addr, "DelayLevelTopic", b"later", "KEYS\x01order-9\x02UNIQ_KEY\x01UK-DELAY-1\x02DELAY\x011"))
-    assert sent.code == codes.SUCCESS and sent.ext_fields["queueId"] == "0"  # the queue it was sent to, as RocketMQ answers
+    sent = run(send_v2(addr, "DelayLevelTopic", b"later", "KEYS\x01order-9\x02UNIQ_KEY\x01UK-DELAY-1\x02DELAY\x011", queue_id=2))
+    assert sent.code == codes.SUCCESS and sent.ext_fields["queueId"] == "2"  # the queue it was sent to (parked in 0), as RocketMQ answers
     code, _, body = run(mqadmin.view_message(sent.ext_fields["msgId"]))
     (parked,) = mqadmin.decodes(body)
     assert code == codes.SUCCESS and (parked.topic, parked.queue_id) == ("SCHEDULE_TOPIC_XXXX", 0)
-    assert parked.properties["REAL_TOPIC"] == "DelayLevelTopic" and parked.properties["REAL_QID"] == "0" and parked.properties["DELAY"] == "1"
+    assert parked.properties["REAL_TOPIC"] == "DelayLevelTopic" and parked.properties["REAL_QID"] == "2" and parked.properties["DELAY"] == "1"
 
     def pulled() -> list[Any]:
         async def ask() -> list[Any]:
             async with RemotingClient(addr) as b:
-                r = await _pull(b, "DelayLevelTopic", 0)
+                r = await b.call(codes.PULL_MESSAGE, {"consumerGroup": "cg", "topic": "DelayLevelTopic", "queueId": 2, "queueOffset": 0,
+                                                      "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                                                      "subscription": None, "subVersion": 0})
                 return mqadmin.decodes(r.body) if r.code == codes.SUCCESS else []
-        records = run(ask())
-        return records if len(records) == 2 else []
+        return run(ask())
 
-    now, later = wait_until(pulled, what="the delayed message in its queue")  # type: ignore[misc]
-    assert now.body == b"now" and later.body == b"later"
+    (later,) = wait_until(pulled, what="the delayed message in its queue")  # type: ignore[misc]
+    assert later.body == b"later" and later.queue_id == 2
     assert later.store_timestamp >= parked.store_timestamp + 1000  # not before it was due
     # Stored as RocketMQ stores the copy: its level and REAL_TOPIC / REAL_QID kept.
     assert later.properties["UNIQ_KEY"] == "UK-DELAY-1" and later.properties["KEYS"] == "order-9"
-    assert (later.properties["DELAY"], later.properties["REAL_TOPIC"], later.properties["REAL_QID"]) == ("1", "DelayLevelTopic", "0")
+    assert (later.properties["DELAY"], later.properties["REAL_TOPIC"], later.properties["REAL_QID"]) == ("1", "DelayLevelTopic", "2")
     assert later.born_timestamp == parked.born_timestamp
 
 

@@ -52,8 +52,7 @@ def test_a_message_with_a_delay_level_is_parked_in_its_levels_queue(tmp_path: Pa
         assert rec.properties["REAL_TOPIC"] == "OrderTopic" and rec.properties["REAL_QID"] == "1" and rec.properties["DELAY"] == "3"
         assert rec.properties["KEYS"] == "k second" and rec.properties["UNIQ_KEY"] == "U-k"
         assert servicer.store.topics[SCHEDULE_TOPIC] == 18  # a queue per level, as RocketMQ's
-        assert servicer.store.topics["OrderTopic"] == 4  # made as a send makes it (its queues are checked now) ...
-        assert all(not servicer.store.pull("OrderTopic", q, 0, 10)[0] for q in range(4))  # ... and empty until it is due
+        assert "OrderTopic" not in servicer.store.topics  # nothing under it until it is due (made then)
 
     _run(tmp_path, body)
 
@@ -146,12 +145,12 @@ def test_a_copy_goes_where_it_can_and_a_record_naming_nowhere_is_passed(tmp_path
     async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[tuple[str, int]]:
         sending = servicer.sending
         sending.store.create_topic("OrderTopic", 4)
-        for key, topic, qid in (("a", "OrderTopic", "0"), ("gone", "OrderTopic", "7"), ("new", "NewTopic", "1"),
-                                ("loop", SCHEDULE_TOPIC, "0"), ("half", "RMQ_SYS_TRANS_HALF_TOPIC", "0"), ("noqid", "OrderTopic", "x")):
+        for key, topic, qid in (("a", "OrderTopic", "0"), ("gone", "OrderTopic", "7"), ("new", "NewTopic", "1"), ("loop", SCHEDULE_TOPIC, "0"),
+                                ("half", "RMQ_SYS_TRANS_HALF_TOPIC", "0"), ("noqid", "OrderTopic", "x"), ("badname", "bad topic", "0")):
             await _hand_parked(sending, key, topic, qid)
         delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: 2**62)
         assert await delivery.deliver_due() == 3
-        assert delivery.offsets == {1: 6}
+        assert delivery.offsets == {1: 7}
         assert await delivery.deliver_due() == 0  # nothing comes back: a copy is never parked again
         store = sending.store
         return sorted((r.properties["UNIQ_KEY"], r.queue_id) for t in ("OrderTopic", "NewTopic") for q in range(store.topics[t])
@@ -189,3 +188,59 @@ def test_rocketmqs_own_delay_offset_file_is_read(tmp_path: Path) -> None:
     assert load_offsets(path) == {1: 5, 3: 0, 18: 12}
     path.write_text('{"offsetTable": {"2": 4}}')
     assert load_offsets(path) == {2: 4}
+
+
+def test_a_unit_due_later_than_its_levels_delay_from_now_is_due_now(tmp_path: Path) -> None:
+    """A clock set back after the store (or a record sent to another level's queue) would hold
+    its whole level: RocketMQ delivers such a unit at once, and so does Quarry."""
+    now = [0]
+
+    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[str]:
+        sending = servicer.sending
+        # Level 18 (2 h) sent straight into level 1's queue, ahead of a level-1 message.
+        await sending.append_flushed([NewMessage(SCHEDULE_TOPIC, b"x", ["far"], "", "U-far", [("DELAY", "18"), ("REAL_TOPIC", "T"), ("REAL_QID", "0")],
+                                                 queue_id=0, born_host=BORN)])
+        near = (await _hand_parked(sending, "near", "T", "0")).rows[0]
+        delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: now[0])
+        now[0] = near[8] + 1000  # level 1 due; "far" is 2 h ahead, more than level 1's delay
+        assert await delivery.deliver_due() == 2
+        return [r.properties["UNIQ_KEY"] for r in sending.store.pull("T", 0, 0, 10)[0]]
+
+    assert _run(tmp_path, body) == ["U-far", "U-near"]
+
+
+def test_a_copy_sent_again_with_a_level_is_parked_once_more_without_repeating_its_real_topic(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer, _: FlushSignal) -> list[tuple[str, str]]:
+        # What a 4.x client's retry of a delivered copy sends: its properties, REAL_* included.
+        msg = NewMessage("OrderTopic", b"x", ["k"], properties=[("REAL_TOPIC", "OrderTopic"), ("REAL_QID", "3"), ("DELAY", "2")], queue_id=1, born_host=BORN)
+        row = (await servicer.sending.append_flushed([msg])).rows[0]
+        return [(n, v) for n, v in servicer.store.read(row[0]).properties_pairs if n.startswith("REAL")]
+
+    assert _run(tmp_path, body) == [("REAL_TOPIC", "OrderTopic"), ("REAL_QID", "1")]
+
+
+@pytest.mark.parametrize("topic, props, held", [
+    ("T", {"DELAY": "3", "REAL_TOPIC": "T", "REAL_QID": "0"}, False),  # a delivered copy (RocketMQ keeps DELAY in it)
+    ("T", {"DELAY": "3"}, True),  # a store that did not park it
+    ("T", {"DELAY": "3", "REAL_TOPIC": "Other"}, True),  # REAL_TOPIC naming another topic: not a copy of this one
+    ("T", {"TIMER_DELIVER_MS": str(2**50)}, True),  # a RocketMQ 5 delivery time
+])
+def test_a_delivered_copy_is_due_at_once_and_the_others_when_their_time_comes(topic: str, props: dict[str, str], held: bool) -> None:
+    from quarry.formats.scheduled import due_at
+
+    assert (due_at(topic, props, 1_000) is not None) is held
+
+
+def test_a_cursor_past_its_queues_end_is_set_back_to_the_end(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[str]:
+        sending = servicer.sending
+        (tmp_path / "config").mkdir(exist_ok=True)
+        (tmp_path / "config" / "delayOffset.json").write_text('{"offsetTable": {"1": 50}}')
+        await _hand_parked(sending, "a", "T", "0")
+        delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: 2**62)
+        await delivery.deliver_due()  # the cursor set back to the end (1)
+        await _hand_parked(sending, "b", "T", "0")
+        assert await delivery.deliver_due() == 1
+        return [r.properties["UNIQ_KEY"] for r in sending.store.pull("T", 0, 0, 10)[0]]
+
+    assert _run(tmp_path, body) == ["U-b"]
