@@ -3,6 +3,8 @@ prometheus_client's own would at a scrape, and the call tracker's counts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -113,6 +115,24 @@ def test_loop_metrics_are_named_to_the_registry_and_carry_created_samples() -> N
     assert 'quarry_rpc_duration_seconds_count{code="OK",method="M",service="s.S"} 1.0' in named
 
 
+@contextlib.asynccontextmanager
+async def _tracked(tracker: CallTracker, handlers: dict[str, Any]) -> AsyncIterator[Any]:
+    """A grpc.aio server whose service t.T has `handlers`, tracked by `tracker`; yields a channel to it."""
+    import grpc
+
+    from quarry.services.call_tracking import TrackedServer
+
+    server = grpc.aio.server()
+    TrackedServer(server, tracker).add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", handlers),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await server.stop(None)
+
+
 def test_a_tracked_call_leaves_no_reference_cycle_holding_its_grpc_state() -> None:
     """A call's core objects go with the call (reference counting), not at the next collection:
     each one the collector had to free kept a finished call's gRPC state alive meanwhile."""
@@ -120,31 +140,21 @@ def test_a_tracked_call_leaves_no_reference_cycle_holding_its_grpc_state() -> No
 
     import grpc
 
-    from quarry.services.call_tracking import TrackedServer
-
     async def main() -> tuple[int, int]:
         async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             return request
 
         metrics = ServiceMetrics("test")
-        tracker = CallTracker(metrics)
-        server = grpc.aio.server()
-        TrackedServer(server, tracker).add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.unary_unary("/t.T/Echo")
-                gc.collect()
-                gc.disable()
-                try:
-                    for _ in range(200):
-                        assert await call(b"x") == b"x"
-                    alive = sum(1 for o in gc.get_objects() if type(o).__name__ == "_ServicerContext")
-                finally:
-                    gc.enable()
-        finally:
-            await server.stop(None)
+        async with _tracked(CallTracker(metrics), {"Echo": grpc.unary_unary_rpc_method_handler(echo)}) as channel:
+            call = channel.unary_unary("/t.T/Echo")
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(200):
+                    assert await call(b"x") == b"x"
+                alive = sum(1 for o in gc.get_objects() if type(o).__name__ == "_ServicerContext")
+            finally:
+                gc.enable()
         ok = metrics.registry.get_sample_value("quarry_rpc_requests_total", {"service": "t.T", "method": "Echo", "code": "OK"})
         return alive, int(ok or 0)
 
@@ -156,8 +166,6 @@ def test_a_tracked_call_leaves_no_reference_cycle_holding_its_grpc_state() -> No
 def test_a_call_its_client_cancels_is_counted_as_cancelled() -> None:
     import grpc
 
-    from quarry.services.call_tracking import TrackedServer
-
     async def main() -> float | None:
         started = asyncio.Event()
 
@@ -167,22 +175,13 @@ def test_a_call_its_client_cancels_is_counted_as_cancelled() -> None:
             return b""
 
         metrics = ServiceMetrics("test")
-        tracker = CallTracker(metrics)
-        server = grpc.aio.server()
-        TrackedServer(server, tracker).add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("t.T", {"Wait": grpc.unary_unary_rpc_method_handler(wait_forever)}),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.unary_unary("/t.T/Wait")(b"x")
-                await asyncio.wait_for(started.wait(), 10)
-                call.cancel()
-                deadline = asyncio.get_running_loop().time() + 10
-                while metrics.in_flight[0] and asyncio.get_running_loop().time() < deadline:
-                    await asyncio.sleep(0.01)  # (a poll of the condition, with a deadline)
-        finally:
-            await server.stop(None)
+        async with _tracked(CallTracker(metrics), {"Wait": grpc.unary_unary_rpc_method_handler(wait_forever)}) as channel:
+            call = channel.unary_unary("/t.T/Wait")(b"x")
+            await asyncio.wait_for(started.wait(), 10)
+            call.cancel()
+            deadline = asyncio.get_running_loop().time() + 10
+            while metrics.in_flight[0] and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)  # (a poll of the condition, with a deadline)
         return metrics.registry.get_sample_value("quarry_rpc_requests_total", {"service": "t.T", "method": "Wait", "code": "CANCELLED"})
 
     assert asyncio.run(main()) == 1
@@ -193,8 +192,6 @@ def test_unary_calls_in_flight_are_counted_and_streams_are_not() -> None:
     has company. Two unary calls held in their handlers count two; a response stream held open
     beside them counts nothing; all back to zero when they end."""
     import grpc
-
-    from quarry.services.call_tracking import TrackedServer
 
     async def main() -> tuple[int, int, int]:
         release = asyncio.Event()
@@ -211,28 +208,21 @@ def test_unary_calls_in_flight_are_counted_and_streams_are_not() -> None:
             yield request
 
         tracker = CallTracker(ServiceMetrics("test"))
-        server = grpc.aio.server()
-        TrackedServer(server, tracker).add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {
-            "Hold": grpc.unary_unary_rpc_method_handler(hold), "Stream": grpc.unary_stream_rpc_method_handler(stream)}),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                streamed = channel.unary_stream("/t.T/Stream")(b"s")
+        handlers = {"Hold": grpc.unary_unary_rpc_method_handler(hold), "Stream": grpc.unary_stream_rpc_method_handler(stream)}
+        async with _tracked(tracker, handlers) as channel:
+            streamed = channel.unary_stream("/t.T/Stream")(b"s")
+            await asyncio.wait_for(held.acquire(), 10)
+            only_stream = tracker.unary_in_flight
+            calls = [asyncio.ensure_future(channel.unary_unary("/t.T/Hold")(b"x")) for _ in range(2)]
+            for _ in calls:
                 await asyncio.wait_for(held.acquire(), 10)
-                only_stream = tracker.unary_in_flight
-                calls = [asyncio.ensure_future(channel.unary_unary("/t.T/Hold")(b"x")) for _ in range(2)]
-                for _ in calls:
-                    await asyncio.wait_for(held.acquire(), 10)
-                both = tracker.unary_in_flight
-                release.set()
-                assert await asyncio.gather(*calls) == [b"x", b"x"]
-                assert [r async for r in streamed] == [b"s"]
-                deadline = asyncio.get_running_loop().time() + 10
-                while tracker.unary_in_flight and asyncio.get_running_loop().time() < deadline:
-                    await asyncio.sleep(0.01)  # (a poll of the condition, with a deadline: a call ends after its status is sent)
-                return only_stream, both, tracker.unary_in_flight
-        finally:
-            await server.stop(None)
+            both = tracker.unary_in_flight
+            release.set()
+            assert await asyncio.gather(*calls) == [b"x", b"x"]
+            assert [r async for r in streamed] == [b"s"]
+            deadline = asyncio.get_running_loop().time() + 10
+            while tracker.unary_in_flight and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)  # (a poll of the condition, with a deadline: a call ends after its status is sent)
+            return only_stream, both, tracker.unary_in_flight
 
     assert asyncio.run(main()) == (0, 2, 0)
