@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,16 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+# fastjson, which a RocketMQ broker writes its config files with, writes a map's integer keys
+# bare: consumerOffset.json holds {"offsetTable":{"topic@group":{0:12,1:7}}}.
+_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+
+
 def read_json(path: Path) -> Any:
-    """The JSON in `path` (OSError / ValueError when missing or unreadable)."""
-    return json.loads(path.read_text())
+    """The JSON in `path` (OSError / ValueError when missing or unreadable); a RocketMQ
+    broker's file with fastjson's bare integer keys is read too."""
+    text = path.read_text()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))

@@ -17,9 +17,7 @@ at all; a restart, or a RocketMQ store opened by Quarry, goes on from the file.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ from quarry.formats.properties import KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY
 from quarry.formats.record import Record
 from quarry.formats.scheduled import DELAY_LEVEL_MS, MAX_DELAY_LEVEL, PARKING_TOPICS, SCHEDULE_TOPIC
 from quarry.formats.topic import is_valid_topic
-from quarry.formats.state_file import write_json_atomic
+from quarry.formats.state_file import read_json, write_json_atomic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
@@ -48,19 +46,14 @@ FLUSH_WAIT_S = 5.0  # copies not on disk by then: their cursors are written at a
 # at once, for ever) and the transaction topics (RocketMQ drops those too).
 _NOT_DELIVERED_TO = (*PARKING_TOPICS, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC")
 _OWN_FIELDS = (KEYS, TAGS, UNIQ_KEY)  # a NewMessage carries these in fields of their own
-_BARE_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 
 
 def load_offsets(path: Path) -> dict[int, int]:
-    """Level -> next queue offset, from delayOffset.json (missing: none delivered yet).
-    RocketMQ's fastjson writes the table's integer keys bare ({1:5}): read either way."""
+    """Level -> next queue offset, from delayOffset.json (missing: none delivered yet; a
+    RocketMQ broker's, with fastjson's bare integer keys, is read too)."""
     if not path.exists():
         return {}
-    text = path.read_text()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+    data = read_json(path)
     table = data.get("offsetTable") or {}
     if not isinstance(table, dict):
         raise ValueError(f"{path}: offsetTable is not a table")

@@ -67,6 +67,14 @@ def test_an_unreadable_offset_table_stops_the_start_naming_the_file(tmp_path: Pa
         ConsumerOffsets(tmp_path)
 
 
+def test_a_rocketmq_brokers_own_offset_file_is_read(tmp_path: Path) -> None:
+    """fastjson writes the queue ids bare: not strict JSON, as a 4.x broker leaves the file."""
+    (tmp_path / "consumerOffset.json").write_text('{\n\t"offsetTable":{\n\t\t"RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS":{0:7\n\t\t},'
+                                                  '\n\t\t"TopicTest@g":{0:250,1:249\n\t\t}\n\t}\n}')
+    offsets = ConsumerOffsets(tmp_path, read_only=True)
+    assert (offsets.get("g", "TopicTest", 1), offsets.get("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)) == (249, 7)
+
+
 def test_docs_show_the_remoting_response_code_table() -> None:
     import re
 
