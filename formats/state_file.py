@@ -52,5 +52,11 @@ def read_json(path: Path) -> Any:
     text = path.read_text()
     try:
         return json.loads(text)
-    except ValueError:
-        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+    except ValueError as strict:
+        quoted, n = _BARE_INT_KEY.subn(r'\1"\2"\3', text)
+        if not n:
+            raise
+        try:
+            return json.loads(quoted)
+        except ValueError:
+            raise strict from None  # (the error as the file reads, not as rewritten)

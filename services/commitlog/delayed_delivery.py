@@ -41,7 +41,8 @@ log = logging.getLogger("quarry.commitlog.delayed")
 OFFSETS_FILE = "delayOffset.json"
 INTERVAL_S = 0.1  # how soon the queues are looked at again when nothing more is due (RocketMQ: 100 ms)
 BATCH = 256  # records delivered by one append at most
-FLUSH_WAIT_S = 5.0  # copies not on disk by then: their cursors are written at a later round
+FLUSH_WAIT_S = 5.0
+CLOCK_SLACK_MS = 60_000  # a unit due this much past its level's delay from now is due now (see _due_of_level)  # copies not on disk by then: their cursors are written at a later round
 # Topics a copy is never delivered to: the parking topics themselves (it would come back due
 # at once, for ever) and the transaction topics (RocketMQ drops those too).
 _NOT_DELIVERED_TO = (*PARKING_TOPICS, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC")
@@ -102,7 +103,8 @@ class DelayedDelivery:
         self._saved = dict(self.offsets)  # as in the file
         self._unsaved_end = 0  # the log end the file's cursors wait for (copies appended, not yet known on disk)
         self._first_level = 1  # where a round starts: turns round, so no level waits behind a busy one
-        self._failing = ""  # the failure last logged (said once, not every round)
+        self._failing = ""  # the round's failure last logged (said once, not every round)
+        self._level_failing: dict[int, str] = {}  # a level's read failure last logged
         self._full = False  # the last round took a whole batch: look again at once
 
     def due(self, now_ms: int) -> list[Entry]:
@@ -118,7 +120,13 @@ class DelayedDelivery:
             try:
                 self._due_of_level(level, now_ms, out)
             except (StoreError, OSError) as exc:  # this level's queue cannot be read now: the others go on
-                self._say_once(f"level {level}: {type(exc).__name__}: {exc}", "delayed messages of a level not readable; tried again", delay_level=level, error=str(exc))
+                why = f"{type(exc).__name__}: {exc}"
+                if self._level_failing.get(level) != why:
+                    log_event(log, "delayed messages of a level not readable; tried again", logging.ERROR, delay_level=level, error=why)
+                    self._level_failing[level] = why
+            else:
+                if self._level_failing.pop(level, None) is not None:
+                    log_event(log, "delayed messages of a level readable again", delay_level=level)
             if len(out) >= BATCH:
                 break
         return out
@@ -128,18 +136,26 @@ class DelayedDelivery:
         if cq is None:
             return
         cursor = self.offsets.get(level, 0)
+        if cursor > cq.max_offset:  # past the queue's end (an edited file, a rebuilt queue): from its start again (delivered twice, not lost)
+            log_event(log, "delayed delivery cursor past its queue's end; read again from the queue's start", logging.WARNING,
+                      delay_level=level, cursor=cursor, queue_end=cq.max_offset)
+            self.offsets[level] = cursor = cq.min_offset
         if cursor < cq.min_offset:  # removed with their segments before they were due
             out.append(Entry(level, cq.min_offset, None, f"{cq.min_offset - cursor} delayed messages expired before delivery; passed"))
             cursor = cq.min_offset
-        elif cursor > cq.max_offset:  # a cursor past the queue's end (an edited file, a rebuilt queue): RocketMQ corrects it too
-            out.append(Entry(level, cq.max_offset, None, f"cursor {cursor} past the queue's end {cq.max_offset}; set to the end"))
-            cursor = cq.max_offset
-            self.offsets[level] = cursor  # (an entry moves cursors only forward)
-        # A unit due later than now + the level's delay was stored under a clock since set back
-        # (or sent to the wrong queue): due now, as RocketMQ's correctDeliverTimestamp has it.
-        latest = now_ms + DELAY_LEVEL_MS[level - 1]
+        # A unit due far later than its level's delay from now was stored under a clock since
+        # set back a long way (or sent to another level's queue): due now, as RocketMQ's
+        # correctDeliverTimestamp has it, with some slack for a clock that merely drifted.
+        delay = DELAY_LEVEL_MS[level - 1]
+        latest = now_ms + delay + max(delay, CLOCK_SLACK_MS)
         while len(out) < BATCH:
             units = cq.read_units(cursor, BATCH - len(out))
+            if not units:
+                if cursor < cq.max_offset:  # a hole in the queue (a unit never written): passed
+                    out.append(Entry(level, cursor + 1, None, f"no unit at queue offset {cursor}; passed"))
+                    cursor += 1
+                    continue
+                return
             n = 0
             for _, _, deliver_at in units:  # (a parked unit's tagsCode is its deliver time)
                 if now_ms < deliver_at <= latest:
@@ -147,7 +163,12 @@ class DelayedDelivery:
                 n += 1
             if not n:
                 return
-            records, next_offset, _, _ = self.store.pull(SCHEDULE_TOPIC, level - 1, cursor, n)
+            try:
+                records, next_offset, _, _ = self.store.pull(SCHEDULE_TOPIC, level - 1, cursor, n)
+            except (InvalidArgument, NotFound) as exc:  # a damaged unit: passed, the level goes on
+                out.append(Entry(level, cursor + 1, None, f"unit at queue offset {cursor} cannot be read ({exc}); passed"))
+                cursor += 1
+                continue
             for rec in records:
                 copy = delivered_copy(rec)
                 why = "" if copy is not None else (f"parked record at queue offset {rec.queue_offset} names no topic it can be delivered to "
@@ -162,16 +183,13 @@ class DelayedDelivery:
     def _deliverable(self, entry: Entry) -> Entry:
         """`entry` with its copy as its topic takes it now: the topic made when missing (the
         message was taken when sent), a queue gone since folded onto those left (RocketMQ's
-        store would write to a queue no reader knows); passed when the topic cannot be made."""
+        store would write to a queue no reader knows)."""
         msg = entry.copy
         if msg is None:
             return entry
         queues = self.store.topics.get(msg.topic)
-        if queues is None:
-            try:
-                self.store.create_topic(msg.topic, self.store.config.default_queues)
-            except StoreError as exc:
-                return Entry(entry.level, entry.cursor, None, f"delayed message {msg.unique_key or '-'} for {msg.topic!r} cannot be delivered ({exc}); passed")
+        if queues is None:  # (an error making it, a full disk say, fails the round: tried again)
+            self.store.create_topic(msg.topic, self.store.config.default_queues)
             self.sending.on_topic_created()
             queues = self.store.topics[msg.topic]
         if msg.queue_id >= queues:
@@ -221,11 +239,6 @@ class DelayedDelivery:
             raise failure
         return stored
 
-    def _say_once(self, key: str, event: str, **fields: object) -> None:
-        if key != self._failing:
-            log_event(log, event, logging.ERROR, **fields)  # type: ignore[arg-type]
-            self._failing = key
-
     async def _save_when_durable(self) -> None:
         """Write the cursors if they moved and every copy they pass is on disk."""
         if self.offsets == self._saved or self.store.flushed_offset < self._unsaved_end:
@@ -257,9 +270,13 @@ class DelayedDelivery:
                     self._failing = ""
             except Exception as exc:  # never the end of delivery: said once, tried again
                 why = f"{type(exc).__name__}: {exc}"
-                self._say_once(why, "delayed delivery failed; trying again", error=why)
+                if why != self._failing:
+                    log_event(log, "delayed delivery failed; trying again", logging.ERROR, error=why)
+                    self._failing = why
                 self._full = False
-            if not self._full:
+            if self._full:
+                await asyncio.sleep(0)  # (a batch of passed entries awaits nothing: let the loop in)
+            else:
                 try:
                     async with asyncio.timeout(INTERVAL_S):
                         await stopping.wait()

@@ -42,12 +42,15 @@ def level_of(msg: MessageFields) -> int:
     return level
 
 
-def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None) -> tuple[Sequence[MessageFields], bool]:
-    """`msgs` with every delayed message replaced by its parked form, and whether any was
-    (then the batch holds two topics: checked here for one, as the append would). A delayed
-    message is checked first (message_input.reject: the append's rules, the field named as
-    sent), then its own queue is chosen (store.queue_for), so REAL_QID says where it goes."""
+def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None) -> tuple[Sequence[MessageFields], list[str]]:
+    """`msgs` with every delayed message replaced by its parked form, and the real topics of
+    those parked (the caller makes the missing ones once the append succeeds, as a send
+    makes its topic). With any parked the batch holds two topics: checked here for one, as the
+    append would. A delayed message is checked first (message_input.reject: the append's
+    rules, the field named as sent), then its own queue is chosen (store.queue_for), so
+    REAL_QID says where it goes."""
     out: list[MessageFields] | None = None
+    real_topics: list[str] = []
     many = len(msgs) > 1
     for i, m in enumerate(msgs):
         if not m.properties:  # (most messages: nothing more to look at)
@@ -69,6 +72,8 @@ def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool,
         reject(m, prefix, store.config.max_message_size, peer)
         queue = store.queue_for(m.topic, m.queue_id, prefix)
         store.ensure_queues(SCHEDULE_TOPIC, MAX_DELAY_LEVEL)
+        if m.topic not in real_topics:
+            real_topics.append(m.topic)
         bh = m.born_host
         capped = str(level)  # (a level past the last is stored as the last, as RocketMQ stores it)
         out[i] = NewMessage(
@@ -77,4 +82,4 @@ def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool,
              Property(REAL_TOPIC, m.topic), Property(REAL_QID, str(queue))],
             m.flag, level - 1, m.born_timestamp, Host(bh.ip, bh.port), m.sys_flag, m.reconsume_times, m.prepared_transaction_offset,
         )
-    return (msgs, False) if out is None else (out, True)
+    return (msgs, real_topics) if out is None else (out, real_topics)

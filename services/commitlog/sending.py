@@ -139,10 +139,14 @@ class SendPath:
         state = self.store.state  # (the store's properties read it: one lookup less each)
         topics_before = len(state.topics)
         try:
+            real_topics: list[str] = []
             if parking:
-                msgs, parked = park(self.store, msgs, same_topic, peer)  # delay levels: parking.py
-                same_topic = same_topic and not parked
+                msgs, real_topics = park(self.store, msgs, same_topic, peer)  # delay levels: parking.py
+                same_topic = same_topic and not real_topics
             appended = self.store.append_many(msgs, same_topic=same_topic, wait_flush=False, peer=peer, independent=independent)
+            for topic in real_topics:  # a parked message's topic exists from its send, as any message's
+                if topic not in state.topics:
+                    self.store.create_topic(topic, self.store.config.default_queues)
         except StoreError as exc:
             if count_errors:
                 metrics.SEND_ERRORS.labels(type(exc).__name__).inc()

@@ -20,7 +20,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from quarry.formats import tag_expression
 from quarry.formats.body import readable_body
-from quarry.formats.properties import BORN_HOST, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS, UNIQ_KEY
+from quarry.formats.properties import BORN_HOST, DELAY, REAL_QID, REAL_TOPIC, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS, UNIQ_KEY
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transaction_type
 from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate_topic
 from quarry.services.commitlog import pop
@@ -132,10 +132,15 @@ def to_sdk_message(record: Record, delivered: pop.Pending, invisible: int, store
     return m
 
 
+# What a dead-letter copy does not take from its record: the fields of their own, and what
+# would make it a delayed message again (a delivery time, a level and its real topic).
+_NOT_KEPT_IN_DLQ = ("KEYS", "TAGS", UNIQ_KEY, TIMER_DELIVER_MS, DELAY, REAL_TOPIC, REAL_QID)
+
+
 def dead_letter_copy(record: Record, group: str, attempts: int) -> NewMessage:
     """The group's dead-letter record of `record`: same body, keys, tag and UNIQ_KEY (found by
     the SDK's message id under %DLQ%<group>), with where it came from."""
-    keep = [(n, v) for n, v in record.properties_pairs if n not in ("KEYS", "TAGS", UNIQ_KEY, TIMER_DELIVER_MS)]
+    keep = [(n, v) for n, v in record.properties_pairs if n not in _NOT_KEPT_IN_DLQ]
     keep += [("DLQ_ORIGIN_TOPIC", record.topic), ("DLQ_ORIGIN_MESSAGE_ID", record.unique_key or record.offset_msg_id),
              ("ORIGIN_MESSAGE_ID", record.offset_msg_id), ("RECONSUME_TIME", str(attempts))]
     return NewMessage(dlq_topic(group), readable_body(record.body, record.sys_flag), record.keys, record.tags or "", record.unique_key or "", keep,

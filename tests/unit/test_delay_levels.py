@@ -52,7 +52,8 @@ def test_a_message_with_a_delay_level_is_parked_in_its_levels_queue(tmp_path: Pa
         assert rec.properties["REAL_TOPIC"] == "OrderTopic" and rec.properties["REAL_QID"] == "1" and rec.properties["DELAY"] == "3"
         assert rec.properties["KEYS"] == "k second" and rec.properties["UNIQ_KEY"] == "U-k"
         assert servicer.store.topics[SCHEDULE_TOPIC] == 18  # a queue per level, as RocketMQ's
-        assert "OrderTopic" not in servicer.store.topics  # nothing under it until it is due (made then)
+        assert servicer.store.topics["OrderTopic"] == 4  # made by the send, as any message's topic ...
+        assert all(not servicer.store.pull("OrderTopic", q, 0, 10)[0] for q in range(4))  # ... and empty until it is due
 
     _run(tmp_path, body)
 
@@ -88,7 +89,7 @@ def test_a_delayed_message_is_checked_against_its_own_topic(tmp_path: Path, msg:
         with pytest.raises(InvalidArgument) as err:
             await servicer.sending.append_flushed([msg])
         assert err.value.field == field
-        assert servicer.store.write_offset == 0 and SCHEDULE_TOPIC not in servicer.store.topics  # nothing changed
+        assert servicer.store.write_offset == 0 and set(servicer.store.topics) <= {SCHEDULE_TOPIC}  # no topic of the refused message
 
     _run(tmp_path, body, default_queues=4)
 
@@ -231,16 +232,50 @@ def test_a_delivered_copy_is_due_at_once_and_the_others_when_their_time_comes(to
     assert (due_at(topic, props, 1_000) is not None) is held
 
 
-def test_a_cursor_past_its_queues_end_is_set_back_to_the_end(tmp_path: Path) -> None:
+def test_a_cursor_past_its_queues_end_reads_the_queue_again(tmp_path: Path) -> None:
+    """(An edited file, a rebuilt queue.) Delivered twice rather than not at all."""
     async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[str]:
         sending = servicer.sending
         (tmp_path / "config").mkdir(exist_ok=True)
         (tmp_path / "config" / "delayOffset.json").write_text('{"offsetTable": {"1": 50}}')
         await _hand_parked(sending, "a", "T", "0")
         delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: 2**62)
-        await delivery.deliver_due()  # the cursor set back to the end (1)
-        await _hand_parked(sending, "b", "T", "0")
-        assert await delivery.deliver_due() == 1
+        assert await delivery.deliver_due() == 1 and delivery.offsets == {1: 1}
         return [r.properties["UNIQ_KEY"] for r in sending.store.pull("T", 0, 0, 10)[0]]
 
-    assert _run(tmp_path, body) == ["U-b"]
+    assert _run(tmp_path, body) == ["U-a"]
+
+
+def test_a_level_that_cannot_be_read_is_said_once_and_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                caplog: pytest.LogCaptureFixture) -> None:
+    async def body(servicer: CommitLogServicer, flushed: FlushSignal) -> list[str]:
+        sending = servicer.sending
+        await _hand_parked(sending, "a", "T", "0")  # level 1
+        await sending.append_flushed([NewMessage(SCHEDULE_TOPIC, b"x", ["b"], "", "U-b", [("DELAY", "2"), ("REAL_TOPIC", "T"), ("REAL_QID", "1")],
+                                                 queue_id=1, born_host=BORN)])  # level 2
+        cq = sending.store.cqs.existing(SCHEDULE_TOPIC, 0)
+        monkeypatch.setattr(cq, "read_units", lambda *a: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+        delivery = DelayedDelivery(sending, flushed, clock_ms=lambda: 2**62)
+        for _ in range(3):
+            await delivery.deliver_due()
+        monkeypatch.undo()
+        assert await delivery.deliver_due() == 1  # level 1 readable again
+        return sorted(r.properties["UNIQ_KEY"] for q in range(2) for r in sending.store.pull("T", q, 0, 10)[0])
+
+    with caplog.at_level("INFO", logger="quarry.commitlog.delayed"):
+        assert _run(tmp_path, body) == ["U-a", "U-b"]
+    said = [r.getMessage() for r in caplog.records if "not readable" in r.getMessage() or "readable again" in r.getMessage()]
+    assert len(said) == 2, said  # once when it failed, once when it came back: not every round
+
+
+def test_a_dead_letter_copy_of_a_delivered_copy_is_not_held_again() -> None:
+    from quarry.formats.record import Record
+    from quarry.formats.scheduled import due_at
+    from quarry.services.rmq5.consume import dead_letter_copy
+
+    rec = Record(0, 0, 0, 0, 0, 0, 0, 1_000, Host("10.0.0.1", 1), 1_000, Host("10.0.0.2", 2), 0, 0, b"x", "T",
+                 "DELAY\x0118\x02REAL_TOPIC\x01T\x02REAL_QID\x010\x02UNIQ_KEY\x01U-1")
+    copy = dead_letter_copy(rec, "g", 16)
+    props = dict(copy.properties)
+    assert "DELAY" not in props and "REAL_TOPIC" not in props
+    assert due_at(copy.topic, props, 1_000) is None
