@@ -29,7 +29,7 @@ from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, MESSAGE_MAGIC,
 from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
-from quarry.services.commitlog.message_input import MessageFields, reject
+from quarry.services.commitlog.message_input import MessageFields, not_one_topic, queue_out_of_range, reject
 from quarry.services.commitlog.store_state import StoreState
 from quarry.services.commitlog.topic_table import save_topics
 from quarry.services.log import log_event
@@ -198,7 +198,7 @@ class Appender:
                 if first_topic is None:
                     first_topic = topic
                 elif same_topic and topic != first_topic:
-                    raise InvalidArgument(f"messages[{i}].topic", f"a batch holds one topic ({first_topic!r})")
+                    raise not_one_topic(i, first_topic)
                 known = topics.get(topic)
                 if known is None:
                     known = created.get(topic)
@@ -273,8 +273,7 @@ class Appender:
                     rr[topic] = turn
                     qid = turn % queues
             elif want_qid >= queues:
-                raise InvalidArgument(f"messages[{i}].queue_id" if many else "queue_id",
-                                      f"{want_qid} out of range: topic {topic} has queues 0..{queues - 1}")
+                raise queue_out_of_range(f"messages[{i}]." if many else "", want_qid, topic, queues)
             else:
                 qid = want_qid
             if not same_as_prev or qid != q_id:  # (q_topic is the previous message's topic)

@@ -239,26 +239,33 @@ class DelayedDelivery:
             raise failure
         return stored
 
-    async def _save_when_durable(self) -> None:
-        """Write the cursors if they moved and every copy they pass is on disk."""
+    def _to_save(self) -> dict[int, int] | None:
+        """The cursors to write: when they moved and every copy they pass is on disk."""
         if self.offsets == self._saved or self.store.flushed_offset < self._unsaved_end:
-            return
-        snapshot = dict(self.offsets)
-        table = {"offsetTable": {str(level): offset for level, offset in sorted(snapshot.items())}}
-        await asyncio.to_thread(write_json_atomic, self.path, table, 2)  # (fsyncs: off the loop)
-        self._saved = snapshot
+            return None
+        return dict(self.offsets)
+
+    def _write(self, cursors: dict[int, int]) -> None:
+        write_json_atomic(self.path, {"offsetTable": {str(level): offset for level, offset in sorted(cursors.items())}}, 2)
+
+    async def _save_when_durable(self) -> None:
+        cursors = self._to_save()
+        if cursors is not None:
+            await asyncio.to_thread(self._write, cursors)  # (fsyncs: off the loop)
+            self._saved = cursors
 
     def save_at_close(self) -> None:
         """At a clean stop, once delivery has ended and the store's close flushed everything:
         the cursors as they are (only if every copy they pass is on disk)."""
-        if self.offsets == self._saved or self.store.flushed_offset < self._unsaved_end:
+        cursors = self._to_save()
+        if cursors is None:
             return
         try:
-            write_json_atomic(self.path, {"offsetTable": {str(level): offset for level, offset in sorted(self.offsets.items())}}, 2)
+            self._write(cursors)
         except OSError as exc:  # the last round's messages are delivered again at the next start
             log_event(log, "delay offsets not written at stop", logging.WARNING, path=str(self.path), error=str(exc))
             return
-        self._saved = dict(self.offsets)
+        self._saved = cursors
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Deliver until `stopping` is set: at once while more is due, else every INTERVAL_S."""

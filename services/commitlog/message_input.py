@@ -102,6 +102,16 @@ INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
 
 
+def not_one_topic(index: int, first_topic: str) -> InvalidArgument:
+    """The error of a batch (which holds one topic) whose message `index` names another."""
+    return InvalidArgument(f"messages[{index}].topic", f"a batch holds one topic ({first_topic!r})")
+
+
+def queue_out_of_range(field_prefix: str, queue_id: int, topic: str, queues: int) -> InvalidArgument:
+    """The error of a message asking for a queue its topic does not have."""
+    return InvalidArgument(f"{field_prefix}queue_id", f"{queue_id} out of range: topic {topic} has queues 0..{queues - 1}")
+
+
 def reject(msg: MessageFields, field_prefix: str, max_message_size: int, peer: tuple[str, int] | None) -> None:
     """Raise InvalidArgument naming the first field of `msg` that breaks a rule (the append
     calls this only once a cheap check failed; it returns if every rule holds)."""

@@ -16,8 +16,7 @@ from typing import Sequence
 from quarry.formats.properties import DELAY, REAL_QID, REAL_TOPIC
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK
 from quarry.formats.scheduled import MAX_DELAY_LEVEL, PARKING_TOPICS, SCHEDULE_TOPIC, delay_level
-from quarry.services.commitlog.errors import InvalidArgument
-from quarry.services.commitlog.message_input import Host, MessageFields, NewMessage, Property, reject
+from quarry.services.commitlog.message_input import Host, MessageFields, NewMessage, Property, not_one_topic, reject
 from quarry.services.commitlog.store import CommitLogStore
 
 _NOT_PARKED = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
@@ -66,7 +65,7 @@ def park(store: CommitLogStore, msgs: Sequence[MessageFields], same_topic: bool,
                 first = msgs[0].topic
                 for j, other in enumerate(msgs):
                     if other.topic != first:
-                        raise InvalidArgument(f"messages[{j}].topic", f"a batch holds one topic ({first!r})")
+                        raise not_one_topic(j, first)
             out = list(msgs)
         prefix = f"messages[{i}]." if many else ""
         reject(m, prefix, store.config.max_message_size, peer)

@@ -26,7 +26,7 @@ from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
 from quarry.services.commitlog.follow import Follower
-from quarry.services.commitlog.message_input import MessageFields
+from quarry.services.commitlog.message_input import MessageFields, queue_out_of_range
 from quarry.services.commitlog.recovery import recover
 from quarry.services.commitlog.segments import SegmentQueue
 from quarry.services.commitlog.store_state import ABORT_FILE, StoreConfig, StoreState
@@ -171,13 +171,8 @@ class CommitLogStore:
             raise InvalidArgument("topic", str(exc).split(": ", 1)[-1]) from None
         if self.read_only:
             raise ReadOnly("store is read-only")
-        with self.state.lock:
-            if topic in self.state.topics:
-                return False
-            topics = dict(self.state.topics)
-            topics[topic] = queues
-            save_topics(self.dir / "config", topics)
-            self.state.topics = topics
+        if not self._set_queues(topic, queues, grow=False):
+            return False
         log_event(log, "topic created", topic=topic, queues=queues)
         return True
 
@@ -188,24 +183,27 @@ class CommitLogStore:
             return
         if self.read_only or self.state.closed:
             raise ReadOnly("store is read-only" if self.read_only else "store is closed")
+        if self._set_queues(topic, queues, grow=True):
+            log_event(log, "topic queues set", topic=topic, queues=queues)
+
+    def _set_queues(self, topic: str, queues: int, grow: bool) -> bool:
+        """Give `topic` `queues` queues in the topic table (saved) if it has none, or, with
+        `grow`, fewer; whether it changed."""
         with self.state.lock:
-            if self.state.topics.get(topic, 0) >= queues:
-                return
+            have = self.state.topics.get(topic)
+            if have is not None and (not grow or have >= queues):
+                return False
             topics = {**self.state.topics, topic: queues}
             save_topics(self.dir / "config", topics)
             self.state.topics = topics
-        log_event(log, "topic queues set", topic=topic, queues=queues)
+        return True
 
     def queue_for(self, topic: str, queue_id: int, field_prefix: str = "") -> int:
         """The queue a message of `topic` asking for `queue_id` goes to (-1: the broker's
-        round-robin choice, one turn taken), checked as an append checks it: the topic's name,
-        that it exists or may be created, the queue in range (`queue_id` >= -1:
-        message_input.reject's rule). For a message stored elsewhere first (a delayed one is
-        parked) and delivered to its queue later; nothing is created here."""
-        try:
-            validate_topic(topic, f"{field_prefix}topic")
-        except TopicError as exc:
-            raise InvalidArgument(str(exc)) from None
+        round-robin choice, one turn taken), for a message message_input.reject has passed
+        (topic name, queue_id >= -1): that the topic exists or may be created, the queue in
+        range, as an append checks them. For a message stored elsewhere first (a delayed one
+        is parked) and delivered to its queue later; nothing is created here."""
         with self.state.lock:
             queues = self.state.topics.get(topic)
             if queues is None:
@@ -213,7 +211,7 @@ class CommitLogStore:
                     raise NotFound(f"topic {topic} does not exist and auto-creation is off")
                 queues = self.config.default_queues
             if queue_id >= queues:
-                raise InvalidArgument(f"{field_prefix}queue_id", f"{queue_id} out of range: topic {topic} has queues 0..{queues - 1}")
+                raise queue_out_of_range(field_prefix, queue_id, topic, queues)
             return queue_id if queue_id >= 0 else self._appender.next_turn(topic, queues)
 
     # -- flush ----------------------------------------------------------------------------
