@@ -24,6 +24,7 @@ from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
 from quarry.channels import open_aio_channel
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.log import log_event
+from quarry.services.silent_streams import Silent, within
 
 log = logging.getLogger("quarry.tailer")
 
@@ -72,14 +73,10 @@ GROUP_QUEUE = 32  # responses read ahead of indexing (gRPC's flow control holds 
 TAIL_SILENT_S = 30.0
 
 
-class _Silent(Exception):
-    """A Tail stream that stopped sending without ending."""
-
-
 async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse], silent_s: float) -> AsyncIterator[list[commitlog_pb2.TailResponse]]:
     """The stream's responses, those that arrived while the previous group was being indexed
     taken together: a group costs one wait for the key presence watchers' acknowledgements
-    (and one index header write), however many responses came meanwhile. _Silent when none
+    (and one index header write), however many responses came meanwhile. Silent when none
     came for `silent_s` (the queue is empty only while nothing is read)."""
     queue: asyncio.Queue[Any] = asyncio.Queue(GROUP_QUEUE)
 
@@ -96,11 +93,7 @@ async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse], silent_s: fl
     reader = asyncio.ensure_future(read())
     try:
         while True:
-            try:
-                async with asyncio.timeout(silent_s):  # (not wait_for: on 3.11 it may swallow a stop's cancellation)
-                    group = [await queue.get()]
-            except TimeoutError:
-                raise _Silent(f"no Tail response within {silent_s:g} s (the commitlog sends one at least each second)") from None
+            group = [await within(queue.get(), silent_s, f"no Tail response within {silent_s:g} s (the commitlog sends one at least each second)")]
             while not queue.empty() and isinstance(group[-1], commitlog_pb2.TailResponse):
                 group.append(queue.get_nowait())
             responses = [r for r in group if isinstance(r, commitlog_pb2.TailResponse)]
@@ -198,7 +191,7 @@ class Tailer:
                     raise _Disconnected(repr(exc)) from exc
             self._disconnected("stream ended")
             raise _Disconnected("stream ended")
-        except _Silent as exc:
+        except Silent as exc:
             self._disconnected(str(exc))
             raise _Disconnected(str(exc)) from exc
         except grpc.aio.AioRpcError as exc:

@@ -30,6 +30,7 @@ from quarry.formats.java_hash import index_key_hash
 from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 from quarry.services.key_presence import KeyPresence
 from quarry.services.log import log_event
+from quarry.services.silent_streams import Silent, within
 
 log = logging.getLogger("quarry.router.presence")
 
@@ -57,16 +58,8 @@ async def _next_or_silent(call: grpc.aio.StreamStreamCall, silent_s: float, addr
     if not silent_s:
         u = await call.read()
     else:
-        try:
-            async with asyncio.timeout(silent_s):  # (not wait_for: on 3.11 it may swallow a cancellation)
-                u = await call.read()
-        except TimeoutError:
-            raise _Silent(f"no update from {address} within {silent_s:g} s (it sends one every third of its lease)") from None
+        u = await within(call.read(), silent_s, f"no update from {address} within {silent_s:g} s (it sends one every third of its lease)")
     return None if u is grpc.aio.EOF else u
-
-
-class _Silent(Exception):
-    """A watch that stopped sending without ending."""
 
 
 class _Copy:
@@ -142,7 +135,7 @@ class PresenceCopies:
                         log_event(log, "indexer's key presence not watched; it is asked every key query", logging.INFO, indexer=address, reason=why)
                     copy.refused = why
                     pause = REFUSED_RETRY_S
-            except _Silent as exc:
+            except Silent as exc:
                 why = str(exc)
                 # Said once per episode: not again at each retry that stays silent.
                 if (why != bad or copy.snapshots != snapshots) and not copy.leaving:

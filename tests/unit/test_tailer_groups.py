@@ -59,7 +59,7 @@ def test_a_failed_stream_is_raised_after_what_came_before_it() -> None:
 def test_a_stream_silent_without_ending_is_over() -> None:
     # A half-open connection never ends the stream: the commitlog sends at least an empty
     # response each second, so a long silence means the peer is gone and the tail reconnects.
-    from quarry.services.indexer.tailer import _Silent
+    from quarry.services.silent_streams import Silent
 
     seen: list[int] = []
 
@@ -67,6 +67,6 @@ def test_a_stream_silent_without_ending_is_over() -> None:
         async for group in _grouped(_stream(1, [2], asyncio.Event()), silent_s=0.05):  # then silent
             seen.extend(r.next_offset for r in group)
 
-    with pytest.raises(_Silent, match="no Tail response within 0.05 s"):
+    with pytest.raises(Silent, match="no Tail response within 0.05 s"):
         asyncio.run(collect())
     assert seen == [1]
