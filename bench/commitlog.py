@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from bench.ceiling import EchoCeiling, Stats, compare, drive, median_run
+from bench.rmq5 import LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES, lean_rmq5
 from bench.runner import Result
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from scripts.launcher import ServiceProcess, free_port
@@ -57,6 +58,25 @@ def _drive_batches(address: str, batch: commitlog_pb2.SendBatchRequest, concurre
     return asyncio.run(go())
 
 
+def _rmq5_single(proc: ServiceProcess, args: argparse.Namespace, echo: EchoCeiling) -> list[Result]:
+    """RocketMQ 5 SendMessage to the same standalone commitlog, 16 in flight, from a grpc.aio
+    client as the echo's (bench/rmq5.py's lean client): the RocketMQ 5 door measured as the
+    quarry.v1 one is. `bench rmq5` measures it again in a cluster, beside the official SDK."""
+    calls, c = args.single * 2, 16
+    pid = proc.proc.pid  # type: ignore[union-attr]
+    figs, ceils, cpu = [], [], 0.0
+    for r in range(args.rounds):
+        stats, cpu_s = lean_rmq5(proc.address, calls, c, pid, first=r * (calls + 50))
+        figs.append(stats)
+        cpu += cpu_s
+        ceils.append(echo.measure(LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES, c, calls))
+    params = {"flush_mode": "ASYNC", "body_bytes": 1024, "rounds": args.rounds,
+              "round_ratios": sorted(round(f.rate / e.rate, 3) for f, e in zip(figs, ceils))}
+    out = compare("RocketMQ 5 single send", median_run(figs), median_run(ceils), params)
+    out.append(Result("RocketMQ 5 single send, commitlog CPU per message", cpu / (args.rounds * calls) * 1e6, "us", {**params, "concurrency": c}))
+    return out
+
+
 def _run_mode(mode: str, args: argparse.Namespace, root: Path, echo: EchoCeiling) -> list[Result]:
     proc = ServiceProcess("commitlog", f"127.0.0.1:{free_port()}", ["--store-dir", str(root / mode), "--flush-mode", mode, "--segment-size", str(256 << 20)], root / f"{mode}.log").start()
     results: list[Result] = []
@@ -72,6 +92,8 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path, echo: EchoCeiling
                 figs.append(_drive_sends(proc.address, c, calls))
                 ceils.append(echo.measure(single.ByteSize(), resp_bytes, c, calls))
             results += compare("single send", median_run(figs), median_run(ceils), params)
+        if mode == "ASYNC":
+            results += _rmq5_single(proc, args, echo)
         batch = _batch(args.batch_size)
         batch_resp = _sizes(proc.address, batch, "SendBatch")
         figs, ceils = [], []

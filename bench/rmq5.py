@@ -49,7 +49,12 @@ def _threads(send, n: int, concurrency: int) -> float:  # type: ignore[no-untype
     return per * concurrency / (time.perf_counter() - t0)
 
 
-def _lean_rmq5(address: str, n: int, concurrency: int, pid: int, first: int) -> tuple[Stats, float]:
+# The ceiling's sizes for a RocketMQ 5 send: the request (a 1 KiB body, topic, key, tag and
+# system properties) ~1.15 KB, the answer (SendResultEntry) ~0.2 KB.
+LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES = 1150, 200
+
+
+def lean_rmq5(address: str, n: int, concurrency: int, pid: int, first: int) -> tuple[Stats, float]:
     """SendMessage as the SDK sends it (message, headers), from a grpc.aio client like the
     echo ceiling's, `concurrency` in flight: the stats and the broker's CPU seconds for the `n`
     measured sends (not the channel's set-up or the warm-up). Message ids count from `first`."""
@@ -102,8 +107,7 @@ def run(argv: list[str]) -> list[Result]:
     n, c, rounds = args.messages, args.concurrency, max(1, args.rounds)
     per = n // rounds  # sends (calls) of each figure in one round
     params = {"body_bytes": 1024, "messages": n, "flush_mode": "ASYNC", "brokers": 1, **({"rounds": rounds} if rounds != 3 else {})}
-    # The ceilings run beside the (then idle) cluster, each round interleaved with the figures:
-    # a 1 KiB body plus topic, key and tag is ~1.1 KB each way (SendResult ~0.2 KB).
+    # The ceilings run beside the (then idle) cluster, each round interleaved with the figures.
     with tempfile.TemporaryDirectory() as tmp, EchoCeiling() as echo, SdkEcho() as sdk_echo:
         cluster = LocalCluster(root=Path(tmp), commitlog_args=["--segment-size", str(512 << 20)])
         try:
@@ -135,7 +139,7 @@ def run(argv: list[str]) -> list[Result]:
                         cpu["v2"] += process_cpu_s(pid) - t
                         v2_rates.append(r)
                         v2_lat += lat
-                        ceil1s.append(echo.measure(1150, 200, 1, per))
+                        ceil1s.append(echo.measure(LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES, 1, per))
                         sdk_echo1s.append(sdk.sequential("echo", per)[0])
                     v1_rate, v2_rate, sdk_echo1 = statistics.median(v1_rates), statistics.median(v2_rates), statistics.median(sdk_echo1s)
                     ceil1 = median_run(ceil1s)
@@ -149,9 +153,9 @@ def run(argv: list[str]) -> list[Result]:
                         t = process_cpu_s(pid)
                         v2_concs.append(sdk.window("quarry", per, c))
                         cpu_v2_conc += process_cpu_s(pid) - t
-                        ceilcs.append(echo.measure(1150, 200, c, per))
+                        ceilcs.append(echo.measure(LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES, c, per))
                         sdk_echocs.append(sdk.window("echo", per, c))
-                        stats, cpu_s = _lean_rmq5(broker, per, c, pid, first=len(leans) * (per + 50))
+                        stats, cpu_s = lean_rmq5(broker, per, c, pid, first=len(leans) * (per + 50))
                         leans.append(stats)
                         cpu_lean += cpu_s
                     v1_conc, v2_conc, sdk_echoc = statistics.median(v1_concs), statistics.median(v2_concs), statistics.median(sdk_echocs)
