@@ -34,7 +34,7 @@ def _peak_rss_mb(proc: ServiceProcess) -> float:
     return 0.0
 
 
-def run(root: Path, clients: int, seconds: float) -> dict:
+def run(root: Path, clients: int, seconds: float, router_args: tuple[str, ...] = ()) -> dict:
     cluster = LocalCluster(root=root, commitlog_args=["--segment-size", str(64 << 20)], indexer_args=["--hash-slots", "100003", "--index-num", "2000000"])
     latencies: dict[str, list[float]] = defaultdict(list)
     errors: Counter[str] = Counter()
@@ -42,7 +42,7 @@ def run(root: Path, clients: int, seconds: float) -> dict:
     lock = threading.Lock()
     stop = threading.Event()
     try:
-        router = cluster.start_router().address
+        router = cluster.start_router(*router_args).address
         cluster.add_broker("broker-a", "127.0.0.51")
         cluster.add_broker("broker-b", "127.0.0.52")
         with Producer(router) as p:

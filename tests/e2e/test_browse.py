@@ -17,7 +17,7 @@ import pytest
 from quarry.channels import open_channel
 from quarry.clients.producer import unique_key_generator
 from scripts.launcher import LocalCluster
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
 from tests.e2e.conftest import run_quarry, wait_until
 
 MANY = 6000
@@ -43,7 +43,15 @@ def send(cluster: LocalCluster, broker: str, msgs: list[common_pb2.MessageInput]
         out: list[common_pb2.SendResult] = []
         for i in range(0, len(msgs), 1000):
             out += stub.SendBatch(commitlog_pb2.SendBatchRequest(messages=msgs[i:i + 1000]), timeout=30).results
-        return list(out)
+    # A browse asks the brokers the router knows to hold the topic; a new topic reaches it with
+    # the broker's next heartbeat (sent at once, but not before the CLI may ask).
+    assert cluster.router is not None
+    with open_channel(cluster.router.address) as ch:
+        router = router_pb2_grpc.QueryRouterServiceStub(ch)
+        for topic in {m.topic for m in msgs}:
+            wait_until(lambda: broker in {x.broker_name for x in router.GetTopicRoute(router_pb2.GetTopicRouteRequest(topic=topic), timeout=5).brokers},
+                       what=f"{topic} routed to {broker}")
+    return list(out)
 
 
 def _body(m: dict[str, Any]) -> str:

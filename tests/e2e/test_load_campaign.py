@@ -8,7 +8,10 @@ from scripts.load_campaign import run
 
 
 def test_sixteen_clients_mixing_sends_and_queries(tmp_path: Path) -> None:
-    report = run(tmp_path, clients=16, seconds=6)
+    # Generous time limits: the case looks for errors, not for how slow a loaded CI machine is
+    # (a broker call past the default 1 s, or 1.5 s without a heartbeat, would count as one).
+    report = run(tmp_path, clients=16, seconds=6,
+                 router_args=("--broker-call-timeout-ms", "10000", "--query-timeout-ms", "20000", "--missed-heartbeats", "20"))
     assert report["unexpected_errors"] == {}
     assert set(report["operations"]) == {"send", "id", "key", "unique", "offset"}
     assert all(op["count"] > 10 for op in report["operations"].values())
