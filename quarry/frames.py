@@ -75,6 +75,17 @@ def framed(data: bytes) -> tuple[bytes, bytes]:
     return _LENGTH.pack(len(data)), data
 
 
+def write_frame_now(writer: asyncio.StreamWriter, data: bytes) -> bool:
+    """Hand one frame to the socket if nothing waits to be sent before it (a socket usually
+    takes a small frame whole, so the caller need not wait for it); False when it did not
+    write (closing, or earlier bytes still buffered: the caller writes and waits)."""
+    transport = writer.transport
+    if transport.is_closing() or transport.get_write_buffer_size():
+        return False
+    writer.writelines(framed(data))
+    return True
+
+
 async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes | None:
     """The next frame's payload; None when the peer closed the connection between frames."""
     try:

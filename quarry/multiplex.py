@@ -26,7 +26,7 @@ import grpc
 
 from quarry.channels import signs_calls
 from quarry.formats.addresses import split_host_port
-from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameCut, FrameError, framed, read_frame, watch_peer
+from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameCut, FrameError, framed, read_frame, watch_peer, write_frame_now
 from quarry.transport import status_by_number
 from quarry.v1 import multiplex_pb2
 
@@ -87,8 +87,12 @@ class FrameWriter(Generic[Item]):
     dropped before any write was tried."""
 
     def __init__(self, write: Callable[[list[Item]], Awaitable[None]], size: Callable[[Item], int],
-                 on_error: Callable[[BaseException, list[Item], list[Item]], None], busy: Callable[[], bool] = lambda: True) -> None:
+                 on_error: Callable[[BaseException, list[Item], list[Item]], None], busy: Callable[[], bool] = lambda: True,
+                 write_now: Callable[[list[Item]], bool] | None = None) -> None:
         self._write = write
+        # Writes a lone item's frame at once when that needs no waiting (False: it did not
+        # write). A carrier's socket usually takes a frame whole: no writer task, no turn.
+        self._write_now = write_now
         self._size = size
         self._on_error = on_error
         self._busy = busy  # whether more items are likely to come at once (gather them)
@@ -101,9 +105,19 @@ class FrameWriter(Generic[Item]):
         return len(self._queue)
 
     def send(self, item: Item, written: Callable[[], None] | None = None) -> None:
+        if self._task is None and self._write_now is not None and not self._busy() and self._wrote_now(item):
+            if written is not None:
+                written()
+            return
         self._queue.append((item, written))
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
+
+    def _wrote_now(self, item: Item) -> bool:
+        try:
+            return self._write_now([item])  # type: ignore[misc]
+        except Exception:  # (the writer task meets the same failure and reports it as a write's)
+            return False
 
     async def drained(self) -> None:
         """Return once every item sent so far is written (or the stream failed)."""
@@ -156,7 +170,7 @@ class _Carrier:
         self._unsent: set[int] = set()  # calls whose request was never sent: safe to send again
         self._ids = itertools.count(1)
         self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
-            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1)
+            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1, self._write_now)
 
     def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
                       dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:
@@ -169,6 +183,10 @@ class _Carrier:
 
     async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
         raise NotImplementedError
+
+    def _write_now(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> bool:
+        """Write a lone call's frame without waiting, if the carrier can (else False)."""
+        return False
 
     def start(self, method: str, payload: bytes, timeout_s: float | None) -> tuple[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]]:
         call_id = next(self._ids)
@@ -303,6 +321,10 @@ class _FramesStream(_Carrier):
         assert writer is not None  # calls are started only once connected
         writer.writelines(framed(multiplex_pb2.CallsRequest(requests=requests).SerializeToString()))
         await writer.drain()
+
+    def _write_now(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> bool:
+        writer = self._stream_writer
+        return writer is not None and write_frame_now(writer, multiplex_pb2.CallsRequest(requests=requests).SerializeToString())
 
     def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
                       dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:

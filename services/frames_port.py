@@ -12,7 +12,7 @@ from typing import AsyncIterator
 
 from google.protobuf.message import DecodeError
 
-from quarry.frames import FRAME_SLACK, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame, watch_peer
+from quarry.frames import FRAME_SLACK, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame, watch_peer, write_frame_now
 from quarry.services.log import log_event
 from quarry.services.multiplex import MultiplexServicer
 from quarry.v1 import multiplex_pb2
@@ -141,7 +141,8 @@ class FramesPort:
                 writer.writelines(framed(multiplex_pb2.CallsResponse(responses=responses).SerializeToString()))
                 await writer.drain()
 
-            await self._multiplexer.carry(frames(), write, peer, (), caller_limit)
+            await self._multiplexer.carry(frames(), write, peer, (), caller_limit,
+                                          lambda responses: write_frame_now(writer, multiplex_pb2.CallsResponse(responses=responses).SerializeToString()))
         except (FrameError, DecodeError, asyncio.IncompleteReadError, TimeoutError) as exc:
             log_event(log, "frames connection closed", logging.WARNING, peer=peer, reason=f"{type(exc).__name__}: {exc}")
         except (ConnectionError, OSError):

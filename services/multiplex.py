@@ -107,14 +107,14 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         await self.carry(request_iterator, write, context.peer(), metadata, _caller_limit(metadata))
 
     async def carry(self, frames: AsyncIterator[multiplex_pb2.CallsRequest], write: Callable[[list[multiplex_pb2.MultiplexedResponse]], Awaitable[None]],
-                    peer: str, metadata: Any, caller_limit: int) -> None:
+                    peer: str, metadata: Any, caller_limit: int, write_now: Callable[[list[multiplex_pb2.MultiplexedResponse]], bool] | None = None) -> None:
         """Run the calls of one carrier (a Calls stream or a TCP connection) until its caller
         stops sending: `frames` are what it sent, `write` sends a frame of answers back, and
         `caller_limit` is the largest message the caller takes."""
         running: dict[int, asyncio.Task[None]] = {}
         # Gather answers while other calls run (the one being answered is still counted).
         writer: FrameWriter[multiplex_pb2.MultiplexedResponse] = FrameWriter(
-            write, lambda r: r.ByteSize(), lambda exc, failed, dropped: None, lambda: len(running) > 1)
+            write, lambda r: r.ByteSize(), lambda exc, failed, dropped: None, lambda: len(running) > 1, write_now)
         limit = min(self._max_send, caller_limit)
         room = asyncio.Event()
         room.set()

@@ -434,3 +434,69 @@ def test_a_call_whose_frame_the_broken_stream_never_sent_is_sent_again(monkeypat
     assert new_stream
     assert before_code == "UNAVAILABLE"
     assert lost_connection(multiplex.MultiplexError(grpc.StatusCode.UNAVAILABLE, before_details))
+
+
+def _frame_writer(now: Any, busy: bool = False) -> tuple[Any, list[list[str]], list[str]]:
+    """A FrameWriter over a recording write, with `now` as its write-at-once hook."""
+    from quarry.multiplex import FrameWriter
+
+    frames: list[list[str]] = []
+    done: list[str] = []
+
+    async def write(items: list[str]) -> None:
+        frames.append(list(items))
+
+    return FrameWriter(write, len, lambda exc, failed, dropped: None, lambda: busy, now), frames, done
+
+
+def test_a_lone_item_is_written_at_once_and_counted_written() -> None:
+    async def go() -> tuple[list[list[str]], list[list[str]], list[str]]:
+        at_once: list[list[str]] = []
+        writer, frames, done = _frame_writer(lambda items: at_once.append(items) or True)
+        writer.send("a", lambda: done.append("a"))
+        assert at_once == [["a"]] and done == ["a"] and writer.backlog == 0  # before any turn of the loop
+        await writer.drained()
+        return at_once, frames, done
+
+    at_once, frames, done = on_loop(go())
+    assert at_once == [["a"]] and frames == [] and done == ["a"]
+
+
+def test_an_item_the_socket_cannot_take_at_once_goes_through_the_writer_in_order() -> None:
+    async def go() -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
+        attempts: list[str] = []
+
+        def refuse(items: list[str]) -> bool:
+            attempts.append(items[0])
+            return False  # bytes still buffered: the writer task waits for the socket
+
+        writer, frames, done = _frame_writer(refuse)
+        for item in ("a", "b", "c"):
+            writer.send(item, lambda item=item: done.append(item))
+        await writer.drained()
+
+        def fail(items: list[str]) -> bool:
+            raise OSError("socket gone")  # the writer task meets it again and reports it
+
+        failing, failed_frames, _ = _frame_writer(fail)
+        failing.send("x")
+        await failing.drained()
+        return attempts, frames, done, failed_frames
+
+    attempts, frames, done, failed_frames = on_loop(go())
+    assert attempts == ["a"]  # a writer task runs: later items queue behind it, in order
+    assert [i for f in frames for i in f] == ["a", "b", "c"] and done == ["a", "b", "c"]
+    assert failed_frames == [["x"]]
+
+
+def test_a_busy_writer_gathers_instead_of_writing_at_once() -> None:
+    async def go() -> list[list[str]]:
+        at_once: list[list[str]] = []
+        writer, frames, _ = _frame_writer(lambda items: at_once.append(items) or True, busy=True)
+        writer.send("a")
+        writer.send("b")
+        await writer.drained()
+        assert at_once == []
+        return frames
+
+    assert on_loop(go()) == [["a", "b"]]
