@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 
 from bench.ceiling import EchoCeiling, Stats, compare, drive, median_run
-from bench.rmq5 import LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES, lean_rmq5
+from bench.rmq5 import lean_rmq5
 from bench.runner import Result
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from scripts.launcher import ServiceProcess, free_port
@@ -59,17 +59,18 @@ def _drive_batches(address: str, batch: commitlog_pb2.SendBatchRequest, concurre
 
 
 def _rmq5_single(proc: ServiceProcess, args: argparse.Namespace, echo: EchoCeiling) -> list[Result]:
-    """RocketMQ 5 SendMessage to the same standalone commitlog, 16 in flight, from a grpc.aio
-    client as the echo's (bench/rmq5.py's lean client): the RocketMQ 5 door measured as the
-    quarry.v1 one is. `bench rmq5` measures it again in a cluster, beside the official SDK."""
+    """RocketMQ 5 SendMessage to the same standalone commitlog as the quarry.v1 rows, 16 in
+    flight, from a grpc.aio client as the echo's (bench/rmq5.py's lean client), each round beside
+    an echo of the sizes its calls measured; medians of `--rounds` rounds. `bench rmq5` measures
+    it again in a cluster, beside the official SDK."""
     calls, c = args.single * 2, 16
     pid = proc.proc.pid  # type: ignore[union-attr]
     figs, ceils, cpu = [], [], 0.0
     for r in range(args.rounds):
-        stats, cpu_s = lean_rmq5(proc.address, calls, c, pid, first=r * (calls + 50))
+        stats, cpu_s, request_bytes, answer_bytes = lean_rmq5(proc.address, calls, c, pid, first=r * (calls + 50))
         figs.append(stats)
         cpu += cpu_s
-        ceils.append(echo.measure(LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES, c, calls))
+        ceils.append(echo.measure(request_bytes, answer_bytes, c, calls))
     params = {"flush_mode": "ASYNC", "body_bytes": 1024, "rounds": args.rounds,
               "round_ratios": sorted(round(f.rate / e.rate, 3) for f, e in zip(figs, ceils))}
     out = compare("RocketMQ 5 single send", median_run(figs), median_run(ceils), params)

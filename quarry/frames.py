@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from typing import Callable
 
 MAGIC = b"QMX1"
 HELLO = struct.Struct(">4sI")
@@ -75,14 +76,15 @@ def framed(data: bytes) -> tuple[bytes, bytes]:
     return _LENGTH.pack(len(data)), data
 
 
-def write_frame_now(writer: asyncio.StreamWriter, data: bytes) -> bool:
-    """Hand one frame to the socket if nothing waits to be sent before it (a socket usually
-    takes a small frame whole, so the caller need not wait for it); False when it did not
-    write (closing, or earlier bytes still buffered: the caller writes and waits)."""
+def write_frame_now(writer: asyncio.StreamWriter, data: Callable[[], bytes]) -> bool:
+    """Hand the frame of `data()` to the transport if nothing waits to be sent before it, so
+    the caller need not wait for the socket (an empty buffer is below any high-water mark);
+    False, without building the frame, when it did not (closing, or earlier bytes buffered:
+    the caller writes it and waits)."""
     transport = writer.transport
     if transport.is_closing() or transport.get_write_buffer_size():
         return False
-    writer.writelines(framed(data))
+    writer.writelines(framed(data()))
     return True
 
 

@@ -54,6 +54,10 @@ _NOT_OFFERED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED
 # per frame with none, 1.29 with two; router CPU per query -7 %, brokers' -30 % against
 # unary calls (none: brokers' -15 %). A lone call is written at once.
 _GATHER_TURNS = 2
+# The largest item written at once (FrameWriter.write_now): what a transport buffers below
+# asyncio's default high-water mark, so an item counts as written only when a writer task's
+# drain would have returned at once too (a stopping server then keeps no answer buffered).
+WRITE_NOW_BYTES = 64 * 1024
 
 Item = TypeVar("Item")
 
@@ -80,18 +84,20 @@ def status_of(number: int) -> grpc.StatusCode:
 
 
 class FrameWriter(Generic[Item]):
-    """Coalesces items into frames on one stream: the first item starts a writer task; items
-    that arrive while it writes go together in its next frame. Both sides use it. An item's
-    `written` callback runs once its frame is written, or dropped because the stream failed.
-    `on_error` is told the failure, the items of the frame whose write failed, and those
-    dropped before any write was tried."""
+    """Coalesces items into frames on one stream: an item starts a writer task; items that
+    arrive while it writes go together in its next frame. Both sides use it. A lone small item
+    on a carrier that is not busy is handed to the transport at once instead, when the carrier
+    can (`write_now`). An item's `written` callback runs once its frame is written (handed to
+    the transport below its high-water mark), or dropped because the stream failed. `on_error`
+    is told the failure, the items of the frame whose write failed, and those dropped before
+    any write was tried."""
 
     def __init__(self, write: Callable[[list[Item]], Awaitable[None]], size: Callable[[Item], int],
                  on_error: Callable[[BaseException, list[Item], list[Item]], None], busy: Callable[[], bool] = lambda: True,
                  write_now: Callable[[list[Item]], bool] | None = None) -> None:
         self._write = write
         # Writes a lone item's frame at once when that needs no waiting (False: it did not
-        # write). A carrier's socket usually takes a frame whole: no writer task, no turn.
+        # write): no writer task, no turn of the loop, for a call alone on its carrier.
         self._write_now = write_now
         self._size = size
         self._on_error = on_error
@@ -105,7 +111,8 @@ class FrameWriter(Generic[Item]):
         return len(self._queue)
 
     def send(self, item: Item, written: Callable[[], None] | None = None) -> None:
-        if self._task is None and self._write_now is not None and not self._busy() and self._wrote_now(item):
+        if (self._task is None and self._write_now is not None and not self._busy()
+                and self._size(item) <= WRITE_NOW_BYTES and self._wrote_now(item)):
             if written is not None:
                 written()
             return
@@ -161,8 +168,11 @@ def _run_callbacks(items: list[tuple[Any, Callable[[], None] | None]]) -> None:
 
 class _Carrier:
     """What carries a channel's calls to one server (a Calls stream or a frames connection)
-    and the calls waiting for their answers on it. A subclass writes frames (`_write`) and
-    reads them, handing each frame's answers to `_answered` and its end to `_ended`."""
+    and the calls waiting for their answers on it. A subclass writes frames (`_write`, and
+    `_write_now` if it WRITES_NOW) and reads them, handing each frame's answers to
+    `_answered` and its end to `_ended`."""
+
+    WRITES_NOW = False
 
     def __init__(self) -> None:
         self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
@@ -170,7 +180,8 @@ class _Carrier:
         self._unsent: set[int] = set()  # calls whose request was never sent: safe to send again
         self._ids = itertools.count(1)
         self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
-            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1, self._write_now)
+            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1,
+            self._write_now if self.WRITES_NOW else None)
 
     def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
                       dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:
@@ -291,6 +302,8 @@ class _FramesStream(_Carrier):
     without gRPC's cost per frame. It connects in the background; the channel sends calls
     over it only once it is `ready`."""
 
+    WRITES_NOW = True
+
     def __init__(self, host: str, port: int, token: bytes, max_receive_bytes: int, on_unreachable: Callable[[BaseException], None]) -> None:
         self.ready = False
         self._answer = MAGIC + token  # what the port offered answers the hello with
@@ -324,7 +337,7 @@ class _FramesStream(_Carrier):
 
     def _write_now(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> bool:
         writer = self._stream_writer
-        return writer is not None and write_frame_now(writer, multiplex_pb2.CallsRequest(requests=requests).SerializeToString())
+        return writer is not None and write_frame_now(writer, multiplex_pb2.CallsRequest(requests=requests).SerializeToString)
 
     def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
                       dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:

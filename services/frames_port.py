@@ -142,7 +142,7 @@ class FramesPort:
                 await writer.drain()
 
             await self._multiplexer.carry(frames(), write, peer, (), caller_limit,
-                                          lambda responses: write_frame_now(writer, multiplex_pb2.CallsResponse(responses=responses).SerializeToString()))
+                                          lambda responses: write_frame_now(writer, multiplex_pb2.CallsResponse(responses=responses).SerializeToString))
         except (FrameError, DecodeError, asyncio.IncompleteReadError, TimeoutError) as exc:
             log_event(log, "frames connection closed", logging.WARNING, peer=peer, reason=f"{type(exc).__name__}: {exc}")
         except (ConnectionError, OSError):

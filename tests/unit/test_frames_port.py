@@ -447,3 +447,40 @@ def test_both_ends_of_a_frames_connection_watch_for_a_peer_gone_without_a_word(b
     want = (1, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS)
     assert client == want
     assert servers and all(s == want for s in servers)
+
+
+class _Transport:
+    def __init__(self, closing: bool = False, buffered: int = 0) -> None:
+        self.closing, self.buffered = closing, buffered
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+
+class _Writer:
+    def __init__(self, transport: _Transport) -> None:
+        self.transport = transport
+        self.written: list[bytes] = []
+
+    def writelines(self, parts: Any) -> None:
+        self.written.append(b"".join(parts))
+
+
+def test_a_frame_is_written_at_once_only_into_an_empty_open_transport() -> None:
+    from quarry.frames import write_frame_now
+
+    built: list[int] = []
+
+    def data() -> bytes:
+        built.append(1)
+        return b"frame"
+
+    for transport in (_Transport(closing=True), _Transport(buffered=1)):
+        w = _Writer(transport)
+        assert write_frame_now(w, data) is False and w.written == [] and built == []  # type: ignore[arg-type]
+    w = _Writer(_Transport())
+    assert write_frame_now(w, data) is True  # type: ignore[arg-type]
+    assert w.written == [struct.pack(">I", 5) + b"frame"] and built == [1]

@@ -500,3 +500,40 @@ def test_a_busy_writer_gathers_instead_of_writing_at_once() -> None:
         return frames
 
     assert on_loop(go()) == [["a", "b"]]
+
+
+def test_a_lone_call_over_frames_takes_no_writer_task_on_either_side_and_a_big_answer_does(carrier: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write-at-once path wired on both ends of a frames connection (the client's
+    carrier and the frames port), and only there: the gRPC Calls stream writes through its
+    writer tasks, and an answer past WRITE_NOW_BYTES is written by a task, which waits for
+    the socket."""
+    from quarry import multiplex
+
+    tasks: list[int] = []
+    real_run = multiplex.FrameWriter._run
+
+    async def counted(self: Any) -> None:
+        tasks.append(1)
+        await real_run(self)
+
+    async def go() -> tuple[tuple[str, Any], int, tuple[str, Any], int]:
+        slow, running = await _slow_indexer(carrier=carrier)
+        mux = await _mux(slow, running, carrier)
+        monkeypatch.setattr(multiplex.FrameWriter, "_run", counted)
+        try:
+            stub = indexer_pb2_grpc.IndexerServiceStub(mux)  # type: ignore[arg-type]
+            lone = await _outcome(stub.QueryMessage(_query("abc"), timeout=10))
+            lone_tasks = len(tasks)
+            big = await _outcome(stub.QueryMessage(_query("big"), timeout=10))
+            return lone, lone_tasks, big, len(tasks) - lone_tasks
+        finally:
+            await mux.close()
+            await stop_server(running, 0)
+
+    (code, answer), lone_tasks, (big_code, big_answer), big_tasks = on_loop(go())
+    assert code == "OK" and list(answer.physical_offsets) == [3]
+    assert big_code == "OK" and len(big_answer.physical_offsets) == 300_000
+    if carrier == "frames":
+        assert lone_tasks == 0 and big_tasks == 1  # the big answer's writer (its request went at once)
+    else:
+        assert lone_tasks == 2 and big_tasks == 2  # each side's writer, for each call
