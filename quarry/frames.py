@@ -76,6 +76,12 @@ def framed(data: bytes) -> tuple[bytes, bytes]:
     return _LENGTH.pack(len(data)), data
 
 
+async def write_frame(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """Write one frame and wait until the transport is below its high-water mark."""
+    writer.writelines(framed(data))
+    await writer.drain()
+
+
 def write_frame_now(writer: asyncio.StreamWriter, data: Callable[[], bytes]) -> bool:
     """Hand the frame of `data()` to the transport if nothing waits to be sent before it, so
     the caller need not wait for the socket (an empty buffer is below any high-water mark);

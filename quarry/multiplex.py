@@ -26,7 +26,7 @@ import grpc
 
 from quarry.channels import signs_calls
 from quarry.formats.addresses import split_host_port
-from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameCut, FrameError, framed, read_frame, watch_peer, write_frame_now
+from quarry.frames import FRAME_SLACK, FRAMES_PORT_KEY, FRAMES_TOKEN_KEY, HELLO, MAGIC, TOKEN_BYTES, FrameCut, FrameError, read_frame, watch_peer, write_frame, write_frame_now
 from quarry.transport import status_by_number
 from quarry.v1 import multiplex_pb2
 
@@ -169,19 +169,16 @@ def _run_callbacks(items: list[tuple[Any, Callable[[], None] | None]]) -> None:
 class _Carrier:
     """What carries a channel's calls to one server (a Calls stream or a frames connection)
     and the calls waiting for their answers on it. A subclass writes frames (`_write`, and
-    `_write_now` if it WRITES_NOW) and reads them, handing each frame's answers to
-    `_answered` and its end to `_ended`."""
+    `write_now` where a lone call's frame can be written without waiting) and reads them,
+    handing each frame's answers to `_answered` and its end to `_ended`."""
 
-    WRITES_NOW = False
-
-    def __init__(self) -> None:
+    def __init__(self, write_now: Callable[[list[multiplex_pb2.MultiplexedRequest]], bool] | None = None) -> None:
         self.waiting: dict[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]] = {}
         self.failed: BaseException | None = None
         self._unsent: set[int] = set()  # calls whose request was never sent: safe to send again
         self._ids = itertools.count(1)
         self._writer: FrameWriter[multiplex_pb2.MultiplexedRequest] = FrameWriter(
-            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1,
-            self._write_now if self.WRITES_NOW else None)
+            self._write, lambda r: r.ByteSize(), self._write_failed, lambda: len(self.waiting) > 1, write_now)
 
     def _write_failed(self, exc: BaseException, failed: list[multiplex_pb2.MultiplexedRequest],
                       dropped: list[multiplex_pb2.MultiplexedRequest]) -> None:
@@ -194,10 +191,6 @@ class _Carrier:
 
     async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
         raise NotImplementedError
-
-    def _write_now(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> bool:
-        """Write a lone call's frame without waiting, if the carrier can (else False)."""
-        return False
 
     def start(self, method: str, payload: bytes, timeout_s: float | None) -> tuple[int, asyncio.Future[multiplex_pb2.MultiplexedResponse]]:
         call_id = next(self._ids)
@@ -302,8 +295,6 @@ class _FramesStream(_Carrier):
     without gRPC's cost per frame. It connects in the background; the channel sends calls
     over it only once it is `ready`."""
 
-    WRITES_NOW = True
-
     def __init__(self, host: str, port: int, token: bytes, max_receive_bytes: int, on_unreachable: Callable[[BaseException], None]) -> None:
         self.ready = False
         self._answer = MAGIC + token  # what the port offered answers the hello with
@@ -311,7 +302,7 @@ class _FramesStream(_Carrier):
         self._on_unreachable = on_unreachable
         self._max_receive = max_receive_bytes
         self._stream_writer: asyncio.StreamWriter | None = None
-        super().__init__()
+        super().__init__(self._write_now)
         self._reader = asyncio.ensure_future(self._run(host, port))
 
     async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -332,8 +323,7 @@ class _FramesStream(_Carrier):
     async def _write(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> None:
         writer = self._stream_writer
         assert writer is not None  # calls are started only once connected
-        writer.writelines(framed(multiplex_pb2.CallsRequest(requests=requests).SerializeToString()))
-        await writer.drain()
+        await write_frame(writer, multiplex_pb2.CallsRequest(requests=requests).SerializeToString())
 
     def _write_now(self, requests: list[multiplex_pb2.MultiplexedRequest]) -> bool:
         writer = self._stream_writer

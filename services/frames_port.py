@@ -12,7 +12,7 @@ from typing import AsyncIterator
 
 from google.protobuf.message import DecodeError
 
-from quarry.frames import FRAME_SLACK, HELLO, MAGIC, TOKEN_BYTES, FrameError, framed, read_frame, watch_peer, write_frame_now
+from quarry.frames import FRAME_SLACK, HELLO, MAGIC, TOKEN_BYTES, FrameError, read_frame, watch_peer, write_frame, write_frame_now
 from quarry.services.log import log_event
 from quarry.services.multiplex import MultiplexServicer
 from quarry.v1 import multiplex_pb2
@@ -138,8 +138,7 @@ class FramesPort:
                     yield multiplex_pb2.CallsRequest.FromString(data)
 
             async def write(responses: list[multiplex_pb2.MultiplexedResponse]) -> None:
-                writer.writelines(framed(multiplex_pb2.CallsResponse(responses=responses).SerializeToString()))
-                await writer.drain()
+                await write_frame(writer, multiplex_pb2.CallsResponse(responses=responses).SerializeToString())
 
             await self._multiplexer.carry(frames(), write, peer, (), caller_limit,
                                           lambda responses: write_frame_now(writer, multiplex_pb2.CallsResponse(responses=responses).SerializeToString))
