@@ -104,6 +104,7 @@ class FrameWriter(Generic[Item]):
         self._busy = busy  # whether more items are likely to come at once (gather them)
         self._queue: list[tuple[Item, Callable[[], None] | None]] = []
         self._task: asyncio.Task[None] | None = None
+        self._held = False  # see hold()
 
     @property
     def backlog(self) -> int:
@@ -111,8 +112,11 @@ class FrameWriter(Generic[Item]):
         return len(self._queue)
 
     def send(self, item: Item, written: Callable[[], None] | None = None) -> None:
+        if self._held:
+            self._queue.append((item, written))
+            return
         if (self._task is None and self._write_now is not None and not self._busy()
-                and self._size(item) <= WRITE_NOW_BYTES and self._wrote_now(item)):
+                and self._size(item) <= WRITE_NOW_BYTES and self._wrote_now([item])):
             if written is not None:
                 written()
             return
@@ -120,9 +124,28 @@ class FrameWriter(Generic[Item]):
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
 
-    def _wrote_now(self, item: Item) -> bool:
+    def hold(self) -> None:
+        """Keep what is sent from now until release(), which sends it together: the items of
+        one step (the answers of a frame's calls) go in one frame."""
+        self._held = True
+
+    def release(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        if not self._queue or self._task is not None:
+            return
+        if self._write_now is not None and not self._busy():
+            items = self._queue
+            if sum(self._size(item) for item, _ in items) <= WRITE_NOW_BYTES and self._wrote_now([item for item, _ in items]):
+                self._queue = []
+                _run_callbacks(items)
+                return
+        self._task = asyncio.ensure_future(self._run())
+
+    def _wrote_now(self, items: list[Item]) -> bool:
         try:
-            return self._write_now([item])  # type: ignore[misc]
+            return self._write_now(items)  # type: ignore[misc]
         except Exception:  # (the writer task meets the same failure and reports it as a write's)
             return False
 

@@ -18,6 +18,7 @@ import grpc
 from quarry.frames import FRAMES_PORT_KEY, FRAMES_TOKEN_KEY
 from quarry.multiplex import GRPC_DEFAULT_MAX_RECEIVE, MAX_RECEIVE_KEY, FrameWriter
 from quarry.services.call_tracking import CallTracker
+from quarry.services.eager import start_eagerly
 from quarry.services.log import log_event
 from quarry.v1 import multiplex_pb2, multiplex_pb2_grpc
 
@@ -118,6 +119,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         limit = min(self._max_send, caller_limit)
         room = asyncio.Event()
         room.set()
+        loop = asyncio.get_running_loop()
 
         def ended(call_id: int) -> None:
             running.pop(call_id, None)
@@ -126,7 +128,10 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
 
         try:
             async for frame in frames:
-                for request in frame.requests:
+                requests = frame.requests
+                if len(requests) > 1:
+                    writer.hold()  # the answers of those answered at once leave in one frame
+                for request in requests:
                     if request.cancel:
                         task = running.get(request.id)
                         if task is not None:
@@ -136,12 +141,21 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
                         writer.send(multiplex_pb2.MultiplexedResponse(
                             id=request.id, code=grpc.StatusCode.UNAVAILABLE.value[0], details="stream removed: the server is stopping"))
                         continue
-                    task = asyncio.ensure_future(self._answer(request, peer, metadata, writer, limit))
+                    # Run at once: a handler that does not wait is answered in this step.
+                    deadline = _Deadline() if request.timeout_ms else None
+                    started = loop.time()
+                    task = start_eagerly(loop, self._answer(request, peer, metadata, writer, limit, deadline)).task
+                    if task is None:
+                        continue
+                    if deadline is not None:
+                        deadline.arm(loop, started + request.timeout_ms / 1000.0, task)
                     running[request.id] = task
                     task.add_done_callback(lambda _t, call_id=request.id: ended(call_id))
                     if len(running) >= MAX_CALLS_IN_FLIGHT:
+                        writer.release()
                         room.clear()
                         await room.wait()
+                writer.release()
                 if writer.backlog >= MAX_CALLS_IN_FLIGHT:
                     await writer.drained()
             # The caller is done writing: answer what it asked, then end the carrier.
@@ -153,7 +167,7 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
                 task.cancel()
 
     async def _answer(self, request: multiplex_pb2.MultiplexedRequest, peer: str, metadata: Any,
-                      writer: FrameWriter[multiplex_pb2.MultiplexedResponse], limit: int) -> None:
+                      writer: FrameWriter[multiplex_pb2.MultiplexedResponse], limit: int, deadline: "_Deadline | None") -> None:
         method = request.method
         handler = self._handlers.get(method)
         if handler is None:
@@ -164,37 +178,54 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         token = self._tracker.begin(method)
         code, details, payload = grpc.StatusCode.OK, "", b""
         context = CallContext(peer, metadata, request.timeout_ms)
-        deadline: asyncio.Timeout | None = None
         try:
             message = handler.request_deserializer(request.payload)  # type: ignore[misc]
-            if request.timeout_ms:
-                deadline = asyncio.timeout(request.timeout_ms / 1000.0)
-                async with deadline:
-                    response = await handler.unary_unary(message, context)  # type: ignore[misc]
-            else:
-                response = await handler.unary_unary(message, context)  # type: ignore[misc]
+            response = await handler.unary_unary(message, context)  # type: ignore[misc]
             payload = handler.response_serializer(response)  # type: ignore[misc]
         except _Aborted as exc:
             code, details = exc.code, exc.details
-        except TimeoutError as exc:
-            if deadline is not None and deadline.expired():
-                code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
-            else:  # the handler's own TimeoutError (a socket's, say): unexpected, as for a unary call
-                code, details = _unexpected(method, exc)
         except asyncio.CancelledError:
-            self._tracker.end(token, "CANCELLED")
-            raise
-        except Exception as exc:
+            task = asyncio.current_task()
+            if deadline is None or not deadline.expired or task is None or task.uncancel():
+                self._tracker.end(token, "CANCELLED")
+                raise
+            code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+        except Exception as exc:  # a TimeoutError too: the handler's own (a socket's, say), as for a unary call
             code, details = _unexpected(method, exc)
         else:
             if context.code() not in (None, grpc.StatusCode.OK):  # set_code without abort
                 code, details, payload = context.code(), context.details(), b""  # type: ignore[assignment]
+        finally:
+            if deadline is not None:
+                deadline.disarm()
         if len(payload) + _ENVELOPE_BYTES > limit:
             # As gRPC answers a unary call whose response exceeds the sender's or the receiver's limit.
             code, details, payload = grpc.StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(payload)} vs. {limit - _ENVELOPE_BYTES})", b""
         name = code.name
         writer.send(multiplex_pb2.MultiplexedResponse(id=request.id, code=code.value[0], details=details, payload=payload),
                     lambda: self._tracker.end(token, name))
+
+
+class _Deadline:
+    """A carried call's deadline. It is armed only if the call waits: one answered in its first
+    step (start_eagerly) finished before any timer could have fired."""
+
+    __slots__ = ("expired", "_timer")
+
+    def __init__(self) -> None:
+        self.expired = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self, loop: asyncio.AbstractEventLoop, when: float, task: "asyncio.Task[None]") -> None:
+        def expire() -> None:
+            self.expired = True
+            task.cancel()
+        self._timer = loop.call_at(when, expire)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 # What a frame holding one answer adds to its payload: ids, code, lengths (details are short).
