@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import contextvars
 from asyncio import tasks as _tasks
 from typing import Any, Coroutine, Generator, Generic, TypeVar
 
@@ -33,12 +34,13 @@ def start_eagerly(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T])
     running loop). KeyboardInterrupt and SystemExit raised in the step propagate, as from a
     task's step."""
     pending = _PendingTask(loop)
+    context = contextvars.copy_context()  # its own, as a task's: what it sets stays its own
     caller = _tasks._current_tasks.get(loop)
     if caller is not None:
         _tasks._leave_task(loop, caller)
     _tasks._enter_task(loop, pending)
     try:
-        waits_on = coro.send(None)
+        waits_on = context.run(coro.send, None)
     except StopIteration as done:
         return Started(None, done.value)
     except (KeyboardInterrupt, SystemExit):
@@ -49,7 +51,7 @@ def start_eagerly(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T])
         _tasks._leave_task(loop, pending)
         if caller is not None:
             _tasks._enter_task(loop, caller)
-    task = loop.create_task(_GoingOn(coro, waits_on))  # type: ignore[arg-type]
+    task = loop.create_task(_GoingOn(coro, waits_on), context=context)  # type: ignore[arg-type,call-arg]
     pending.bind(task)
     return Started(task)
 

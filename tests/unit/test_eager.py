@@ -4,6 +4,7 @@ that task, never to the caller's."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 import pytest
@@ -186,6 +187,29 @@ def test_it_runs_from_a_plain_callback_with_no_task_current() -> None:
         return await holder[0].task  # type: ignore[no-any-return]
 
     assert asyncio.run(go()) == "done"
+
+
+def test_each_start_runs_in_its_own_copy_of_the_callers_context_as_a_task_would() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="caller's")
+    seen: list[str] = []
+
+    async def sets(value: str, waits: bool) -> None:
+        seen.append(var.get())
+        var.set(value)
+        if waits:
+            await asyncio.sleep(0)
+        seen.append(var.get())
+
+    async def go() -> str:
+        loop = asyncio.get_running_loop()
+        started = start_eagerly(loop, sets("first", waits=True))
+        start_eagerly(loop, sets("second", waits=False))
+        assert started.task is not None
+        await started.task
+        return var.get()
+
+    assert asyncio.run(go()) == "caller's"
+    assert seen == ["caller's", "caller's", "second", "first"]
 
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
