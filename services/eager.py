@@ -75,7 +75,12 @@ class _GoingOn(collections.abc.Coroutine):  # type: ignore[type-arg]
         return self._coro.send(value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        self._waits_on = _TAKEN
+        waits_on, self._waits_on = self._waits_on, _TAKEN
+        if (isinstance(typ, asyncio.CancelledError) and waits_on is not _TAKEN and asyncio.isfuture(waits_on)
+                and waits_on.cancel(typ.args[0] if typ.args else None)):
+            # Cancelled before the task's first step: as a task cancels what it waits on (an
+            # inner task, a gather), then hands the coroutine that future's cancellation.
+            return waits_on
         if val is None and tb is None:
             return self._coro.throw(typ)
         return self._coro.throw(typ, val, tb)
@@ -92,21 +97,25 @@ _TAKEN = object()  # _GoingOn handed its task what the coroutine waits on
 
 class _PendingTask:
     """asyncio.current_task() during an eager first step: the task the coroutine goes on in,
-    once there is one. A cancellation asked for before that is passed to that task (none when
-    the coroutine finished in its first step: it is not waiting)."""
+    once there is one. Cancellations asked for before that (and uncancel() calls, which, as a
+    task's, leave a requested cancellation to be delivered) are passed to that task; none
+    when the coroutine finished in its first step: it is not waiting."""
 
-    __slots__ = ("_loop", "_task", "_cancel")
+    __slots__ = ("_loop", "_task", "_cancel", "_uncancels", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._task: asyncio.Task[Any] | None = None
         self._cancel: list[Any] = []  # cancel() messages asked for before there was a task
+        self._uncancels = 0
 
     def bind(self, task: "asyncio.Task[Any]") -> None:
         self._task = task
         for msg in self._cancel:
             task.cancel(msg)
-        self._cancel = []
+        for _ in range(self._uncancels):
+            task.uncancel()
+        self._cancel, self._uncancels = [], 0
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
@@ -120,12 +129,12 @@ class _PendingTask:
     def uncancel(self) -> int:
         if self._task is not None:
             return self._task.uncancel()
-        if self._cancel:
-            self._cancel.pop()
-        return len(self._cancel)
+        if self.cancelling() > 0:
+            self._uncancels += 1
+        return self.cancelling()
 
     def cancelling(self) -> int:
-        return self._task.cancelling() if self._task is not None else len(self._cancel)
+        return self._task.cancelling() if self._task is not None else len(self._cancel) - self._uncancels
 
     def done(self) -> bool:
         return self._task is not None and self._task.done()

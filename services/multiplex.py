@@ -129,33 +129,48 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         try:
             async for frame in frames:
                 requests = frame.requests
-                if len(requests) > 1:
+                together = len(requests) > 1
+                if together:
                     writer.hold()  # the answers of those answered at once leave in one frame
-                for request in requests:
-                    if request.cancel:
-                        task = running.get(request.id)
-                        if task is not None:
-                            task.cancel()
-                        continue
-                    if self.stopping:
-                        writer.send(multiplex_pb2.MultiplexedResponse(
-                            id=request.id, code=grpc.StatusCode.UNAVAILABLE.value[0], details="stream removed: the server is stopping"))
-                        continue
-                    # Run at once: a handler that does not wait is answered in this step.
-                    deadline = _Deadline() if request.timeout_ms else None
-                    started = loop.time()
-                    task = start_eagerly(loop, self._answer(request, peer, metadata, writer, limit, deadline)).task
-                    if task is None:
-                        continue
-                    if deadline is not None:
-                        deadline.arm(loop, started + request.timeout_ms / 1000.0, task)
-                    running[request.id] = task
-                    task.add_done_callback(lambda _t, call_id=request.id: ended(call_id))
-                    if len(running) >= MAX_CALLS_IN_FLIGHT:
-                        writer.release()
-                        room.clear()
-                        await room.wait()
-                writer.release()
+                try:
+                    for i, request in enumerate(requests):
+                        if i and i % MAX_CALLS_IN_FLIGHT == 0:
+                            # A big frame: what it answered so far leaves, and the loop runs,
+                            # before its next calls (as when each call was a task).
+                            writer.release()
+                            await (writer.drained() if writer.backlog >= MAX_CALLS_IN_FLIGHT else asyncio.sleep(0))
+                            writer.hold()
+                        if request.cancel:
+                            task = running.get(request.id)
+                            if task is not None:
+                                task.cancel()
+                            continue
+                        if self.stopping:
+                            writer.send(multiplex_pb2.MultiplexedResponse(
+                                id=request.id, code=grpc.StatusCode.UNAVAILABLE.value[0], details="stream removed: the server is stopping"))
+                            continue
+                        # Run at once: a handler that does not wait is answered in this step.
+                        deadline = _Deadline() if request.timeout_ms else None
+                        started = loop.time()
+                        call = start_eagerly(loop, self._answer(request, peer, metadata, writer, limit, deadline))
+                        task = call.task
+                        if task is None:
+                            error = call.error  # (_answer answers a handler's own errors: this is not one)
+                            if error is not None and not isinstance(error, asyncio.CancelledError):
+                                log_event(log, "carried call failed", method=request.method, error=f"{type(error).__name__}: {error}", level=logging.ERROR)
+                            continue
+                        if deadline is not None:
+                            deadline.arm(loop, started + request.timeout_ms / 1000.0, task)
+                        running[request.id] = task
+                        task.add_done_callback(lambda _t, call_id=request.id: ended(call_id))
+                        if len(running) >= MAX_CALLS_IN_FLIGHT:
+                            writer.release()
+                            room.clear()
+                            await room.wait()
+                            if together:
+                                writer.hold()
+                finally:
+                    writer.release()
                 if writer.backlog >= MAX_CALLS_IN_FLIGHT:
                     await writer.drained()
             # The caller is done writing: answer what it asked, then end the carrier.

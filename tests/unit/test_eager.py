@@ -153,6 +153,52 @@ def test_a_task_cancelled_before_its_first_step_still_hands_the_cancellation_to_
     assert trace == ["cancelled inside", "finally"]
 
 
+def test_a_task_cancelled_before_its_first_step_cancels_what_the_coroutine_waits_on() -> None:
+    trace: list[str] = []
+
+    async def child() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            trace.append("child cancelled")
+            raise
+
+    async def fans_out() -> None:
+        await asyncio.gather(child())
+
+    async def go() -> None:
+        started = start_eagerly(asyncio.get_running_loop(), fans_out())
+        assert started.task is not None
+        started.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await started.task
+
+    asyncio.run(go())
+    assert trace == ["child cancelled"]  # not left running, as a task's cancel would not leave it
+
+
+def test_a_cancellation_uncancelled_in_the_first_step_is_still_delivered_as_a_tasks_is() -> None:
+    async def cancels_and_uncancels() -> tuple[str, int]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        left = task.uncancel()
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            return "cancelled", left
+        return "not cancelled", left
+
+    async def go() -> tuple[tuple[str, int], tuple[str, int]]:
+        loop = asyncio.get_running_loop()
+        eager = start_eagerly(loop, cancels_and_uncancels()).task
+        assert eager is not None
+        return await loop.create_task(cancels_and_uncancels()), await eager
+
+    real, eager = asyncio.run(go())
+    assert eager == real == ("cancelled", 0)
+
+
 def test_a_cancellation_asked_for_in_the_first_step_reaches_the_task_it_goes_on_in() -> None:
     async def cancels_itself() -> str:
         task = asyncio.current_task()

@@ -11,7 +11,7 @@ import grpc
 
 from quarry.services.call_tracking import CallTracker
 from quarry.services.metrics import ServiceMetrics
-from quarry.services.multiplex import MultiplexServicer
+from quarry.services.multiplex import MAX_CALLS_IN_FLIGHT, MultiplexServicer
 from quarry.v1 import indexer_pb2, multiplex_pb2
 
 METHOD = "/quarry.v1.IndexerService/QueryMessage"
@@ -25,10 +25,19 @@ class _Handlers:
         self.release = asyncio.Event()
         self.cancelled: list[str] = []
 
+    async def _backend(self) -> None:
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append("backend")
+            raise
+
     async def query(self, request: indexer_pb2.QueryMessageRequest, context: Any) -> indexer_pb2.QueryMessageResponse:
         try:
             if request.key == "wait":
                 await self.release.wait()
+            elif request.key == "fan-out":  # waits on a task of its own, as a router's fan-out does
+                await asyncio.gather(self._backend())
             elif request.key == "own-timeout":
                 async with asyncio.timeout(0.05):
                     await asyncio.Event().wait()
@@ -202,3 +211,54 @@ def test_the_callers_cancel_reaches_a_waiting_call() -> None:
 
     cancelled, answers = asyncio.run(go())
     assert cancelled == ["wait"] and answers == {}  # a cancelled call is not answered, as before
+
+
+def test_a_call_cancelled_in_the_frame_that_started_it_cancels_what_it_waits_on() -> None:
+    async def go() -> tuple[list[str], dict[int, tuple[str, list[int]]]]:
+        handlers = _Handlers()
+        servicer, _ = _servicer(handlers)
+        carrier = _Carrier()
+        carrying = _carry(servicer, carrier)
+        # The caller gave up before the request left: the request and its cancel share a frame.
+        carrier.incoming.put_nowait(multiplex_pb2.CallsRequest(requests=[
+            _request(1, "fan-out", timeout_ms=30_000), multiplex_pb2.MultiplexedRequest(id=1, cancel=True)]))
+        async with asyncio.timeout(10):
+            while len(handlers.cancelled) < 2:
+                await asyncio.sleep(0.01)
+        carrier.incoming.put_nowait(None)
+        await asyncio.wait_for(carrying, 10)
+        return sorted(handlers.cancelled), carrier.answers()
+
+    cancelled, answers = asyncio.run(go())
+    assert cancelled == ["backend", "fan-out"] and answers == {}
+
+
+def test_a_big_frame_of_calls_answered_at_once_is_answered_in_bounded_frames_between_loop_turns() -> None:
+    calls = 2 * MAX_CALLS_IN_FLIGHT + 100
+
+    async def go() -> tuple[list[int], int, int]:
+        servicer, _ = _servicer(_Handlers())
+        carrier = _Carrier()
+        carrying = _carry(servicer, carrier)
+        turns = 0
+
+        async def count_turns() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        counting = asyncio.ensure_future(count_turns())
+        await asyncio.sleep(0)
+        before = turns
+        carrier.incoming.put_nowait(multiplex_pb2.CallsRequest(requests=[_request(i + 1, "now") for i in range(calls)]))
+        await carrier.wait_for(set(range(1, calls + 1)))
+        counting.cancel()
+        carrier.incoming.put_nowait(None)
+        await asyncio.wait_for(carrying, 10)
+        return [len(frame) for _, frame in carrier.written], turns - before, len(carrier.answers())
+
+    frames, turns, answered = asyncio.run(go())
+    assert answered == calls
+    assert frames == [MAX_CALLS_IN_FLIGHT, MAX_CALLS_IN_FLIGHT, 100]
+    assert turns >= 3  # the loop ran between the frame's batches
