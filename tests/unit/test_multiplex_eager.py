@@ -8,6 +8,7 @@ import asyncio
 from typing import Any, AsyncIterator
 
 import grpc
+import pytest
 
 from quarry.services.call_tracking import CallTracker
 from quarry.services.metrics import ServiceMetrics
@@ -194,34 +195,18 @@ def test_a_timeout_a_handler_enters_in_its_first_step_ends_that_call_not_the_car
     assert alive and carrier_cancelling == 0
 
 
-def test_the_callers_cancel_reaches_a_waiting_call() -> None:
+@pytest.mark.parametrize("same_frame", [False, True])
+def test_the_callers_cancel_reaches_a_waiting_call_and_what_it_waits_on(same_frame: bool) -> None:
+    """In its own frame, or in the call's own (the caller gave up before the request left):
+    then the call's task has not run yet, and what its first step waits on is cancelled too."""
     async def go() -> tuple[list[str], dict[int, tuple[str, list[int]]]]:
         handlers = _Handlers()
         servicer, _ = _servicer(handlers)
         carrier = _Carrier()
         carrying = _carry(servicer, carrier)
-        carrier.incoming.put_nowait(multiplex_pb2.CallsRequest(requests=[_request(1, "wait", timeout_ms=30_000)]))
-        carrier.incoming.put_nowait(multiplex_pb2.CallsRequest(requests=[multiplex_pb2.MultiplexedRequest(id=1, cancel=True)]))
-        async with asyncio.timeout(10):
-            while not handlers.cancelled:
-                await asyncio.sleep(0.01)
-        carrier.incoming.put_nowait(None)
-        await asyncio.wait_for(carrying, 10)
-        return handlers.cancelled, carrier.answers()
-
-    cancelled, answers = asyncio.run(go())
-    assert cancelled == ["wait"] and answers == {}  # a cancelled call is not answered, as before
-
-
-def test_a_call_cancelled_in_the_frame_that_started_it_cancels_what_it_waits_on() -> None:
-    async def go() -> tuple[list[str], dict[int, tuple[str, list[int]]]]:
-        handlers = _Handlers()
-        servicer, _ = _servicer(handlers)
-        carrier = _Carrier()
-        carrying = _carry(servicer, carrier)
-        # The caller gave up before the request left: the request and its cancel share a frame.
-        carrier.incoming.put_nowait(multiplex_pb2.CallsRequest(requests=[
-            _request(1, "fan-out", timeout_ms=30_000), multiplex_pb2.MultiplexedRequest(id=1, cancel=True)]))
+        call, cancel = _request(1, "fan-out", timeout_ms=30_000), multiplex_pb2.MultiplexedRequest(id=1, cancel=True)
+        for frame in ([call, cancel],) if same_frame else ([call], [cancel]):
+            carrier.incoming.put_nowait(multiplex_pb2.CallsRequest(requests=frame))
         async with asyncio.timeout(10):
             while len(handlers.cancelled) < 2:
                 await asyncio.sleep(0.01)
@@ -230,7 +215,7 @@ def test_a_call_cancelled_in_the_frame_that_started_it_cancels_what_it_waits_on(
         return sorted(handlers.cancelled), carrier.answers()
 
     cancelled, answers = asyncio.run(go())
-    assert cancelled == ["backend", "fan-out"] and answers == {}
+    assert cancelled == ["backend", "fan-out"] and answers == {}  # a cancelled call is not answered, as before
 
 
 def test_a_big_frame_of_calls_answered_at_once_is_answered_in_bounded_frames_between_loop_turns() -> None:
