@@ -78,8 +78,10 @@ _METHOD_ECHO = 200  # characters of an unknown method's name quoted back
 
 
 class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
-    """Runs each carried call as its own task; answers go back coalesced into frames. A call
-    is counted as ended (and shutdown stops waiting for it) once its answer is written."""
+    """Runs each carried call's first step at once, in the step that read its frame
+    (services/eager.py): a handler that does not wait is answered there, one that waits goes on
+    as a task of its own. Answers go back coalesced into frames. A call is counted as ended
+    (and shutdown stops waiting for it) once its answer is written."""
 
     def __init__(self, handlers: dict[str, grpc.RpcMethodHandler], tracker: CallTracker, max_send_bytes: int) -> None:
         self._handlers = {m: h for m, h in handlers.items()
@@ -149,18 +151,9 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
                             writer.send(multiplex_pb2.MultiplexedResponse(
                                 id=request.id, code=grpc.StatusCode.UNAVAILABLE.value[0], details="stream removed: the server is stopping"))
                             continue
-                        # Run at once: a handler that does not wait is answered in this step.
-                        deadline = _Deadline() if request.timeout_ms else None
-                        started = loop.time()
-                        call = start_eagerly(loop, self._answer(request, peer, metadata, writer, limit, deadline))
-                        task = call.task
+                        task = self._start(loop, request, peer, metadata, writer, limit)
                         if task is None:
-                            error = call.error  # (_answer answers a handler's own errors: this is not one)
-                            if error is not None and not isinstance(error, asyncio.CancelledError):
-                                log_event(log, "carried call failed", method=request.method, error=f"{type(error).__name__}: {error}", level=logging.ERROR)
-                            continue
-                        if deadline is not None:
-                            deadline.arm(loop, started + request.timeout_ms / 1000.0, task)
+                            continue  # answered in this step
                         running[request.id] = task
                         task.add_done_callback(lambda _t, call_id=request.id: ended(call_id))
                         if len(running) >= MAX_CALLS_IN_FLIGHT:
@@ -180,6 +173,22 @@ class MultiplexServicer(multiplex_pb2_grpc.MultiplexServiceServicer):
         finally:
             for task in list(running.values()):
                 task.cancel()
+
+    def _start(self, loop: asyncio.AbstractEventLoop, request: multiplex_pb2.MultiplexedRequest, peer: str, metadata: Any,
+               writer: FrameWriter[multiplex_pb2.MultiplexedResponse], limit: int) -> "asyncio.Task[None] | None":
+        """Run a call up to its handler's first wait: None when it is answered already, else
+        the task it goes on in, with its deadline armed."""
+        deadline = _Deadline() if request.timeout_ms else None
+        started = loop.time()
+        call = start_eagerly(loop, self._answer(request, peer, metadata, writer, limit, deadline))
+        if call.task is None:
+            error = call.error  # (_answer answers a handler's own errors: this is not one)
+            if error is not None and not isinstance(error, asyncio.CancelledError):
+                log_event(log, "carried call failed", method=request.method, error=f"{type(error).__name__}: {error}", level=logging.ERROR)
+            return None
+        if deadline is not None:
+            deadline.arm(loop, started + request.timeout_ms / 1000.0, call.task)
+        return call.task
 
     async def _answer(self, request: multiplex_pb2.MultiplexedRequest, peer: str, metadata: Any,
                       writer: FrameWriter[multiplex_pb2.MultiplexedResponse], limit: int, deadline: "_Deadline | None") -> None:
