@@ -115,8 +115,7 @@ class FrameWriter(Generic[Item]):
         if self._held:
             self._queue.append((item, written))
             return
-        if (self._task is None and self._write_now is not None and not self._busy()
-                and self._size(item) <= WRITE_NOW_BYTES and self._wrote_now([item])):
+        if self._may_write_now() and self._size(item) <= WRITE_NOW_BYTES and self._wrote_now([item]):
             if written is not None:
                 written()
             return
@@ -135,13 +134,19 @@ class FrameWriter(Generic[Item]):
         self._held = False
         if not self._queue or self._task is not None:
             return
-        if self._write_now is not None and not self._busy():
+        if self._may_write_now():
             items = self._queue
-            if sum(self._size(item) for item, _ in items) <= WRITE_NOW_BYTES and self._wrote_now([item for item, _ in items]):
+            batch = [item for item, _ in items]
+            if sum(map(self._size, batch)) <= WRITE_NOW_BYTES and self._wrote_now(batch):
                 self._queue = []
                 _run_callbacks(items)
                 return
         self._task = asyncio.ensure_future(self._run())
+
+    def _may_write_now(self) -> bool:
+        """Whether items (up to WRITE_NOW_BYTES) may skip the writer task: none runs, the
+        carrier can write at once, and it is not busy (nothing to gather)."""
+        return self._task is None and self._write_now is not None and not self._busy()
 
     def _wrote_now(self, items: list[Item]) -> bool:
         try:
