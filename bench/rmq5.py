@@ -3,7 +3,7 @@
 Quarry's own producer (quarry.v1) doing the same at the same concurrency. 1 KiB bodies, a key
 and a tag each, ASYNC flush, router + one broker on loopback.
 
-`.venv/bin/python -m bench rmq5 [--messages N] [--concurrency N] [--rounds N]`
+`.venv/bin/python -m bench rmq5 [--messages N] [--concurrency N] [--rounds N]` (after `make node-sdk`)
 Target (issue 16): SDK single-send rate >= 70% of quarry.v1's, SDK p50 < 1 ms. Each rate is also
 given as a ratio to the echo ceiling (bench/ceiling.py) at the same concurrency, same run (issue 21),
 and the SDK's as a ratio to the same SDK sending to a MessagingService that answers at once
@@ -12,6 +12,8 @@ path is also driven the way the echo ceiling is, by a lean grpc.aio client sendi
 request (same message, same headers) straight to the broker: the server path's own ratio,
 without the SDK's client-side cost. The SDK sends from a process of its own
 (bench/sdk_driver.py): its event loop in this process slowed the ceiling's grpc.aio client.
+The official Node.js SDK (`make node-sdk`; bench/node_sdk_driver.js) sends the same messages
+at the same concurrency to Quarry and to the same echo: a second official client's ceiling.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from bench.ceiling import EchoCeiling, Stats, drive, median_run, pct
 from bench.rmq5_echo import SdkEcho
-from bench.sdk_driver import BODY, TOPIC, SdkDriver, sequential
+from bench.sdk_driver import BODY, TOPIC, NodeSdkDriver, SdkDriver, sequential
 from bench.runner import Result, process_cpu_s
 from quarry.clients.producer import Producer as QuarryProducer
 from scripts.launcher import LocalCluster
@@ -125,7 +127,7 @@ def run(argv: list[str]) -> list[Result]:
                 for i in range(300):  # warm the path (routes, channels, topic creation)
                     v1(i)
                 # The SDK sends from a process of its own (bench/sdk_driver.py says why).
-                with SdkDriver(cluster.router.address, sdk_echo.address) as sdk:
+                with SdkDriver(cluster.router.address, sdk_echo.address) as sdk, NodeSdkDriver(cluster.router.address, sdk_echo.address) as node:
                     pid = cluster.brokers["broker-a"].commitlog.proc.pid  # type: ignore[union-attr]
                     cpu = {"v1": 0.0, "v2": 0.0}
                     # Interleaved rounds (medians reported), so drift (page cache, the indexer's
@@ -147,7 +149,7 @@ def run(argv: list[str]) -> list[Result]:
                     v1_rate, v2_rate, sdk_echo1 = statistics.median(v1_rates), statistics.median(v2_rates), statistics.median(sdk_echo1s)
                     ceil1 = median_run(ceil1s)
                     v1_concs, v2_concs, ceilcs, sdk_echocs, cpu_v1_conc, cpu_v2_conc = [], [], [], [], 0.0, 0.0
-                    leans, cpu_lean = [], 0.0
+                    leans, cpu_lean, node_concs, node_echocs = [], 0.0, [], []
                     broker = cluster.brokers["broker-a"].commitlog.address  # type: ignore[union-attr]
                     for _ in range(rounds):
                         t = process_cpu_s(pid)
@@ -158,10 +160,13 @@ def run(argv: list[str]) -> list[Result]:
                         cpu_v2_conc += process_cpu_s(pid) - t
                         ceilcs.append(echo.measure(LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES, c, per))
                         sdk_echocs.append(sdk.window("echo", per, c))
+                        node_concs.append(node.window("quarry", per, c))
+                        node_echocs.append(node.window("echo", per, c))
                         stats, cpu_s, _, _ = lean_rmq5(broker, per, c, pid, first=len(leans) * (per + 50))
                         leans.append(stats)
                         cpu_lean += cpu_s
                     v1_conc, v2_conc, sdk_echoc = statistics.median(v1_concs), statistics.median(v2_concs), statistics.median(sdk_echocs)
+                    node_conc, node_echoc = statistics.median(node_concs), statistics.median(node_echocs)
                     lean = median_run(leans)
                     ceilc = median_run(ceilcs)
             finally:
@@ -195,6 +200,13 @@ def run(argv: list[str]) -> list[Result]:
         # The SDK's own ceiling against the grpc.aio echo: what the SDK ratio could reach
         # with a server that costs nothing.
         Result(f"SDK echo / grpc.aio echo, {c} in flight", sdk_echoc / ceilc.rate, "x", {**params, "concurrency": c}),
+        # The other official SDK this machine can install (npm): is the SDK row's gap the server's
+        # or the client's? Same messages, same echo, same rounds.
+        Result(f"Node.js SDK send, {c} in flight", node_conc, "msg/s", {**params, "concurrency": c}),
+        Result(f"Node.js SDK send, {c} in flight / ceiling", node_conc / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6",
+                                                                            "round_ratios": sorted(round(v / e.rate, 3) for v, e in zip(node_concs, ceilcs))}),
+        Result(f"Node.js SDK send, {c} in flight / Node.js SDK echo", node_conc / node_echoc, "x", {**params, "concurrency": c}),
+        Result(f"Node.js SDK echo / grpc.aio echo, {c} in flight", node_echoc / ceilc.rate, "x", {**params, "concurrency": c}),
         Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight", lean.rate, "msg/s", {**params, "concurrency": c}),
         Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight / ceiling", lean.rate / ceilc.rate, "x",
                {**params, "concurrency": c, "target": ">= 0.6", "round_ratios": sorted(round(v.rate / e.rate, 3) for v, e in zip(leans, ceilcs))}),

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Callable
 
 TOPIC = "BenchRmq5"
@@ -114,10 +115,11 @@ class SdkDriver:
 
     def __init__(self, quarry_addr: str, echo_addr: str) -> None:
         self._args = [sys.executable, "-m", "bench.sdk_driver", quarry_addr, echo_addr]
+        self._cwd: Path | None = None
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> "SdkDriver":
-        self._proc = subprocess.Popen(self._args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._proc = subprocess.Popen(self._args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=self._cwd)
         self._read()  # ready: warmed up
         return self
 
@@ -156,6 +158,24 @@ class SdkDriver:
 
     def window(self, target: str, n: int, concurrency: int) -> float:
         return float(self._ask({"op": "window", "target": target, "n": n, "c": concurrency})["rate"])
+
+
+NODE_SDK_DIR = Path(__file__).resolve().parent.parent / "tests" / "e2e" / "node"
+
+
+class NodeSdkDriver(SdkDriver):
+    """The same commands (`window` only) answered by the official Node.js SDK
+    (bench/node_sdk_driver.js, the SDK `make node-sdk` installs)."""
+
+    def __init__(self, quarry_addr: str, echo_addr: str) -> None:
+        super().__init__(quarry_addr, echo_addr)
+        if not (NODE_SDK_DIR / "node_modules" / "rocketmq-client-nodejs").is_dir():
+            raise RuntimeError(f"the Node.js SDK is not installed in {NODE_SDK_DIR}: run `make node-sdk` first")
+        self._args = ["node", str(Path(__file__).with_name("node_sdk_driver.js")), quarry_addr, echo_addr]
+        self._cwd = NODE_SDK_DIR
+
+    def sequential(self, target: str, n: int) -> tuple[float, list[float]]:
+        raise NotImplementedError("the Node.js SDK driver measures windows only")
 
 
 if __name__ == "__main__":

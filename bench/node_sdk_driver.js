@@ -1,0 +1,67 @@
+// The official RocketMQ 5 Node.js SDK's producers, driven by `bench rmq5` as bench/sdk_driver.py
+// drives the Python SDK's: same JSON lines, one producer per target (`quarry`: the router's
+// access point; `echo`: bench/rmq5_echo.py), a process of their own.
+//   argv: <quarry host:port> <echo host:port>; run with cwd tests/e2e/node (`make node-sdk`).
+//   stdin  {"op": "window", "target": T, "n": N, "c": C}  ->  stdout {"rate": sends/s}
+'use strict';
+const { createRequire } = require('module');
+const path = require('path');
+const readline = require('readline');
+
+const { Producer } = createRequire(path.join(process.cwd(), 'package.json'))('rocketmq-client-nodejs');
+const TOPIC = 'BenchRmq5'; // bench/sdk_driver.py's topic, body, tag and keys
+const BODY = Buffer.alloc(1024, 'x');
+const WARMUP = 2000; // sends per producer before "ready": V8 compiles the send path hot only after a few thousand
+// The SDK's default logger writes files under the home directory.
+const logger = { info() {}, debug() {}, warn() {}, error: (...a) => console.error('ERROR', ...a) };
+
+function message(i) {
+  return { topic: TOPIC, tag: 'bench', keys: [ `order-${i}` ], body: BODY };
+}
+
+// sends/s of n sends with `c` in flight: each answer starts the next send.
+function window(producer, n, c) {
+  let next = 0;
+  let done = 0;
+  const t0 = process.hrtime.bigint();
+  return new Promise((resolve, reject) => {
+    const one = () => {
+      const i = next++;
+      producer.send(message(i)).then(() => {
+        if (++done === n) {
+          resolve(n / (Number(process.hrtime.bigint() - t0) / 1e9));
+        } else if (next < n) {
+          one();
+        }
+      }, reject);
+    };
+    for (let k = 0; k < Math.min(c, n); k++) one();
+  });
+}
+
+async function main() {
+  const [ quarry, echo ] = process.argv.slice(2);
+  const producers = {};
+  for (const [ name, endpoints ] of [[ 'quarry', quarry ], [ 'echo', echo ]]) {
+    producers[name] = new Producer({ endpoints, namespace: '', topics: [ TOPIC ], requestTimeout: 10000, logger });
+    await producers[name].startup();
+  }
+  try {
+    for (const p of Object.values(producers)) {
+      await window(p, WARMUP, 16);
+    }
+    console.log(JSON.stringify({ ready: true }));
+    for await (const line of readline.createInterface({ input: process.stdin })) {
+      const cmd = JSON.parse(line);
+      if (cmd.op !== 'window') throw new Error(`op: only "window" is supported, got ${cmd.op}`);
+      console.log(JSON.stringify({ rate: await window(producers[cmd.target], cmd.n, cmd.c) }));
+    }
+  } finally {
+    for (const p of Object.values(producers)) await p.shutdown();
+  }
+}
+
+main().then(() => process.exit(0), err => {
+  console.error(`node SDK driver failed: ${err && err.stack || err}`);
+  process.exit(1);
+});
