@@ -6,7 +6,7 @@ by each completion, preempts the loop on its core: a send at 16 in flight cost ~
 switches of the loop, each with the caches refilled after it. As a batch thread it does not
 preempt on wake-up: it runs when a core is free (the loop waiting, or the other core idle)
 and hands over every completion that arrived meanwhile at once. The commitlog's CPU per
-RocketMQ 5 send fell from ~205 to ~170 us (see bench/README.md). A thread's own policy needs
+RocketMQ 5 send fell from ~205 to ~170 us (see bench/HISTORY.md). A thread's own policy needs
 no privilege; the loop and every other thread keep theirs.
 """
 from __future__ import annotations
