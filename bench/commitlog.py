@@ -59,22 +59,26 @@ def _drive_batches(address: str, batch: commitlog_pb2.SendBatchRequest, concurre
 
 
 def _rmq5_single(proc: ServiceProcess, args: argparse.Namespace, echo: EchoCeiling) -> list[Result]:
-    """RocketMQ 5 SendMessage to the same standalone commitlog as the quarry.v1 rows, 16 in
-    flight, from a grpc.aio client as the echo's (bench/rmq5.py's lean client), each round beside
-    an echo of the sizes its calls measured; medians of `--rounds` rounds. `bench rmq5` measures
-    it again in a cluster, beside the official SDK."""
-    calls, c = args.single * 2, 16
+    """RocketMQ 5 SendMessage to the same standalone commitlog as the quarry.v1 rows, 1 and 16
+    in flight, from a grpc.aio client as the echo's (bench/rmq5.py's lean client), each round
+    beside an echo of the sizes its calls measured; medians of `--rounds` rounds. `bench rmq5`
+    measures it again in a cluster, beside the official SDKs."""
     pid = proc.proc.pid  # type: ignore[union-attr]
-    figs, ceils, cpu = [], [], 0.0
-    for r in range(args.rounds):
-        stats, cpu_s, request_bytes, answer_bytes = lean_rmq5(proc.address, calls, c, pid, first=r * (calls + 50))
-        figs.append(stats)
-        cpu += cpu_s
-        ceils.append(echo.measure(request_bytes, answer_bytes, c, calls))
-    params = {"flush_mode": "ASYNC", "body_bytes": 1024, "rounds": args.rounds,
-              "round_ratios": sorted(round(f.rate / e.rate, 3) for f, e in zip(figs, ceils))}
-    out = compare("RocketMQ 5 single send", median_run(figs), median_run(ceils), params)
-    out.append(Result("RocketMQ 5 single send, commitlog CPU per message", cpu / (args.rounds * calls) * 1e6, "us", {**params, "concurrency": c}))
+    out: list[Result] = []
+    first = 0
+    for c in (1, 16):
+        calls = args.single * (1 if c == 1 else 2)
+        figs, ceils, cpu = [], [], 0.0
+        for _ in range(args.rounds):
+            stats, cpu_s, request_bytes, answer_bytes = lean_rmq5(proc.address, calls, c, pid, first=first)
+            first += calls + 50  # every send its own message id
+            figs.append(stats)
+            cpu += cpu_s
+            ceils.append(echo.measure(request_bytes, answer_bytes, c, calls))
+        params = {"flush_mode": "ASYNC", "body_bytes": 1024, "rounds": args.rounds,
+                  "round_ratios": sorted(round(f.rate / e.rate, 3) for f, e in zip(figs, ceils))}
+        out += compare("RocketMQ 5 single send", median_run(figs), median_run(ceils), params)
+        out.append(Result("RocketMQ 5 single send, commitlog CPU per message", cpu / (args.rounds * calls) * 1e6, "us", {**params, "concurrency": c}))
     return out
 
 

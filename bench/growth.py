@@ -1,8 +1,8 @@
 """How a key query's cost grows with the work a broker keeps: latency against the number of
 IndexFiles per broker (1, 10, 100, 256) and the number of brokers holding the topic (1, 3, 6),
 measured through the router at concurrency 1 beside the echo ceiling of the same sizes; the
-store-level cost of the same queries; memory of each service per million indexed keys and per
-thousand topics. The curves are drawn into bench/growth_*.png by the same run. File counts are
+store-level cost of the same queries, and the same latencies against each broker's store size
+on disk; memory of each service per million indexed keys and per thousand topics. The curves are drawn into bench/growth_*.png by the same run. File counts are
 asked in turn, one query of each per round (one broker per count), so noise falls on all alike.
 
 `.venv/bin/python -m bench growth [--keys-per-file N] [--queries N]`
@@ -140,9 +140,15 @@ def _absent(n: int) -> list[str]:
     return [f"absent-{i}" for i in range(n)]
 
 
-def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeiling) -> tuple[list[Result], dict[str, list[tuple[int, float, float]]]]:
+def _disk_bytes(path: Path) -> int:
+    """Bytes a directory's files occupy on disk (allocated blocks: a preallocated segment counts
+    what was written, not its length)."""
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
+
+
+def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeiling) -> tuple[list[Result], dict[str, list[tuple[float, float, float]]]]:
     out: list[Result] = []
-    curves: dict[str, list[tuple[int, float, float]]] = {}
+    curves: dict[str, list[tuple[float, float, float]]] = {}
     # Keys only (no unique keys): one index entry per message, so a file holds keys_per_file messages.
     cluster = LocalCluster(root=root / "cluster", indexer_args=["--index-num", str(keys_per_file + 1), "--hash-slots", str(max(1, keys_per_file // 4))])
     try:
@@ -174,6 +180,10 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
                         raise TimeoutError(f"{b.name}: key filters not built within 300 s")
                     threading.Event().wait(0.1)
         one_file_ix = _rss_kib(ix_pid)  # the same indexer holding one small file (FILE_COUNTS[0] == 1)
+        # Store size: what each file-count broker keeps on disk (log, queues, IndexFiles), so the
+        # same latencies are also drawn against the size of the store.
+        disk_mib = {files: (_disk_bytes(cluster.brokers[f"broker-{i + 1}"].store_dir) + _disk_bytes(cluster.brokers[f"broker-{i + 1}"].index_dir)) / 2**20
+                    for i, files in enumerate(FILE_COUNTS)}
         big = cluster.brokers[f"broker-{len(FILE_COUNTS)}"]
         after = {"indexer": _rss_kib(big.indexer.proc.pid), "commitlog": _rss_kib(big.commitlog.proc.pid)}  # type: ignore[union-attr]
         sent = FILE_COUNTS[-1] * keys_per_file
@@ -189,6 +199,10 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
                     Result(f"key query p99 vs IndexFiles, {label}", s.p99_ms, "ms", params),
                     Result(f"key query / ceiling vs IndexFiles, {label}", s.rate / c.rate, "x", params)]
             curves.setdefault(f"files: {label}", []).append((files, s.p50_ms, c.p50_ms))
+            curves.setdefault(f"size: {label}", []).append((disk_mib[files], s.p50_ms, c.p50_ms))
+        for files, mib in disk_mib.items():
+            out.append(Result("store size on disk (log, queues, IndexFiles)", mib, "MiB",
+                              {"index_files": files, "messages": files * keys_per_file, "keys_per_file": keys_per_file}))
         # Memory: broker-4's services before any message and after its 256 files' keys.
         for svc in ("indexer", "commitlog"):
             for k in ("RssAnon", "RssFile"):
@@ -240,19 +254,20 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
     return out, curves
 
 
-def _charts(store: list[Result], curves: dict[str, list[tuple[int, float, float]]]) -> None:
+def _charts(store: list[Result], curves: dict[str, list[tuple[float, float, float]]]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     ax = axes[0]
     for label in ("key in newest file", "absent key"):
         pts = [(r.params["index_files"], r.value) for r in store if label in r.metric]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     ax.set(xscale="log", xlabel="IndexFiles", ylabel="µs (p50)", title="store query_page vs IndexFiles", ylim=(0, None))
     ax.legend()
-    for ax, dim, xlabel in ((axes[1], "files", "IndexFiles per broker"), (axes[2], "brokers", "brokers holding the topic")):
+    for ax, dim, xlabel in ((axes[1], "files", "IndexFiles per broker"), (axes[2], "size", "store size on disk, MiB"),
+                            (axes[3], "brokers", "brokers holding the topic")):
         ceiling_drawn = False
         for name, pts in curves.items():
             if not name.startswith(dim):
@@ -262,7 +277,7 @@ def _charts(store: list[Result], curves: dict[str, list[tuple[int, float, float]
                 ax.plot([p[0] for p in pts], [p[2] for p in pts], linestyle="--", color="grey", label="echo ceiling p50")
                 ceiling_drawn = True
         ax.set(xlabel=xlabel, ylabel="ms (p50, through the router)", title=f"key query vs {xlabel}", ylim=(0, None))
-        if dim == "files":
+        if dim in ("files", "size"):
             ax.set_xscale("log")
         ax.legend()
     fig.tight_layout()

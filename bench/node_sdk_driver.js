@@ -2,7 +2,7 @@
 // drives the Python SDK's: same JSON lines, one producer per target (`quarry`: the router's
 // access point; `echo`: bench/rmq5_echo.py), a process of their own.
 //   argv: <quarry host:port> <echo host:port>; run with cwd tests/e2e/node (`make node-sdk`).
-//   stdin  {"op": "window", "target": T, "n": N, "c": C}  ->  stdout {"rate": sends/s}
+//   stdin  {"op": "window", "target": T, "n": N, "c": C}  ->  stdout {"rate": sends/s, "lat_ms": [...]}
 'use strict';
 const { createRequire } = require('module');
 const path = require('path');
@@ -19,17 +19,21 @@ function message(i) {
   return { topic: TOPIC, tag: 'bench', keys: [ `order-${i}` ], body: BODY };
 }
 
-// sends/s of n sends with `c` in flight: each answer starts the next send.
+// {rate: sends/s, lat_ms: [each send's latency]} of n sends with `c` in flight: each answer
+// starts the next send.
 function window(producer, n, c) {
   let next = 0;
   let done = 0;
+  const lat = [];
   const t0 = process.hrtime.bigint();
   return new Promise((resolve, reject) => {
     const one = () => {
       const i = next++;
+      const started = process.hrtime.bigint();
       producer.send(message(i)).then(() => {
+        lat.push(Number(process.hrtime.bigint() - started) / 1e6);
         if (++done === n) {
-          resolve(n / (Number(process.hrtime.bigint() - t0) / 1e9));
+          resolve({ rate: n / (Number(process.hrtime.bigint() - t0) / 1e9), lat_ms: lat });
         } else if (next < n) {
           one();
         }
@@ -54,7 +58,7 @@ async function main() {
     for await (const line of readline.createInterface({ input: process.stdin })) {
       const cmd = JSON.parse(line);
       if (cmd.op !== 'window') throw new Error(`op: only "window" is supported, got ${cmd.op}`);
-      console.log(JSON.stringify({ rate: await window(producers[cmd.target], cmd.n, cmd.c) }));
+      console.log(JSON.stringify(await window(producers[cmd.target], cmd.n, cmd.c)));
     }
   } finally {
     for (const p of Object.values(producers)) await p.shutdown();

@@ -11,13 +11,14 @@ One producer per target (`quarry`: the router's access point; `echo`: bench/rmq5
 both on the SDK's one loop, as two producers of one application are. Commands come as JSON
 lines on stdin, answers go as JSON lines on stdout:
   {"op": "sequential", "target": T, "n": N}         -> {"rate": sends/s, "lat_ms": [...]}
-  {"op": "window", "target": T, "n": N, "c": C}     -> {"rate": sends/s}  (send_async, C in flight)
+  {"op": "window", "target": T, "n": N, "c": C}     -> {"rate": sends/s, "lat_ms": [...]}  (send_async, C in flight)
 """
 from __future__ import annotations
 
 import json
 import logging
 import select
+import statistics
 import subprocess
 import sys
 import threading
@@ -25,6 +26,8 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
+
+from bench.ceiling import Stats, pct
 
 TOPIC = "BenchRmq5"
 BODY = b"x" * 1024
@@ -51,15 +54,18 @@ def sequential(send: Callable[[int], object], n: int) -> tuple[float, list[float
     return n / (time.perf_counter() - t0), lat
 
 
-def async_window(producer: Any, n: int, concurrency: int) -> float:
-    """sends/s of SDK send_async with `concurrency` sends in flight."""
+def async_window(producer: Any, n: int, concurrency: int) -> tuple[float, list[float]]:
+    """(sends/s, latencies ms from each send_async call to its answer) of SDK send_async with
+    `concurrency` sends in flight."""
     slots = threading.Semaphore(concurrency)
     errors: list[BaseException] = []
     done = threading.Event()
     left = [n]
     lock = threading.Lock()
+    lat: list[float] = []
 
-    def finished(f: Future) -> None:  # type: ignore[type-arg]
+    def finished(f: Future, started: float) -> None:  # type: ignore[type-arg]
+        lat.append((time.perf_counter() - started) * 1000)
         if f.exception() is not None:
             errors.append(f.exception())  # type: ignore[arg-type]
         slots.release()
@@ -71,13 +77,14 @@ def async_window(producer: Any, n: int, concurrency: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         slots.acquire()
-        producer.send_async(sdk_message(i)).add_done_callback(finished)
+        started = time.perf_counter()
+        producer.send_async(sdk_message(i)).add_done_callback(lambda f, s=started: finished(f, s))
     if not done.wait(120):
         raise RuntimeError(f"send_async: {left[0]} of {n} sends unanswered after 120 s")
     elapsed = time.perf_counter() - t0
     if errors:
         raise RuntimeError(f"{len(errors)} async sends failed: {errors[0]}")
-    return n / elapsed
+    return n / elapsed, lat
 
 
 def _main(quarry_addr: str, echo_addr: str) -> None:
@@ -103,7 +110,8 @@ def _main(quarry_addr: str, echo_addr: str) -> None:
                 rate, lat = sequential(lambda i: producer.send(sdk_message(i)), cmd["n"])
                 answer: dict[str, Any] = {"rate": rate, "lat_ms": lat}
             else:
-                answer = {"rate": async_window(producer, cmd["n"], cmd["c"])}
+                rate, lat = async_window(producer, cmd["n"], cmd["c"])
+                answer = {"rate": rate, "lat_ms": lat}
             print(json.dumps(answer), file=answers, flush=True)
     finally:
         for p in started:
@@ -156,8 +164,10 @@ class SdkDriver:
         answer = self._ask({"op": "sequential", "target": target, "n": n})
         return answer["rate"], answer["lat_ms"]
 
-    def window(self, target: str, n: int, concurrency: int) -> float:
-        return float(self._ask({"op": "window", "target": target, "n": n, "c": concurrency})["rate"])
+    def window(self, target: str, n: int, concurrency: int) -> Stats:
+        answer = self._ask({"op": "window", "target": target, "n": n, "c": concurrency})
+        lat = answer["lat_ms"]
+        return Stats(float(answer["rate"]), statistics.median(lat), pct(lat, 0.99), len(lat), concurrency)
 
 
 NODE_SDK_DIR = Path(__file__).resolve().parent.parent / "tests" / "e2e" / "node"
