@@ -79,6 +79,9 @@ async def _serve(args: argparse.Namespace) -> None:
                                       consumer_max_attempts=args.max_delivery_attempts))
     servicer.online_groups = rmq5.sessions.online_groups
     servicer.consumer_max_attempts = args.max_delivery_attempts
+    # The remoting port listens before health says SERVING: a client (or a test) that waits for
+    # SERVING may then use either port.
+    remoting = await start_remoting(args, servicer, store, stopping)
     # Bodies above the limit are refused by gRPC before the payload is buffered.
     running = await start_aio_server(
         "commitlog", args.bind,
@@ -90,7 +93,6 @@ async def _serve(args: argparse.Namespace) -> None:
     tracker = running.tracker
     if tracker is not None:
         servicer.sending.has_company = lambda: tracker.unary_in_flight > 1
-    remoting = await start_remoting(args, servicer, store, stopping)
     offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()
     heartbeat = None
     if args.router:

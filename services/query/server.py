@@ -280,16 +280,18 @@ async def _serve(args: argparse.Namespace) -> int:
     name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
     # The RocketMQ 5 SDKs' access point, on the same port: see services/rmq5.
     rmq5 = RouterMessagingServicer(registry, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size))
-    running = await start_aio_server("router", args.bind, [
-        Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
-        Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
-    ], metrics=metrics.METRICS, grpc_poller_policy=args.grpc_poller)
+    # The NameServer port listens before health says SERVING: a client (or a test) that waits
+    # for SERVING may then use either port.
     remoting = None
     if args.remoting_bind:
         accounts = configured_accounts()
         remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
                                   RemotingAcl(accounts) if accounts is not None else None)
         await remoting.start(args.remoting_bind)
+    running = await start_aio_server("router", args.bind, [
+        Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
+        Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
+    ], metrics=metrics.METRICS, grpc_poller_policy=args.grpc_poller)
     pruning = asyncio.get_running_loop().create_task(_prune_channels(registry, clients))
     # What start-up built (modules, protobuf descriptors) lives as long as the process: frozen,
     # a full collection under load no longer walks it (~20 ms with the loop stalled), as the
