@@ -1,8 +1,7 @@
 """How a key query's cost grows with the work a broker keeps: latency against the number of
 IndexFiles per broker (1, 10, 100, 256) and the number of brokers holding the topic (1, 3, 6),
 measured through the router at concurrency 1 beside the echo ceiling of the same sizes; the
-store-level cost of the same queries, and the same latencies against each broker's store size
-on disk; memory of each service per million indexed keys and per thousand topics. The curves are drawn into bench/growth_*.png by the same run. File counts are
+store-level cost of the same queries, and the same latencies against each broker's store size; memory of each service per million indexed keys and per thousand topics. The curves are drawn into bench/growth_*.png by the same run. File counts are
 asked in turn, one query of each per round (one broker per count), so noise falls on all alike.
 
 `.venv/bin/python -m bench growth [--keys-per-file N] [--queries N]`
@@ -11,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import tempfile
@@ -27,7 +27,7 @@ from quarry.services.indexer.filter_builder import build_pending
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
-from scripts.launcher import LocalCluster
+from scripts.launcher import BrokerProcesses, LocalCluster
 
 FILE_COUNTS = (1, 10, 100, 256)
 BROKER_COUNTS = (1, 3, 6)
@@ -140,10 +140,29 @@ def _absent(n: int) -> list[str]:
     return [f"absent-{i}" for i in range(n)]
 
 
-def _disk_bytes(path: Path) -> int:
-    """Bytes a directory's files occupy on disk (allocated blocks: a preallocated segment counts
-    what was written, not its length)."""
-    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
+def _disk_bytes(path: Path, skip: Path | None = None) -> int:
+    """Bytes a directory's files occupy on disk (allocated blocks), leaving out `skip`'s tree; a
+    file renamed away while it is walked (a checkpoint's temporary file) is not counted."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        if skip is not None and Path(dirpath) == skip:
+            dirnames.clear()
+            continue
+        for name in filenames:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def _store_bytes(broker: BrokerProcesses) -> int:
+    """What a broker keeps: the log's records (min to max offset; its segments are allocated
+    ahead of the writes, so their blocks overstate it) and the blocks of its other files (queues,
+    checkpoints, IndexFiles)."""
+    with open_channel(broker.commitlog.address) as ch:  # type: ignore[union-attr]
+        status = commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10)
+    return status.max_offset - status.min_offset + _disk_bytes(broker.store_dir, skip=broker.store_dir / "commitlog") + _disk_bytes(broker.index_dir)
 
 
 def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeiling) -> tuple[list[Result], dict[str, list[tuple[float, float, float]]]]:
@@ -180,10 +199,9 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
                         raise TimeoutError(f"{b.name}: key filters not built within 300 s")
                     threading.Event().wait(0.1)
         one_file_ix = _rss_kib(ix_pid)  # the same indexer holding one small file (FILE_COUNTS[0] == 1)
-        # Store size: what each file-count broker keeps on disk (log, queues, IndexFiles), so the
-        # same latencies are also drawn against the size of the store.
-        disk_mib = {files: (_disk_bytes(cluster.brokers[f"broker-{i + 1}"].store_dir) + _disk_bytes(cluster.brokers[f"broker-{i + 1}"].index_dir)) / 2**20
-                    for i, files in enumerate(FILE_COUNTS)}
+        # Store size: what each file-count broker keeps (log, queues, IndexFiles), so the same
+        # latencies are also drawn against the size of the store.
+        store_mib = {files: _store_bytes(cluster.brokers[f"broker-{i + 1}"]) / 2**20 for i, files in enumerate(FILE_COUNTS)}
         big = cluster.brokers[f"broker-{len(FILE_COUNTS)}"]
         after = {"indexer": _rss_kib(big.indexer.proc.pid), "commitlog": _rss_kib(big.commitlog.proc.pid)}  # type: ignore[union-attr]
         sent = FILE_COUNTS[-1] * keys_per_file
@@ -199,9 +217,9 @@ def _through_router(root: Path, keys_per_file: int, queries: int, echo: EchoCeil
                     Result(f"key query p99 vs IndexFiles, {label}", s.p99_ms, "ms", params),
                     Result(f"key query / ceiling vs IndexFiles, {label}", s.rate / c.rate, "x", params)]
             curves.setdefault(f"files: {label}", []).append((files, s.p50_ms, c.p50_ms))
-            curves.setdefault(f"size: {label}", []).append((disk_mib[files], s.p50_ms, c.p50_ms))
-        for files, mib in disk_mib.items():
-            out.append(Result("store size on disk (log, queues, IndexFiles)", mib, "MiB",
+            curves.setdefault(f"size: {label}", []).append((store_mib[files], s.p50_ms, c.p50_ms))
+        for files, mib in store_mib.items():
+            out.append(Result("store size (log records, queues, IndexFiles)", mib, "MiB",
                               {"index_files": files, "messages": files * keys_per_file, "keys_per_file": keys_per_file}))
         # Memory: broker-4's services before any message and after its 256 files' keys.
         for svc in ("indexer", "commitlog"):
@@ -266,7 +284,7 @@ def _charts(store: list[Result], curves: dict[str, list[tuple[float, float, floa
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     ax.set(xscale="log", xlabel="IndexFiles", ylabel="µs (p50)", title="store query_page vs IndexFiles", ylim=(0, None))
     ax.legend()
-    for ax, dim, xlabel in ((axes[1], "files", "IndexFiles per broker"), (axes[2], "size", "store size on disk, MiB"),
+    for ax, dim, xlabel in ((axes[1], "files", "IndexFiles per broker"), (axes[2], "size", "store size, MiB"),
                             (axes[3], "brokers", "brokers holding the topic")):
         ceiling_drawn = False
         for name, pts in curves.items():

@@ -22,11 +22,17 @@ function message(i) {
 // {rate: sends/s, lat_ms: [each send's latency]} of n sends with `c` in flight: each answer
 // starts the next send.
 function window(producer, n, c) {
+  if (!(n >= 1 && c >= 1)) return Promise.reject(new Error(`n and c: must be >= 1, got ${n} and ${c}`));
   let next = 0;
   let done = 0;
+  let failed = false;
   const lat = [];
   const t0 = process.hrtime.bigint();
   return new Promise((resolve, reject) => {
+    const fail = err => {
+      failed = true; // no new sends: the driver is ending
+      reject(err);
+    };
     const one = () => {
       const i = next++;
       const started = process.hrtime.bigint();
@@ -34,10 +40,10 @@ function window(producer, n, c) {
         lat.push(Number(process.hrtime.bigint() - started) / 1e6);
         if (++done === n) {
           resolve({ rate: n / (Number(process.hrtime.bigint() - t0) / 1e9), lat_ms: lat });
-        } else if (next < n) {
+        } else if (next < n && !failed) {
           one();
         }
-      }, reject);
+      }, fail);
     };
     for (let k = 0; k < Math.min(c, n); k++) one();
   });

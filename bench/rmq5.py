@@ -114,6 +114,9 @@ def run(argv: list[str]) -> list[Result]:
     results: list[Result] = []
     n, c, rounds = args.messages, args.concurrency, max(1, args.rounds)
     per = n // rounds  # sends (calls) of each figure in one round
+    if per < 1:
+        p.error(f"--messages ({n}) must be at least --rounds ({rounds})")
+    NodeSdkDriver.check_installed()  # before the cluster starts, not after its warm-up
     params = {"body_bytes": 1024, "messages": n, "flush_mode": "ASYNC", "brokers": 1, **({"rounds": rounds} if rounds != 3 else {})}
     # The ceilings run beside the (then idle) cluster, each round interleaved with the figures.
     with tempfile.TemporaryDirectory() as tmp, EchoCeiling() as echo, SdkEcho() as sdk_echo:

@@ -177,10 +177,14 @@ class NodeSdkDriver(SdkDriver):
     """The same commands (`window` only) answered by the official Node.js SDK
     (bench/node_sdk_driver.js, the SDK `make node-sdk` installs)."""
 
-    def __init__(self, quarry_addr: str, echo_addr: str) -> None:
-        super().__init__(quarry_addr, echo_addr)
+    @staticmethod
+    def check_installed() -> None:
         if not (NODE_SDK_DIR / "node_modules" / "rocketmq-client-nodejs").is_dir():
             raise RuntimeError(f"the Node.js SDK is not installed in {NODE_SDK_DIR}: run `make node-sdk` first")
+
+    def __init__(self, quarry_addr: str, echo_addr: str) -> None:
+        super().__init__(quarry_addr, echo_addr)
+        self.check_installed()
         self._args = ["node", str(Path(__file__).with_name("node_sdk_driver.js")), quarry_addr, echo_addr]
         self._cwd = NODE_SDK_DIR
 
