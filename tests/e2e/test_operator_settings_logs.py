@@ -87,3 +87,18 @@ def test_security_variables_that_cannot_be_honoured_stop_the_service_in_one_line
     lines = [line for line in proc.stderr.splitlines() if line.strip() and "refusing to start" in line]
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["commitlog", "router"])
+def test_health_says_serving_only_once_the_remoting_port_listens(kind: str, launch: Launch, tmp_path: Path) -> None:
+    import socket
+
+    args = ["--store-dir", str(tmp_path / "store")] if kind == "commitlog" else []
+    proc = launch(kind, *args)  # returns once health says SERVING
+    host, port = proc.args[proc.args.index("--remoting-bind") + 1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5):  # one attempt: no retry may hide a late port
+        pass
+    lines = _lines(proc.log_path)
+    remoting = next(i for i, line in enumerate(lines) if "remoting server started" in line)
+    serving = next(i for i, line in enumerate(lines) if 'event="server started"' in line)  # logged once health says SERVING
+    assert remoting < serving, lines
