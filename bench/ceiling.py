@@ -43,6 +43,11 @@ class Stats:
     calls: int
     concurrency: int
 
+    @classmethod
+    def of(cls, rate: float, lat_ms: list[float], concurrency: int) -> "Stats":
+        """The Stats of a run at `rate` whose calls took `lat_ms` each."""
+        return cls(rate, statistics.median(lat_ms), pct(lat_ms, 0.99), len(lat_ms), concurrency)
+
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
@@ -65,7 +70,7 @@ async def drive(call: Callable[[int], Awaitable[object]], calls: int, concurrenc
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
-    return Stats(len(lat) / wall, statistics.median(lat), pct(lat, 0.99), len(lat), concurrency)
+    return Stats.of(len(lat) / wall, lat, concurrency)
 
 
 def _serve(port_file: str) -> None:

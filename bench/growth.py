@@ -1,7 +1,9 @@
 """How a key query's cost grows with the work a broker keeps: latency against the number of
 IndexFiles per broker (1, 10, 100, 256) and the number of brokers holding the topic (1, 3, 6),
 measured through the router at concurrency 1 beside the echo ceiling of the same sizes; the
-store-level cost of the same queries, and the same latencies against each broker's store size; memory of each service per million indexed keys and per thousand topics. The curves are drawn into bench/growth_*.png by the same run. File counts are
+store-level cost of the same queries, and the same latencies against each broker's store size;
+memory of each service per million indexed keys and per thousand topics. The curves are drawn
+into bench/growth_*.png by the same run. File counts are
 asked in turn, one query of each per round (one broker per count), so noise falls on all alike.
 
 `.venv/bin/python -m bench growth [--keys-per-file N] [--queries N]`
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.ceiling import EchoCeiling, Stats, drive, pct
+from bench.ceiling import EchoCeiling, Stats, drive
 from bench.runner import BENCH_DIR, Result
 from quarry.channels import open_channel
 from quarry.services.indexer.filter_builder import build_pending
@@ -131,7 +133,7 @@ def _interleaved(router: str, cases: dict[tuple[int, str], tuple[str, list[str]]
                     await stub.QueryMsgByKey(router_pb2.QueryMsgByKeyRequest(topic=topic, key=keys[i % len(keys)]), timeout=10)
                     if i >= 20:  # warm-up rounds are not counted
                         lat[case].append((time.perf_counter() - t) * 1000)
-            return {c: Stats(len(v) / (sum(v) / 1000), statistics.median(v), pct(v, 0.99), len(v), 1) for c, v in lat.items()}
+            return {c: Stats.of(len(v) / (sum(v) / 1000), v, 1) for c, v in lat.items()}
 
     return asyncio.run(go())
 

@@ -51,13 +51,18 @@ def _threads(send, n: int, concurrency: int) -> Stats:  # type: ignore[no-untype
         t.start()
     for t in threads:
         t.join()
-    return Stats(per * concurrency / (time.perf_counter() - t0), statistics.median(lat), pct(lat, 0.99), len(lat), concurrency)
+    return Stats.of(per * concurrency / (time.perf_counter() - t0), lat, concurrency)
 
 
 # The ceiling's sizes for a RocketMQ 5 send, as this bench has always taken them: the request (a
 # 1 KiB body, topic, key, tag and system properties) measures ~1.12 KB, the answer ~0.1 KB.
 # (bench commitlog's RocketMQ 5 row measures both from the calls it makes.)
 LEAN_REQUEST_BYTES, LEAN_RESPONSE_BYTES = 1150, 200
+
+
+def _latency(label: str, s: Stats, params: dict[str, object]) -> list[Result]:
+    """The p50 and p99 rows of one figure."""
+    return [Result(f"{label}, p50", s.p50_ms, "ms", params), Result(f"{label}, p99", s.p99_ms, "ms", params)]
 
 
 def lean_rmq5(address: str, n: int, concurrency: int, pid: int, first: int) -> tuple[Stats, float, int, int]:
@@ -199,11 +204,9 @@ def run(argv: list[str]) -> list[Result]:
         Result(f"SDK send_async, {c} in flight / ceiling", v2_conc.rate / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6",
                                                                               "round_ratios": sorted(round(v.rate / e.rate, 3) for v, e in zip(v2_concs, ceilcs))}),
         Result(f"quarry.v1 sends, {c} threads", v1_conc.rate, "msg/s", {**params, "concurrency": c}),
-        Result(f"quarry.v1 sends, {c} threads, p50", v1_conc.p50_ms, "ms", {**params, "concurrency": c}),
-        Result(f"quarry.v1 sends, {c} threads, p99", v1_conc.p99_ms, "ms", {**params, "concurrency": c}),
+        *_latency(f"quarry.v1 sends, {c} threads", v1_conc, {**params, "concurrency": c}),
         Result(f"SDK send_async, {c} in flight", v2_conc.rate, "msg/s", {**params, "concurrency": c}),
-        Result(f"SDK send_async, {c} in flight, p50", v2_conc.p50_ms, "ms", {**params, "concurrency": c}),
-        Result(f"SDK send_async, {c} in flight, p99", v2_conc.p99_ms, "ms", {**params, "concurrency": c}),
+        *_latency(f"SDK send_async, {c} in flight", v2_conc, {**params, "concurrency": c}),
         Result(f"SDK / quarry.v1 rate at concurrency {c}", v2_conc.rate / v1_conc.rate, "x", {**params, "concurrency": c, "target": ">= 0.7"}),
         Result("SDK single sends to the SDK echo (bench/rmq5_echo.py)", sdk_echo1, "msg/s", {**params, "concurrency": 1}),
         Result("SDK single sends / SDK echo", v2_rate / sdk_echo1, "x", {**params, "concurrency": 1}),
@@ -215,8 +218,7 @@ def run(argv: list[str]) -> list[Result]:
         # The other official SDK this machine can install (npm): is the SDK row's gap the server's
         # or the client's? Same messages, same echo, same rounds.
         Result(f"Node.js SDK send, {c} in flight", node_conc.rate, "msg/s", {**params, "concurrency": c}),
-        Result(f"Node.js SDK send, {c} in flight, p50", node_conc.p50_ms, "ms", {**params, "concurrency": c}),
-        Result(f"Node.js SDK send, {c} in flight, p99", node_conc.p99_ms, "ms", {**params, "concurrency": c}),
+        *_latency(f"Node.js SDK send, {c} in flight", node_conc, {**params, "concurrency": c}),
         Result(f"Node.js SDK send, {c} in flight / ceiling", node_conc.rate / ceilc.rate, "x", {**params, "concurrency": c, "target": ">= 0.6",
                                                                             "round_ratios": sorted(round(v.rate / e.rate, 3) for v, e in zip(node_concs, ceilcs))}),
         Result(f"Node.js SDK send, {c} in flight / Node.js SDK echo", node_conc.rate / node_echoc, "x", {**params, "concurrency": c}),
@@ -224,8 +226,7 @@ def run(argv: list[str]) -> list[Result]:
         Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight", lean.rate, "msg/s", {**params, "concurrency": c}),
         Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight / ceiling", lean.rate / ceilc.rate, "x",
                {**params, "concurrency": c, "target": ">= 0.6", "round_ratios": sorted(round(v.rate / e.rate, 3) for v, e in zip(leans, ceilcs))}),
-        Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight, p50", lean.p50_ms, "ms", {**params, "concurrency": c}),
-        Result(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight, p99", lean.p99_ms, "ms", {**params, "concurrency": c}),
+        *_latency(f"RocketMQ 5 SendMessage from a grpc.aio client, {c} in flight", lean, {**params, "concurrency": c}),
         # Where the gap comes from: the commitlog's own CPU per message on each path.
         Result("commitlog CPU per message, quarry.v1 single sends", cpu["v1"] / (rounds * per) * 1e6, "us", {**params, "concurrency": 1}),
         Result("commitlog CPU per message, SDK single sends", cpu["v2"] / (rounds * per) * 1e6, "us", {**params, "concurrency": 1}),

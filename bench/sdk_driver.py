@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import select
-import statistics
 import subprocess
 import sys
 import threading
@@ -27,7 +26,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.ceiling import Stats, pct
+from bench.ceiling import Stats
 
 TOPIC = "BenchRmq5"
 BODY = b"x" * 1024
@@ -166,8 +165,7 @@ class SdkDriver:
 
     def window(self, target: str, n: int, concurrency: int) -> Stats:
         answer = self._ask({"op": "window", "target": target, "n": n, "c": concurrency})
-        lat = answer["lat_ms"]
-        return Stats(float(answer["rate"]), statistics.median(lat), pct(lat, 0.99), len(lat), concurrency)
+        return Stats.of(float(answer["rate"]), answer["lat_ms"], concurrency)
 
 
 NODE_SDK_DIR = Path(__file__).resolve().parent.parent / "tests" / "e2e" / "node"
