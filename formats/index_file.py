@@ -215,6 +215,54 @@ class IndexFile:
             current = prev
         return out
 
+    def entry(self, number: int) -> tuple[int, int, int]:
+        """(keyHash, phyOffset, entry time in ms) of entry `number` (1..entries)."""
+        if not 1 <= number <= self.entries:
+            raise IndexFileError(f"{self.path}: entry {number} outside 1..{self.entries}")
+        key_hash, phy, diff, _prev = _ENTRY.unpack_from(self._mm, self.entries_pos + number * ENTRY_SIZE)
+        return key_hash, phy, self.header.begin_timestamp + diff * 1000
+
+    def last_entry_at_or_below(self, phy_offset: int) -> int:
+        """The number of the last entry whose phyOffset is <= `phy_offset` (0 when none): entries
+        are written in log order, so this is a binary search."""
+        lo, hi = 0, self.entries  # entry lo is at or below (0: virtual), entries above hi are not
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _I64.unpack_from(self._mm, self.entries_pos + mid * ENTRY_SIZE + 4)[0] <= phy_offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def truncate_entries(self, keep: int, end_timestamp: int) -> int:
+        """Drop every entry after entry `keep` (the log they point into was cut below them) and
+        return how many were dropped. Each dropped entry's slot falls back along its chain to
+        the newest kept entry, so the file reads as if the dropped puts never happened; the
+        header ends at entry `keep`, stored at `end_timestamp` (its record's own time)."""
+        if self.read_only:
+            raise IndexFileError(f"{self.path}: opened read-only")
+        count = self.header.index_count
+        keep = max(0, min(keep, count - 1))
+        mm = self._mm
+        for number in range(count - 1, keep, -1):  # newest first: a slot's head is always the newest
+            key_hash, _phy, _diff, prev = _ENTRY.unpack_from(mm, self.entries_pos + number * ENTRY_SIZE)
+            slot_pos = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
+            if _I32.unpack_from(mm, slot_pos)[0] == number:
+                head = prev if 0 < prev < number else 0
+                _I32.pack_into(mm, slot_pos, head)
+                if head == 0:
+                    self.header.hash_slot_count = max(0, self.header.hash_slot_count - 1)
+            mm[self.entries_pos + number * ENTRY_SIZE: self.entries_pos + (number + 1) * ENTRY_SIZE] = bytes(ENTRY_SIZE)
+        h = self.header
+        h.index_count = keep + 1
+        if keep:
+            h.end_phy_offset = _I64.unpack_from(mm, self.entries_pos + keep * ENTRY_SIZE + 4)[0]
+            h.end_timestamp = end_timestamp
+        else:  # empty again: the next put sets the beginning afresh
+            h.end_phy_offset, h.end_timestamp = h.begin_phy_offset, h.begin_timestamp
+        self.write_header()
+        return count - 1 - keep
+
     @staticmethod
     def entry_time_window(begin: int, end: int) -> tuple[int, int]:
         """The entry times (as select reads them) that can hold store times in [begin, end].

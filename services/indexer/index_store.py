@@ -354,6 +354,42 @@ class IndexStore:
             log_event(log, "index file expired with its segments", file=f.path.name, end_phy_offset=f.header.end_phy_offset, log_min_offset=min_phy_offset)
         return dropped
 
+    def entry_at(self, position: int) -> tuple[int, int, int]:
+        """(keyHash, phyOffset, entry time) of the `position`-th entry of the whole list (0: the
+        oldest held), in log order: what a search for the last entry the log still holds walks."""
+        for f in self.files:
+            if position < f.entries:
+                return f.entry(position + 1)
+            position -= f.entries
+        raise IndexError(position)
+
+    def entry_count(self) -> int:
+        return sum(f.entries for f in self.files)
+
+    def drop_after(self, phy_offset: int, timestamp: int) -> int:
+        """Forget every entry whose record lies after `phy_offset`, the last record the log still
+        holds as it was indexed (stored at `timestamp`; -1: none): the log was cut below them.
+        Whole files go, the file holding the cut is cut, and indexing goes on from there.
+        Returns how many entries were dropped."""
+        dropped = 0
+        while self.files and (not self.files[-1].entries or self.files[-1].entry(1)[1] > phy_offset):
+            f = self.files[-1]
+            dropped += f.entries
+            self.detach(f)
+            f.close()
+            os.unlink(f.path)
+            log_event(log, "index file dropped: the log no longer holds its records", logging.WARNING, file=f.path.name)
+        if self.files:
+            f = self.files[-1]
+            dropped += f.truncate_entries(f.last_entry_at_or_below(phy_offset), timestamp)
+            self.sync(f)  # a filter built over the dropped entries no longer covers the file
+            if f not in self._unsynced:
+                self._unsynced.append(f)
+        held = bool(self.files and self.files[-1].entries)
+        self.last_update_phy_offset = self.files[-1].header.end_phy_offset if held else -1
+        self.last_update_timestamp = self.files[-1].header.end_timestamp if held else 0
+        return dropped
+
     def prepare_flush(self) -> list[IndexFile]:
         """The fast half of a flush (the tailer's), under the caller's lock: write the headers of
         the files holding entries not yet on disk (the one being written, and those sealed since

@@ -10,3 +10,4 @@ INDEX_LAG_SECONDS = METRICS.gauge("quarry_indexer_lag_seconds", "Seconds between
 KEY_FILTER_BYTES = METRICS.gauge("quarry_indexer_key_filter_bytes", "Memory of the key filter (Bloom filters of sealed IndexFiles)")
 KEY_FILTER_PENDING = METRICS.gauge("quarry_indexer_key_filter_pending_files", "Sealed IndexFiles whose key filter is not built yet (walked by every key query)")
 TAIL_CONNECTED = METRICS.gauge("quarry_indexer_tail_connected", "1 while the Tail stream from the commitlog is connected")
+INDEX_DROPPED = METRICS.counter("quarry_indexer_entries_dropped_total", "Index entries dropped because the log no longer holds their records (cut or restored below them)")

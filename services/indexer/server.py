@@ -40,6 +40,7 @@ from quarry.formats.dir_lock import DirLockError
 from quarry.formats.index_checkpoint import lock_index_dir
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
+from quarry.services.progress import Watches
 from quarry.services.errors import InvalidArgument, ReadOnly, Unavailable
 from quarry.services.status import rpc_errors
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
@@ -137,6 +138,8 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             problems = list(self.index.problems)
             last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
             filter_pending, filter_bytes = len(self.index.filter_pending()), self.index.key_filter.memory_bytes()
+        if self.tailer is not None and (stalled := self.tailer.progress.check()):
+            problems.append(stalled)
         state = self.tailer.state if self.tailer else None
         checkpoint_offset = state.next_offset if state else self.checkpoint.offset
         max_offset = state.commitlog_max_offset if state else 0
@@ -196,10 +199,13 @@ def _under(lock: threading.Lock, read: Callable[[], int]) -> int:
 
 
 def tail_health(tailer: Tailer | None) -> str:
-    """"" while the Tail stream is connected (or there is none: read-only), else why not."""
-    if tailer is None or tailer.state.connected:
+    """"" while the Tail stream is connected and indexing keeps up or progresses (or there is no
+    tail: read-only), else why not."""
+    if tailer is None:
         return ""
-    return f"no Tail connection to the commitlog {tailer.commitlog_addr}: {tailer.state.last_error or 'connecting'}"
+    if not tailer.state.connected:
+        return f"no Tail connection to the commitlog {tailer.commitlog_addr}: {tailer.state.last_error or 'connecting'}"
+    return tailer.progress.check()
 
 
 def _log_files(store_dir: str) -> LogFiles | None:
@@ -255,6 +261,8 @@ async def _serve(args: argparse.Namespace) -> int:
         tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe,
                         presence=presence).start()
     follower = IndexFollower(index, lock, args.follow_interval_ms).start() if args.follow_index else None
+    if tailer is not None:
+        Watches().register(metrics.METRICS.registry).add(tailer.progress)
     metrics.TAIL_CONNECTED.set_function(lambda: 1.0 if tailer is not None and tailer.state.connected else 0.0)
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files, presence)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name

@@ -23,7 +23,10 @@ from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
 
 from quarry.channels import open_aio_channel
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from quarry.services.indexer.metrics import INDEX_DROPPED
+from quarry.services.indexer.reconcile import Held, last_held, newest_held
 from quarry.services.log import log_event
+from quarry.services.progress import Progress
 from quarry.services.silent_streams import Silent, within
 
 log = logging.getLogger("quarry.tailer")
@@ -128,6 +131,9 @@ class Tailer:
         self.index = index
         self.checkpoint = checkpoint
         self.state = TailState(next_offset=start_offset)
+        # Its position against the log's durable end: a tail that stops moving says so (progress.py).
+        self.progress = Progress("index tail")
+        self.progress.advanced(start_offset)
         self.flush_interval_s = flush_interval_ms / 1000.0
         self.lock = lock or threading.Lock()
         self.on_batch = on_batch
@@ -175,11 +181,13 @@ class Tailer:
         channel = open_aio_channel(self.commitlog_addr)
         stub = commitlog_pb2_grpc.CommitLogServiceStub(channel)
         try:
+            await self._reconcile(stub)
             call = stub.Tail(commitlog_pb2.TailRequest(from_offset=self.state.next_offset, max_batch=1024))
             async for responses in _grouped(call, TAIL_SILENT_S):
                 if not self.state.connected:
                     self.state.connected = True
                     self.state.last_error = ""
+                    self.progress.block("")
                     log_event(log, "tail connected", commitlog=self.commitlog_addr, from_offset=self.state.next_offset)
                 try:
                     await self._apply(responses)
@@ -205,6 +213,45 @@ class Tailer:
         finally:
             await channel.close()
 
+    async def _reconcile(self, stub: commitlog_pb2_grpc.CommitLogServiceStub) -> None:
+        """Before tailing: the log must still hold what the index was built from. If it was cut
+        or restored below the index (reconcile.py), drop the entries it no longer holds, go back
+        to where it parts from the index, save that, and say so once."""
+        if not hasattr(self.index, "drop_after"):
+            return
+        status = await stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=5)
+        self.progress.input(status.committed_offset)
+
+        async def lookup(offsets: list[int]) -> dict[int, Any]:
+            got = await stub.GetMessages(commitlog_pb2.GetMessagesRequest(physical_offsets=offsets), timeout=10)
+            found: dict[int, Any] = {o: None for o in got.not_found}
+            found.update((m.commit_log_offset, m) for m in got.messages)
+            return found
+
+        index: Any = self.index
+        held: Held | None = await newest_held(index, lookup, status.min_offset)
+        if held is not None and self.state.next_offset <= status.max_offset:
+            return
+        if held is None:
+            held = await last_held(index, lookup, status.min_offset)
+        before, indexed = self.state.next_offset, index.last_update_phy_offset
+        with self.lock:
+            dropped = index.drop_after(held.phy_offset, held.store_timestamp)
+            self.state.next_offset = held.end
+            self.state.last_store_timestamp = held.store_timestamp
+            self._dirty = True
+        INDEX_DROPPED.inc(dropped)
+        problem = (f"the log of {self.commitlog_addr} no longer holds all that was indexed (cut, repaired or restored below it: "
+                   f"it ends at {status.max_offset}; the index had reached {before}, its newest entry at {indexed}): "
+                   f"{dropped} index entries after offset {held.phy_offset} dropped; indexing resumes at {held.end}")
+        if hasattr(index, "problems"):
+            index.problems.append(problem)
+        log_event(log, "index ahead of the log: entries it no longer holds dropped", logging.WARNING, commitlog=self.commitlog_addr,
+                  log_end=status.max_offset, checkpoint=before, newest_entry=indexed, dropped_entries=dropped, kept_through=held.phy_offset,
+                  resume_at=held.end)
+        await self._flush(force=True)  # the new position is the checkpoint before anything is tailed
+        self.progress.advanced(held.end)
+
     async def _skip_to_min_offset(self, stub: commitlog_pb2_grpc.CommitLogServiceStub) -> None:
         """The checkpoint fell below the log's minimum (segments expired): resume from the minimum."""
         try:
@@ -220,6 +267,7 @@ class Tailer:
             log_event(log, "tail disconnected; reconnecting with backoff", level, commitlog=self.commitlog_addr, error=why)
         self.state.connected = False
         self.state.last_error = why
+        self.progress.block(why)
 
     async def _apply(self, responses: list[commitlog_pb2.TailResponse]) -> None:
         """Index the records of consecutive responses as one batch."""
@@ -250,6 +298,8 @@ class Tailer:
             self.state.next_offset = last.next_offset
             self.state.commitlog_max_offset = last.max_offset
             self._dirty = self._dirty or bool(records)
+        self.progress.input(last.max_offset)
+        self.progress.advanced(last.next_offset)
         if self.on_batch is not None:
             self.on_batch(len(records), self.state)
         await self._flush()

@@ -91,3 +91,51 @@ def test_index_survives_sigkill_and_is_exact_afterwards(broker, launch: Launch, 
     assert len({m.commit_log_offset for m in got.messages}) == 50
     for i in (0, 17, 39):
         assert [m.commit_log_offset for m in _query(again.address, f"UID{i}", unique_key_flag=True).messages] == [offsets[i]]
+
+
+def _log_end(addr: str) -> int:
+    with grpc.insecure_channel(addr) as ch:
+        return commitlog_pb2_grpc.CommitLogServiceStub(ch).GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=5).max_offset
+
+
+@pytest.mark.parametrize(("garbage", "indexer_away"), [(False, False), (True, False), (False, True)],
+                         ids=["cut", "cut-then-garbage", "cut-and-rewritten-while-the-indexer-was-away"])
+def test_an_index_ahead_of_a_repaired_log_drops_what_the_log_lost_and_goes_on(broker, launch: Launch, tmp_path: Path, garbage: bool, indexer_away: bool) -> None:  # type: ignore[no-untyped-def]
+    """Issue 32, 1: the log loses its tail below what the indexer had indexed. The indexer drops
+    the entries of records the log no longer holds, resumes where the log now ends, says so
+    once, and every message sent afterwards is found by key. With the indexer away while new
+    records (all the same size) are written over the cut, its old checkpoint lands on a record
+    boundary of the new log: only the records' identity can tell."""
+    cl, ix = broker["cl"], broker["ix"]
+    old = [_send(cl.address, [f"old{i:02d}", "k"]) for i in range(30)]
+    end = _log_end(cl.address)
+    wait_until(lambda: _status(ix.address).checkpoint_offset == end, what="everything indexed")
+    cut = old[20].physical_offset
+    if indexer_away:
+        ix.stop()
+    cl.kill()
+    segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
+    with open(segment, "r+b") as fh:  # a hand repair: the file cut mid-record 20 (the rest zero or garbage)
+        fh.truncate(cut + 30)
+        if garbage:
+            fh.seek(cut + 30)
+            fh.write(b"\xa5" * 4096)
+    cl = launch("commitlog", *broker["cl_args"], host=HOST, port=broker["cl_port"])
+    assert _log_end(cl.address) == cut
+    new = [_send(cl.address, [f"new{i:02d}", "k"]) for i in range(15)]
+    assert new[10].physical_offset == end  # the old checkpoint is a record start again
+    if indexer_away:
+        ix = launch("indexer", *broker["ix_args"], host=HOST)
+    got = wait_until(lambda: (r := _query(ix.address, "k", max_num=64)) and len(r.messages) == 35 and r, what="every record the log holds, found by key")
+    assert sorted(m.commit_log_offset for m in got.messages) == sorted([r.physical_offset for r in old[:20] + new])
+    assert {m.keys[0] for m in got.messages} == {f"old{i:02d}" for i in range(20)} | {f"new{i:02d}" for i in range(15)}
+    for i in (20, 29):
+        assert not _query(ix.address, f"old{i:02d}").messages  # a record the repair dropped is never served
+    for i in (0, 14):
+        assert [m.commit_log_offset for m in _query(ix.address, f"new{i:02d}").messages] == [new[i].physical_offset]
+    st = _status(ix.address)
+    assert st.tail_connected and st.checkpoint_offset == _log_end(cl.address) and st.total_entries == 2 * 35
+    reported = [p for p in st.problems if "no longer holds" in p]
+    assert len(reported) == 1 and "20 index entries" in reported[0] and f"resumes at {cut}" in reported[0], st.problems
+    lines = [line for line in ix.log_path.read_text().splitlines() if "index ahead of the log" in line]
+    assert len(lines) == 1, lines
