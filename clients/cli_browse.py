@@ -2,7 +2,8 @@
 printMsgByQueue, queryMsgTraceById, DecodeMessageId, plus searchOffset).
 
 Exit codes as for every command: 0 found, 1 nothing found, 2 bad input, 3 unavailable,
-4 incomplete (some broker did not answer: the result may miss messages).
+4 incomplete (some broker did not answer, or a browse window reaches into segments retention
+deleted: the result misses messages).
 """
 from __future__ import annotations
 
@@ -53,7 +54,11 @@ class BrowseCommands:
     admin: Any
 
     def _browse(self, fetch: Callable[[str, int], QueryResult]) -> int:
-        """Fetch pages until the window is done, --max messages were printed, or a page is incomplete."""
+        """Fetch pages until the window is done, --max messages were printed, or a broker fails.
+
+        A page incomplete with every broker answering (messages of the window deleted by
+        retention: the router's notes name the range) does not stop the browse, as no retry
+        would bring them back: the rest is printed, then the notes, and the exit code is 4."""
         charset = _charset(self.args.charset)
         print_body = self.args.print_body.lower() != "false"
         limit = self.args.max
@@ -61,6 +66,8 @@ class BrowseCommands:
         shown: list[Message] = []
         raws: list[Any] = []
         failed: dict[str, str] = {}
+        notes: dict[str, bool] = {}  # each note once, in order; True when its page was incomplete
+        gone = False  # some page was incomplete with every broker answering
         none_answered = False
         next_token, retry_token = "", ""
         while True:
@@ -72,6 +79,9 @@ class BrowseCommands:
             shown += result.messages
             raws += list(result.raw.messages) if result.raw is not None else []
             next_token = result.next_token
+            for note in result.notes:
+                notes[note] = notes.get(note, False) or not result.complete
+            gone = gone or (not result.complete and not result.failed_brokers)
             if result.failed_brokers:
                 failed.update({b.broker_name: f"{b.error_code}: {b.error_message}" for b in result.failed_brokers})
                 retry_token = token  # this page again, once the brokers answer
@@ -81,16 +91,20 @@ class BrowseCommands:
                 break
             token = next_token
         if self.args.json:
-            print(json.dumps({"messages": [_msg_json(m, print_body) for m in raws], "complete": not failed,
-                              "failedBrokers": failed, "nextToken": next_token, "retryToken": retry_token}, indent=1), file=self.out)
+            print(json.dumps({"messages": [_msg_json(m, print_body) for m in raws], "complete": not failed and not gone,
+                              "failedBrokers": failed, "nextToken": next_token, "retryToken": retry_token, "notes": list(notes)}, indent=1), file=self.out)
         else:
             if next_token and not failed:
                 print(f"more: --token {next_token}", file=self.out)
         for name, why in failed.items():
             print(f"WARNING: broker {name} did not answer ({why}); the result may be incomplete. "
                   f"Retry this page with --token '{retry_token}'", file=self.err)
+        for note, warns in notes.items():
+            print(f"WARNING: {note}" if warns else f"note: {note}", file=self.err)
         if failed:
             return EXIT_UNAVAILABLE if none_answered and not shown else EXIT_INCOMPLETE
+        if gone:
+            return EXIT_INCOMPLETE
         return EXIT_OK if shown else EXIT_NOT_FOUND
 
     def printMsg(self) -> int:

@@ -7,6 +7,9 @@ commitlog (RocketMQ's pickupStoreTimestamp). Within a queue store times do not d
 appender stamps them in order), so a window [begin, end] is the unit range
 [lower(begin), lower(end + 1)): its cost is log(queue length) reads plus the window itself.
 
+Records whose segments retention deleted cannot be returned; a page says so (`GoneRange`) when
+the window may hold some, rather than passing for complete.
+
 Plain Python over the store (no gRPC).
 """
 from __future__ import annotations
@@ -20,7 +23,7 @@ from quarry.formats import scheduled
 from quarry.formats.record import MESSAGE_MAGIC, SYSFLAG_POS, Record, read_size_and_magic, store_timestamp_pos
 from quarry.formats.tag_expression import TagFilter
 from quarry.services.commitlog.consume_queue_store import ConsumeQueue
-from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound
+from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from quarry.services.commitlog.store import CommitLogStore
@@ -119,9 +122,29 @@ class BrowseRequest:
 
 
 @dataclass
+class GoneQueue:
+    """Queue offsets [first, end) of one queue whose records retention deleted."""
+
+    topic: str
+    queue_id: int
+    first: int
+    end: int  # the queue's oldest readable offset
+
+
+@dataclass
+class GoneRange:
+    """What of a window may be gone: records below the log's minimum offset (deleted segments)."""
+
+    below_physical_offset: int  # the log's minimum offset
+    stored_at_or_before: int  # store time of the oldest readable record; 0 when none tells
+    queues: list[GoneQueue]
+
+
+@dataclass
 class BrowsePage:
     records: list[Browsed]
     queues: list[QueueState]
+    gone: GoneRange | None = None  # set when the window may hold deleted records
 
 
 def _queue_walk(store: "CommitLogStore", cq: ConsumeQueue, req: BrowseRequest, queue_topic: str, queue_id: int, state: QueueState) -> Iterator[Browsed]:
@@ -165,6 +188,61 @@ def _queue_walk(store: "CommitLogStore", cq: ConsumeQueue, req: BrowseRequest, q
                 continue
             yield Browsed(record, queue_topic)
         pos = base - 1 if req.newest_first else base + len(units)
+
+
+def first_live_offset(store: "CommitLogStore", cq: ConsumeQueue) -> int:
+    """The queue's first offset whose record was not deleted: every unit below it points under
+    the log's minimum offset (or was dropped with its record). Units point ever higher in the
+    log, so a binary search over the units, reading no record."""
+    floor = store.min_offset
+    lo, hi = cq.min_offset, cq.max_offset
+    first = cq.read_units(lo, 1)
+    if not first or first[0][0] >= floor:
+        return lo  # the usual case, one unit read: nothing of the held units is gone
+    while lo < hi:
+        mid = (lo + hi) // 2
+        unit = cq.read_units(mid, 1)
+        if unit and unit[0][0] < floor:
+            lo = mid + 1
+        else:
+            hi = mid  # a hole is not known to be gone
+    return lo
+
+
+def _oldest_store_time(store: "CommitLogStore") -> int | None:
+    """Store time of the record at the log's minimum offset: no deleted record is newer (one
+    appender stamps the log in order). None when no record there can be read."""
+    try:
+        return store.read(store.min_offset).store_timestamp
+    except (NotFound, Expired, InvalidArgument, DamagedRecord):
+        return None
+
+
+def gone_in_window(store: "CommitLogStore", req: BrowseRequest, queue_ids: list[int]) -> GoneRange | None:
+    """The topic's queues that may have lost records of the window to retention, or None.
+
+    A queue lost records when its first readable offset is above 0. They were stored before the
+    log's oldest readable record, so a window beginning after that record misses nothing (no
+    warning then); when that record cannot be read, the queue's own first readable record bounds
+    its losses, and with neither the loss is reported. Parked queues (delayed messages) are
+    left out: whose topic their lost records were is not known."""
+    lost: list[tuple[int, ConsumeQueue, int]] = []
+    for qid in queue_ids:
+        cq = store.cqs.existing(req.topic, qid)
+        if cq is not None and (live := first_live_offset(store, cq)) > 0:
+            lost.append((qid, cq, live))
+    if not lost:
+        return None
+    log_bound = _oldest_store_time(store)
+    queues: list[GoneQueue] = []
+    for qid, cq, live in lost:
+        bound = log_bound
+        if bound is None:
+            unit = cq.read_units(live, 1)
+            bound = store_timestamp_at(store, unit[0][0], unit[0][1]) if unit else None
+        if bound is None or req.begin <= bound:
+            queues.append(GoneQueue(req.topic, qid, 0, live))
+    return GoneRange(store.min_offset, log_bound or 0, queues) if queues else None
 
 
 def browse(store: "CommitLogStore", req: BrowseRequest) -> BrowsePage:
@@ -217,4 +295,5 @@ def browse(store: "CommitLogStore", req: BrowseRequest) -> BrowsePage:
             states[n].exhausted = True
         else:
             heapq.heappush(heap, (following.order_key(req.newest_first), n, following, walk))
-    return BrowsePage(out, states)
+    topic_queues = [qid for topic, qid in wanted if topic == req.topic]
+    return BrowsePage(out, states, gone_in_window(store, req, topic_queues))

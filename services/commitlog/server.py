@@ -204,10 +204,16 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         )
         # Off the loop: a window can take many reads, and sends must keep being served.
         page = await asyncio.to_thread(browse, self.store, req)
+        gone = page.gone
         return commitlog_pb2.BrowseMessagesResponse(
             messages=[to_stored(b.record, self.broker_name) for b in page.records],
             queues=[commitlog_pb2.BrowseQueueState(topic=q.topic, queue_id=q.queue_id, window_begin_offset=q.window_begin,
                                                    window_end_offset=q.window_end, exhausted=q.exhausted) for q in page.queues],
+            expired=None if gone is None else common_pb2.ExpiredRange(
+                broker_name=self.broker_name, from_physical_offset=0, to_physical_offset=gone.below_physical_offset,
+                stored_at_or_before=gone.stored_at_or_before,
+                queues=[common_pb2.ExpiredQueueRange(topic=g.topic, queue_id=g.queue_id, from_queue_offset=g.first, to_queue_offset=g.end)
+                        for g in gone.queues]),
         )
 
     async def GetStoreStatus(self, request: commitlog_pb2.GetStoreStatusRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.GetStoreStatusResponse:

@@ -3,10 +3,12 @@ search-offset-by-time on one broker's queue. Orchestration only: brokers' commit
 their queues, `browse_pages` merges and keeps the token."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
 from quarry.formats import tag_expression
 from quarry.v1 import commitlog_pb2, common_pb2
-from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, browse_digest, decode_token, encode_token, merge_page
+from quarry.services.query.browse_pages import (BadBrowseTokenError, BrokerPlace, BrowseToken, browse_digest, decode_token, encode_token, expired_note,
+                                                expired_ranges, merge_page)
 from quarry.services.query.fanout import BrokerCall, Outcome
 from quarry.services.errors import InvalidArgument, NotFound
 from quarry.services.query.queries import Answer, Queries, _check_topic, _raise_unless_ok, _timeout_s, missing_outcome
@@ -16,8 +18,20 @@ DEFAULT_PAGE = 64
 MAX_PAGE = 1024
 
 
+@dataclass
+class BrowseAnswer(Answer):
+    """A browse page, with what of the window retention deleted on each broker."""
+
+    expired: list[common_pb2.ExpiredRange] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        # Deleted messages are missing as surely as a silent broker's (though no retry helps).
+        return super().complete and not self.expired
+
+
 async def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, oldest_first: bool, max_num: int, token_text: str,
-                 timeout_ms: int = 0, broker_name: str = "", queue_id: int | None = None) -> Answer:
+                 timeout_ms: int = 0, broker_name: str = "", queue_id: int | None = None) -> BrowseAnswer:
     """One page of the topic's messages stored in [begin, end] (see BrowseTopic in router.proto)."""
     _check_topic(topic)
     timeout_s = _timeout_s(timeout_ms, q.settings)
@@ -77,11 +91,13 @@ async def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, 
         _raise_unless_ok(outcomes[0], known[broker_name])
     answers = {o.key: o.value for o in outcomes if o.ok}
     page = merge_page(answers, token, max_num, oldest_first)
+    expired = expired_ranges(answers)
+    notes += [expired_note(gone) for gone in expired]
     for o in outcomes:
         if o.ok:
             o.value = list(o.value.messages)  # outcome counts are of messages
-    return Answer(messages=page.messages, outcomes=outcomes + missing, begin=begin, end=token.end, notes=notes,
-                  next_token=encode_token(page.token) if page.more else "")
+    return BrowseAnswer(messages=page.messages, outcomes=outcomes + missing, begin=begin, end=token.end, notes=notes,
+                        next_token=encode_token(page.token) if page.more else "", expired=expired)
 
 
 def _browse_call(q: Queries, broker: Broker, topic: str, begin: int, end: int, tags: str, oldest_first: bool, max_num: int,

@@ -7,6 +7,9 @@ still has more could hold an earlier one: the page stops at the smallest last ke
 brokers. The token keeps, per broker, the next queue offset of each queue read so far and the
 queues finished; a broker that did not answer keeps its place, so sending the same token again
 retries the page.
+
+A broker whose retention deleted records the window may hold says what is gone (`expired`): the
+page is incomplete and no retry brings them back, so the browse goes on and names the range.
 """
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ import zlib
 from dataclasses import dataclass, field
 
 from quarry.v1 import commitlog_pb2, common_pb2
+from quarry.services.query.queries import iso_ms
 
-QueueKey = tuple[str, int]
-MAX_PAGE_BYTES = 32 * 1024 * 1024  # (topic of the queue, queue id)
+QueueKey = tuple[str, int]  # (topic of the queue, queue id)
+MAX_PAGE_BYTES = 32 * 1024 * 1024
+NOTED_QUEUES = 8  # queues named in an expired-range note; the field lists them all
 
 
 class BadBrowseTokenError(ValueError):
@@ -134,3 +139,25 @@ def merge_page(answers: dict[str, commitlog_pb2.BrowseMessagesResponse], token: 
         place.finished = all((q.topic, q.queue_id) in place.done for q in answer.queues)
     more = any(not p.finished for p in new.brokers.values())
     return BrowsePage(page, new, more)
+
+
+def expired_ranges(answers: dict[str, commitlog_pb2.BrowseMessagesResponse]) -> list[common_pb2.ExpiredRange]:
+    """What each answering broker says retention deleted of the window, named by broker."""
+    out = []
+    for name, answer in sorted(answers.items()):
+        if answer.HasField("expired"):
+            gone = common_pb2.ExpiredRange()
+            gone.CopyFrom(answer.expired)
+            gone.broker_name = name
+            out.append(gone)
+    return out
+
+
+def expired_note(gone: common_pb2.ExpiredRange) -> str:
+    """The range in words, as a page's note: broker, physical offsets, store times, queue offsets."""
+    when = f"stored at or before {iso_ms(gone.stored_at_or_before)}" if gone.stored_at_or_before else "store times unknown"
+    queues = ", ".join(f"{q.topic}/{q.queue_id} [{q.from_queue_offset}, {q.to_queue_offset})" for q in gone.queues[:NOTED_QUEUES])
+    if len(gone.queues) > NOTED_QUEUES:
+        queues += f", … ({len(gone.queues)} queues)"
+    return (f"broker {gone.broker_name}: messages of this window may be gone: retention deleted the CommitLog segments holding "
+            f"physical offsets [{gone.from_physical_offset}, {gone.to_physical_offset}) ({when}); queue offsets gone: {queues}")

@@ -8,7 +8,7 @@ import asyncio
 import gc
 import logging
 import time
-from typing import Awaitable
+from typing import Awaitable, TypeVar
 
 import grpc
 
@@ -37,6 +37,7 @@ from quarry.services.rmq5.telemetry import ServerPolicy
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.router")
+AnswerT = TypeVar("AnswerT", bound=Answer)  # a query's own answer type (a browse page adds its expired ranges)
 
 
 def _result(answer: Answer) -> router_pb2.QueryResult:
@@ -65,7 +66,7 @@ def _result(answer: Answer) -> router_pb2.QueryResult:
     )
 
 
-async def _run(kind: str, query: Awaitable[Answer]) -> Answer:
+async def _run(kind: str, query: Awaitable[AnswerT]) -> AnswerT:
     t0 = time.perf_counter()
     try:
         answer = await query
@@ -204,7 +205,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             request.max_num, request.continuation_token, request.timeout_ms, request.broker_name,
             request.queue_id if request.has_queue_id else None,
         ))
-        return router_pb2.BrowseTopicResponse(result=_result(answer))
+        return router_pb2.BrowseTopicResponse(result=_result(answer), expired=answer.expired)
 
     async def TrackMessage(self, request: router_pb2.TrackMessageRequest, context: grpc.aio.ServicerContext) -> router_pb2.TrackMessageResponse:
         holder: list[router_pb2.TrackMessageResponse] = []

@@ -1,5 +1,6 @@
 """printMsg's paging and exit codes over a scripted router: 0 found, 1 none, 3 nobody
-answered, 4 some broker did not answer (with the token that retries the page)."""
+answered, 4 some broker did not answer (with the token that retries the page) or messages of
+the window are gone (retention deleted them: the router's note is printed)."""
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,11 @@ def _msg(i: int, broker: str) -> common_pb2.StoredMessage:
                                     store_timestamp=1000 - i, offset_msg_id=f"ID{i}", broker_name=broker)
 
 
-def QueryResult(messages: list[common_pb2.StoredMessage], brokers: list[common_pb2.BrokerOutcome], complete: bool, next_token: str = "") -> Result:
+def QueryResult(messages: list[common_pb2.StoredMessage], brokers: list[common_pb2.BrokerOutcome], complete: bool, next_token: str = "",
+                notes: list[str] | None = None) -> Result:
     """A router page as the admin client returns it (typed, with the proto it came from)."""
-    return Result.from_proto(router_pb2.QueryResult(messages=messages, brokers=brokers, complete=complete, next_continuation_token=next_token))
+    return Result.from_proto(router_pb2.QueryResult(messages=messages, brokers=brokers, complete=complete, next_continuation_token=next_token,
+                                                    notes=notes or []))
 
 
 def BrokerOutcome(name: str, answered: bool, code: str, message: str, latency_ms: int) -> common_pb2.BrokerOutcome:
@@ -86,3 +89,24 @@ def test_a_broker_down_mid_browse_is_4_with_the_retry_token() -> None:
 def test_nobody_answering_is_3() -> None:
     code, data, _, _ = _run({"": QueryResult([], ALL_DOWN, False, next_token="t0")})
     assert code == 3 and data["messages"] == []
+
+
+GONE = "broker a: messages of this window may be gone: retention deleted the CommitLog segments holding physical offsets [0, 8192) (stored at or before 2023-11-14T22:13:20.000Z); queue offsets gone: T/0 [0, 40)"
+
+
+def test_messages_gone_to_retention_are_4_with_the_note_and_every_page_fetched() -> None:
+    code, data, err, admin = _run({"": QueryResult([_msg(0, "a"), _msg(1, "b")], OK, False, next_token="t1", notes=[GONE]),
+                                   "t1": QueryResult([_msg(2, "b")], OK, False, notes=[GONE])})
+    assert code == 4 and [_body(m) for m in data["messages"]] == ["b0", "b1", "b2"] and admin.asked == [("", 2), ("t1", 2)]
+    assert not data["complete"] and data["failedBrokers"] == {} and data["retryToken"] == "" and data["notes"] == [GONE]
+    assert err.count("WARNING: broker a: messages of this window may be gone") == 1 and "[0, 8192)" in err
+
+
+def test_nothing_left_of_a_window_gone_to_retention_is_4_not_1() -> None:
+    code, data, err, _ = _run({"": QueryResult([], OK, False, notes=[GONE])})
+    assert code == 4 and data["messages"] == [] and "messages of this window may be gone" in err
+
+
+def test_a_note_on_a_complete_page_is_shown_and_changes_nothing() -> None:
+    code, data, err, _ = _run({"": QueryResult([_msg(0, "a")], OK, True, notes=["brokers that joined after the first page are not in this browse: c"])})
+    assert code == 0 and data["complete"] and err.startswith("note: brokers that joined")

@@ -1,6 +1,7 @@
 """Search-offset-by-time and the store-time browse over one store's ConsumeQueues."""
 from __future__ import annotations
 
+import os
 import random
 import time
 import types
@@ -170,3 +171,67 @@ def test_bad_requests_name_the_field(store: CommitLogStore, clock: Clock) -> Non
     with pytest.raises(NotFound, match="queue 9"):
         browse(store, BrowseRequest("T", 0, 5, tag_expression.MATCH_ALL, queue_ids=[9]))
     assert browse(store, BrowseRequest("Nope", 0, 5, tag_expression.MATCH_ALL)).records == []
+
+
+@pytest.fixture
+def small_segments(tmp_path: Path, clock: Clock) -> Iterator[CommitLogStore]:
+    s = CommitLogStore(StoreConfig(store_dir=tmp_path / "small", segment_size=4096, default_queues=4, flush_interval_ms=10_000, file_reserved_hours=1.0))
+    yield s
+    s.close()
+
+
+def _expire_oldest(store: CommitLogStore, segments: int) -> None:
+    """Retention deletes the `segments` oldest segments: they are made older than the reserved hour."""
+    store.flush()
+    old = time.time() - 2 * 3600
+    for seg in store.state.segments.segments[:segments]:
+        os.utime(seg.path, (old, old))
+    assert store.delete_expired(now_s=time.time()) == segments
+
+
+def test_a_window_reaching_into_deleted_segments_names_what_is_gone(small_segments: CommitLogStore, clock: Clock) -> None:
+    store = small_segments
+    base = 1_700_000_000_000
+    sent = []
+    for i in range(200):
+        clock.now_ms = base + 10 * i
+        sent.append(store.append(NewMessage(topic="T", body=b"x" * 100, queue_id=i % 4)))
+    assert len(store.state.segments.segments) >= 5
+    _expire_oldest(store, 2)
+    floor = store.min_offset
+    live = [r for r in sent if r.physical_offset >= floor]
+    assert floor > 0 and live and len(live) < len(sent)
+    oldest_live = live[0].store_timestamp
+    first_live = {q: min(r.queue_offset for r in live if r.queue_id == q) for q in range(4)}
+
+    page = browse(store, BrowseRequest("T", base, base + 10_000, tag_expression.MATCH_ALL, newest_first=False, max_count=1024, include_parked=False))
+    assert sorted(b.record.physical_offset for b in page.records) == [r.physical_offset for r in live]  # what is left, all of it
+    assert page.gone is not None
+    assert (page.gone.below_physical_offset, page.gone.stored_at_or_before) == (floor, oldest_live)
+    assert [(g.topic, g.queue_id, g.first, g.end) for g in page.gone.queues] == [("T", q, 0, first_live[q]) for q in range(4)]
+
+    # A window wholly in the deleted past: nothing returned, and said why.
+    past = browse(store, BrowseRequest("T", base, base + 10, tag_expression.MATCH_ALL, max_count=10, include_parked=False))
+    assert past.records == [] and past.gone is not None
+    # One queue (printMsgByQueue): only that queue is named.
+    one = browse(store, BrowseRequest("T", base, base + 10_000, tag_expression.MATCH_ALL, max_count=10, queue_ids=[2], include_parked=False))
+    assert one.gone is not None and [(g.queue_id, g.end) for g in one.gone.queues] == [(2, first_live[2])]
+
+
+def test_a_window_newer_than_the_oldest_readable_record_is_not_flagged(small_segments: CommitLogStore, clock: Clock) -> None:
+    store = small_segments
+    base = 1_700_000_000_000
+    for i in range(200):
+        clock.now_ms = base + 10 * i
+        store.append(NewMessage(topic="T", body=b"x" * 100, queue_id=i % 4))
+    untouched = browse(store, BrowseRequest("T", base, base + 10_000, tag_expression.MATCH_ALL, max_count=1024, include_parked=False))
+    assert untouched.gone is None and len(untouched.records) == 200  # nothing deleted yet: nothing to say
+    _expire_oldest(store, 2)
+    oldest_live = store.read(store.min_offset).store_timestamp
+    page = browse(store, BrowseRequest("T", oldest_live + 1, base + 10_000, tag_expression.MATCH_ALL, max_count=1024, include_parked=False))
+    assert page.gone is None and page.records
+    # Another topic with nothing in the deleted segments is not flagged either.
+    clock.now_ms = base + 5_000
+    store.append(NewMessage(topic="Fresh", body=b"y", queue_id=0))
+    fresh = browse(store, BrowseRequest("Fresh", 0, base + 10_000, tag_expression.MATCH_ALL, max_count=10, include_parked=False))
+    assert fresh.gone is None and len(fresh.records) == 1

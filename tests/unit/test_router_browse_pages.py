@@ -2,7 +2,10 @@
 pages after a broker failure. Two real stores stand in for two brokers' commitlogs."""
 from __future__ import annotations
 
+import asyncio
+import os
 import random
+import threading
 import time
 import types
 from pathlib import Path
@@ -15,9 +18,14 @@ from quarry.services.commitlog import append as append_mod
 from quarry.services.commitlog.browse import BrowseRequest, browse
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.convert import to_stored
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, decode_token, encode_token, merge_page
-from quarry.v1 import commitlog_pb2, common_pb2
+from quarry.services.query.queries import Queries, QuerySettings
+from quarry.services.query.registry import Broker, BrokerRegistry
+from quarry.services.query.server import QueryRouterServicer
+from quarry.v1 import commitlog_pb2, common_pb2, router_pb2
 
 
 class Clock:
@@ -132,3 +140,62 @@ def test_a_page_ends_before_it_outgrows_a_grpc_message(monkeypatch: pytest.Monke
     assert [m.queue_offset for m in page.messages] == [0, 1]
     assert page.more and page.token.brokers["b"].cursors == {("T", 0): 2}
     assert ("T", 0) not in page.token.brokers["b"].done  # three returned messages were not taken
+
+
+class ServicerClients:
+    """The router's broker channels, answered in process by each broker's commitlog servicer."""
+
+    def __init__(self, servicers: dict[str, CommitLogServicer]) -> None:
+        self.servicers = servicers
+
+    def commitlog(self, address: str) -> types.SimpleNamespace:
+        servicer = self.servicers[address]
+        return types.SimpleNamespace(BrowseMessages=lambda request, timeout: servicer.BrowseMessages(request, None))  # type: ignore[arg-type]
+
+
+def test_a_broker_whose_retention_deleted_part_of_the_window_makes_the_answer_incomplete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(append_mod, "time", types.SimpleNamespace(time=clock.time, monotonic=time.monotonic, perf_counter=time.perf_counter))
+    base = clock.now_ms
+    stores = {name: CommitLogStore(StoreConfig(store_dir=tmp_path / name, segment_size=4096, default_queues=2, flush_interval_ms=10_000, file_reserved_hours=1.0))
+              for name in ("broker-a", "broker-b")}
+    try:
+        for i in range(120):
+            clock.now_ms = base + 10 * i
+            stores["broker-a" if i % 2 else "broker-b"].append(NewMessage(topic="T", body=b"x" * 100, queue_id=i % 4 // 2))
+        a = stores["broker-a"]
+        a.flush()
+        old = time.time() - 2 * 3600
+        for seg in a.state.segments.segments[:2]:
+            os.utime(seg.path, (old, old))
+        assert a.delete_expired(now_s=time.time()) == 2
+        floor, oldest = a.min_offset, a.read(a.min_offset).store_timestamp
+
+        async def page(begin: int, token: str = "", max_num: int = 1024) -> router_pb2.BrowseTopicResponse:
+            flushed = FlushSignal(asyncio.get_running_loop())
+            servicers = {name: CommitLogServicer(s, name, threading.Event(), flushed) for name, s in stores.items()}
+            registry = BrokerRegistry(expiry_ms=60_000)
+            for name in stores:
+                registry.register(Broker(name, commitlog_addr=name, indexer_addr="", store_host=f"{name}:10911", topics={"T": 2}))
+            queries = Queries(registry, ServicerClients(servicers), QuerySettings(), clock_ms=lambda: base + 100_000)  # type: ignore[arg-type]
+            router = QueryRouterServicer(registry, queries)
+            return await router.BrowseTopic(router_pb2.BrowseTopicRequest(topic="T", begin_timestamp=begin, end_timestamp=base + 10_000, oldest_first=True,
+                                                                          max_num=max_num, continuation_token=token), None)  # type: ignore[arg-type]
+
+        first = asyncio.run(page(base, max_num=10))
+        assert not first.result.complete and all(b.answered for b in first.result.brokers)
+        (gone,) = first.expired
+        assert (gone.broker_name, gone.from_physical_offset, gone.to_physical_offset, gone.stored_at_or_before) == ("broker-a", 0, floor, oldest)
+        live = {q: min(m.queue_offset for m in a.pull("T", q, 0, 1000)[0]) for q in range(2)}
+        assert [(q.topic, q.queue_id, q.from_queue_offset, q.to_queue_offset) for q in gone.queues] == [("T", q, 0, live[q]) for q in range(2)]
+        (note,) = first.result.notes
+        assert note.startswith("broker broker-a: messages of this window may be gone") and f"[0, {floor})" in note and "T/0 [0, " in note
+        # The browse goes on past the loss: the next page still says what is gone.
+        second = asyncio.run(page(base, token=first.result.next_continuation_token, max_num=10))
+        assert [g.broker_name for g in second.expired] == ["broker-a"] and not second.result.complete
+        # A window newer than broker-a's oldest readable record misses nothing.
+        newer = asyncio.run(page(oldest + 1))
+        assert newer.result.complete and not newer.expired and not newer.result.notes and newer.result.messages
+    finally:
+        for s in stores.values():
+            s.close()
