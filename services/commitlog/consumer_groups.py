@@ -235,14 +235,21 @@ class ConsumerGroups:
 
     # -- the one mutation ---------------------------------------------------------------------
     def _apply(self, op: dict[str, Any]) -> None:
-        """op: g, t, optional x (expression); for a queue q: optional n (new cursor), p (pending
-        rows set), k / d ([offset, ms] acked / dead-lettered: no longer pending)."""
+        """op: g, t, optional x (expression); for a queue q: optional r (the queue was cut there:
+        nothing at or past it is known), n (new cursor), p (pending rows set), k / d ([offset, ms]
+        acked / dead-lettered: no longer pending)."""
         gt = self._groups.setdefault((op["g"], op["t"]), GroupTopic())
         if "x" in op:
             gt.expression = op["x"]
         if "q" not in op:
             return
         q = gt.queue(int(op["q"]))
+        if "r" in op:
+            cut = int(op["r"])
+            q.next = min(q.next, cut)
+            for known in (q.pending, q.acked, q.dead):
+                for o in [o for o in known if o >= cut]:
+                    del known[o]
         if "n" in op:
             q.next = max(q.next, int(op["n"]))
         for row in op.get("p", ()):
@@ -293,6 +300,11 @@ class ConsumerGroups:
             op["d"] = [list(d) for d in dead]
         with self._lock:
             self._log(op)
+
+    def rewind(self, group: str, topic: str, queue_id: int, end: int) -> None:
+        """The queue now ends at `end` (the log was cut): forget what the group knew at or past it."""
+        with self._lock:
+            self._log({"g": group, "t": topic, "q": queue_id, "r": end})
 
     def groups_of(self, topic: str) -> dict[str, GroupTopic]:
         with self._lock:

@@ -23,6 +23,8 @@ class ConsumerOffsets:
         self._lock = threading.Lock()
         self._table: dict[tuple[str, str], dict[int, int]] = {}  # (topic, group) -> queue -> offset
         self._dirty = False
+        self.version = 0  # changes made, counted (what the persister's progress is measured in)
+        self.persisted = 0  # the version the file holds
         if load and self.path.exists():
             try:
                 data = read_json(self.path)
@@ -46,6 +48,12 @@ class ConsumerOffsets:
             if queues.get(queue_id) != offset:
                 queues[queue_id] = offset
                 self._dirty = True
+                self.version += 1
+
+    def entries(self) -> list[tuple[str, str, int, int]]:
+        """Every (topic, group, queue, offset) held."""
+        with self._lock:
+            return [(t, g, q, o) for (t, g), qs in self._table.items() for q, o in qs.items()]
 
     def groups(self, topic: str) -> dict[str, dict[int, int]]:
         with self._lock:
@@ -60,10 +68,12 @@ class ConsumerOffsets:
                 return False
             table = {f"{t}@{g}": {str(q): o for q, o in sorted(qs.items())} for (t, g), qs in sorted(self._table.items())}
             self._dirty = False
+            version = self.version
         try:
             write_json_atomic(self.path, {"offsetTable": table}, indent=1)
         except OSError:
             with self._lock:
                 self._dirty = True
             raise
+        self.persisted = max(self.persisted, version)
         return True

@@ -35,6 +35,7 @@ from quarry.services.commitlog.flushing import await_flushed
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.sending import SendPath
 from quarry.services.log import log_event
+from quarry.services.progress import Progress
 
 log = logging.getLogger("quarry.commitlog.delayed")
 
@@ -106,6 +107,9 @@ class DelayedDelivery:
         self._failing = ""  # the round's failure last logged (said once, not every round)
         self._level_failing: dict[int, str] = {}  # a level's read failure last logged
         self._full = False  # the last round took a whole batch: look again at once
+        # Due entries found against entries handled: a delivery that stops while messages are due says so.
+        self.progress = Progress("delayed delivery", unit="messages")
+        self._handled = 0
 
     def due(self, now_ms: int) -> list[Entry]:
         """Up to BATCH entries due at `now_ms`, each level's in queue order: a parked record's
@@ -139,6 +143,9 @@ class DelayedDelivery:
         if cursor > cq.max_offset:  # past the queue's end (an edited file, a rebuilt queue): from its start again (delivered twice, not lost)
             log_event(log, "delayed delivery cursor past its queue's end; read again from the queue's start", logging.WARNING,
                       delay_level=level, cursor=cursor, queue_end=cq.max_offset)
+            self.store.state.problems.append(
+                f"delayed delivery's cursor of level {level} was {cursor}, past its queue's end {cq.max_offset} (the log was cut below it, "
+                f"or the file edited): read again from the queue's start {cq.min_offset}, so a message may be delivered twice, never lost")
             self.offsets[level] = cursor = cq.min_offset
         if cursor < cq.min_offset:  # removed with their segments before they were due
             out.append(Entry(level, cq.min_offset, None, f"{cq.min_offset - cursor} delayed messages expired before delivery; passed"))
@@ -202,6 +209,9 @@ class DelayedDelivery:
         await self._save_when_durable()
         due = [self._deliverable(e) for e in self.due(self.clock_ms())]
         self._full = len(due) >= BATCH
+        # A level that cannot be read holds back what is due in it: counted as one waiting.
+        self.progress.input(self._handled + len(due) + (1 if self._level_failing else 0))
+        self.progress.block("; ".join(f"delay level {lv}: {why}" for lv, why in sorted(self._level_failing.items())))
         if not due:
             return 0
         done = len(due)  # the entries handled, in order (their cursors move)
@@ -231,6 +241,8 @@ class DelayedDelivery:
                 self.offsets[e.level] = e.cursor
             if e.why:  # (said once: the cursor has moved past it)
                 log_event(log, "delayed delivery", logging.WARNING, delay_level=e.level, detail=e.why)
+        self._handled += done
+        self.progress.advanced(self._handled)
         if appended is not None:
             self._unsaved_end = max(self._unsaved_end, appended.end)
             await await_flushed(self.store.flusher, self.flushed, appended.end, FLUSH_WAIT_S)
@@ -280,6 +292,7 @@ class DelayedDelivery:
                 if why != self._failing:
                     log_event(log, "delayed delivery failed; trying again", logging.ERROR, error=why)
                     self._failing = why
+                self.progress.block(why)
                 self._full = False
             if self._full:
                 await asyncio.sleep(0)  # (a batch of passed entries awaits nothing: let the loop in)

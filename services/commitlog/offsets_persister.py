@@ -7,6 +7,7 @@ import threading
 
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.log import log_event
+from quarry.services.progress import Progress
 
 log = logging.getLogger("quarry.commitlog")
 
@@ -14,6 +15,8 @@ log = logging.getLogger("quarry.commitlog")
 class OffsetsPersister:
     def __init__(self, offsets: ConsumerOffsets, interval_s: float) -> None:
         self.offsets = offsets
+        # Commits made against commits written: a persister that cannot write says so.
+        self.progress = Progress("consumer offset persistence", unit="changes", stall_after_s=max(10.0, 3 * interval_s))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, args=(interval_s,), name="offsets", daemon=True)
 
@@ -23,11 +26,22 @@ class OffsetsPersister:
         return self
 
     def _loop(self, interval_s: float) -> None:
+        failing = ""
         while not self._stop.wait(interval_s):
+            self.progress.input(self.offsets.version)
             try:
                 self.offsets.persist()
             except OSError as exc:
-                log_event(log, "consumer offsets not persisted; will retry", logging.ERROR, path=str(self.offsets.path), error=str(exc))
+                if str(exc) != failing:  # said once, not every round
+                    log_event(log, "consumer offsets not persisted; will retry", logging.ERROR, path=str(self.offsets.path), error=str(exc))
+                failing = str(exc)
+                self.progress.block(f"{self.offsets.path}: {exc}")
+            else:
+                if failing:
+                    log_event(log, "consumer offsets persisted again", path=str(self.offsets.path))
+                failing = ""
+                self.progress.block("")
+            self.progress.advanced(self.offsets.persisted)
 
     def stop(self) -> None:
         self._stop.set()

@@ -22,6 +22,7 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import TAILER_FLUSH_GAP_S
 from quarry.services.commitlog.sending import SendPath
 from quarry.services.commitlog.store import Appended, CommitLogStore
+from quarry.services.progress import Watches
 from quarry.services.status import rpc_errors
 
 log = logging.getLogger("quarry.commitlog")
@@ -38,8 +39,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     (CPU, page-cache reads and writes); the only long waits, for fsync and for new records,
     are awaited on the FlushSignal."""
 
-    def __init__(self, store: CommitLogStore, broker_name: str, stopping: threading.Event, flushed: FlushSignal) -> None:
+    def __init__(self, store: CommitLogStore, broker_name: str, stopping: threading.Event, flushed: FlushSignal, watches: Watches | None = None) -> None:
         self.store = store
+        self.watches = watches or Watches()  # the loops that move a position forward: their stalls are problems
         self.broker_name = broker_name
         self.stopping = stopping
         self.flushed = flushed
@@ -227,4 +229,5 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             topics=[commitlog_pb2.TopicInfo(topic=t, queue_count=len(q), max_queue_offsets=q) for t, q in st.topics.items()],
             flush_mode=commitlog_pb2.FLUSH_MODE_SYNC if st.flush_mode == "SYNC" else commitlog_pb2.FLUSH_MODE_ASYNC,
             read_only=st.read_only, corruption=st.corruption, recovered=st.recovered,
+            problems=list(self.store.state.problems) + self.watches.stalls(),
         )

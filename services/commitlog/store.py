@@ -27,11 +27,13 @@ from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
 from quarry.services.commitlog.follow import Follower
 from quarry.services.commitlog.message_input import MessageFields, queue_out_of_range
+from quarry.services.commitlog.positions import reconcile_positions
 from quarry.services.commitlog.recovery import recover
 from quarry.services.commitlog.segments import SegmentQueue
 from quarry.services.commitlog.store_state import ABORT_FILE, StoreConfig, StoreState
 from quarry.services.commitlog.topic_table import save_topics
 from quarry.services.log import log_event
+from quarry.services.progress import Progress
 
 log = logging.getLogger("quarry.store")
 
@@ -73,9 +75,12 @@ class CommitLogStore:
         self.consumer_offsets = ConsumerOffsets(self.dir / "config", self.read_only, load=not config.follow)
         # RocketMQ 5 consumer groups' pop state (in flight, acked, dead-lettered), journaled.
         self.consumer_groups = ConsumerGroups(self.dir, self.read_only, fsync_each=config.flush_mode == "SYNC")
+        if not self.read_only and not config.follow:
+            reconcile_positions(self.state.cqs, self.consumer_offsets, self.consumer_groups, self.state.problems.append)
         self._appender = Appender(self.state)
         self.flusher = Flusher(self.state, self.delete_expired)
         self.disk_full = ""  # why the last append failed for want of space ("" once one succeeds)
+        self.retention_progress = Progress("retention", unit="segments")
         self.follower: Follower | None = None
         if config.follow:
             # Another process writes this directory: catch up with it now, then keep following.
@@ -254,7 +259,7 @@ class CommitLogStore:
     # -- retention ------------------------------------------------------------------------
     def delete_expired(self, now_s: float | None = None) -> int:
         """Delete segments older than the reserved time, oldest first, never the active one."""
-        return retention.delete_expired(self.state, now_s)
+        return retention.delete_expired(self.state, now_s, self.retention_progress)
 
     # -- status ---------------------------------------------------------------------------
     def status(self) -> StoreStatus:

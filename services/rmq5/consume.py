@@ -28,6 +28,7 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import CONSUMER_FLUSH_GAP_S
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.log import log_event
+from quarry.services.progress import Progress
 from quarry.services.rmq5.contract import Code, service, v2
 from quarry.services.rmq5.status import RmqError
 
@@ -157,6 +158,10 @@ class Consumption:
         self.groups = core.store.consumer_groups
         self.max_attempts = max_attempts
         self._reviver: asyncio.Future[None] | None = None  # started on the loop at the first receive
+        # Exhausted messages found against messages dead-lettered: dead-lettering that stops says so.
+        self.dead_lettering = Progress("dead-lettering", unit="messages")
+        self._exhausted_found = 0
+        self._dead_lettered = 0
 
     def _store_host(self) -> str:
         host = self.store.config.store_host
@@ -226,6 +231,7 @@ class Consumption:
             out.extend(r.deliveries)
             dead.extend((qid, rec, p) for rec, p in r.to_dead_letter)
         self.groups.sync()
+        self._found_exhausted(len(dead))
         for qid, rec, p in dead:
             self._dead_letter(group, topic, qid, rec, p.attempt)
         if out or dead:
@@ -234,12 +240,27 @@ class Consumption:
 
     async def _revive_forever(self) -> None:
         """Every second: dead-letter exhausted messages of groups no consumer polls right now."""
+        failing = ""
         while not self.core.stopping.is_set():
             await asyncio.sleep(REVIVE_EVERY_S)
             try:
                 await asyncio.to_thread(self._revive_once)
-            except Exception:
-                log.exception("dead-lettering of exhausted messages failed; retried next round")
+            except Exception as exc:  # said once, tried again each round
+                why = f"{type(exc).__name__}: {exc}"
+                if why != failing:
+                    log_event(log, "dead-lettering of exhausted messages failed; retried each round", logging.ERROR, error=why)
+                failing = why
+                self.dead_lettering.block(why)
+            else:
+                if failing:
+                    log_event(log, "dead-lettering works again")
+                failing = ""
+                self.dead_lettering.block("")
+
+    def _found_exhausted(self, n: int) -> None:
+        if n:
+            self._exhausted_found += n
+            self.dead_lettering.input(self._exhausted_found)
 
     def _revive_once(self) -> None:
         now = int(time.time() * 1000)
@@ -249,6 +270,7 @@ class Consumption:
                 if not exhausted:
                     continue
                 self.groups.sync()
+                self._found_exhausted(len(exhausted))
                 for record, p in exhausted:
                     self._dead_letter(group, topic, qid, record, p.attempt)
                 self._commit_offsets(group, topic, {qid})
@@ -263,6 +285,8 @@ class Consumption:
         pop.mark_dead(self.groups, group, topic, queue_id, record.queue_offset, int(time.time() * 1000))
         self.groups.sync()
         log_event(log, "dead-lettered", group=group, topic=topic, queue=queue_id, offset=record.queue_offset, attempts=attempts, dlq=dlq)
+        self._dead_lettered += 1
+        self.dead_lettering.advanced(self._dead_lettered)
 
     def _commit_offsets(self, group: str, topic: str, queues: set[int]) -> None:
         """The group's consumer offsets (shared with the remoting path): all below is done."""
