@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup gen run test bench lint release-contract clean node-sdk node-clients
+.PHONY: setup gen run test bench lint release-contract clean node-sdk node-clients java-clients
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,20 @@ $(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
 
 node-clients: $(NODE_STAMP)
 
+# Apache RocketMQ's own Java clients and mqadmin, exactly as tests/java/pom.xml pins them, and
+# the e2e tests' small Java drivers (tests/java/src), compiled; jars copied to
+# tests/java/target/dependency. Maven's local repository is the default ~/.m2: a fresh clone on
+# the same machine (CI's) builds offline once the jars were fetched.
+JAVA_STAMP := tests/java/target/.built
+$(JAVA_STAMP): tests/java/pom.xml $(shell find tests/java/src -name '*.java' 2>/dev/null)
+	@command -v mvn >/dev/null || (echo "java-clients: Maven (mvn) and a JDK 17 are needed" >&2; exit 1)
+	mvn -q -B -Dstyle.color=never -f tests/java/pom.xml compile
+	touch $(JAVA_STAMP)
+
+java-clients: $(JAVA_STAMP)
+
 # The whole suite: unit, contract (protos, golden vectors, buf), e2e (real processes).
-test: setup node-sdk node-clients
+test: setup node-sdk node-clients java-clients
 	$(PY) -m pytest -q
 
 lint: setup

@@ -1,0 +1,62 @@
+package quarry.drivers;
+
+import com.alibaba.fastjson.JSON;
+import com.alibaba.fastjson.JSONArray;
+import com.alibaba.fastjson.serializer.SerializerFeature;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.tools.command.MQAdminStartup;
+
+/**
+ * The real mqadmin (RocketMQ 4.9.8's MQAdminStartup.main), several commands in one JVM: stdin is
+ * a JSON array of argument lists, e.g. [["clusterList", "-n", "127.0.0.1:9877"], ...]. Each
+ * command runs with System.out and System.err captured, in its own thread with a deadline
+ * (argv[0], ms, default 30000), and gives one JSON line {"args", "out", "err", "ms", "hung"}.
+ * A hung command is reported and left behind; the JVM exits when all have run. MQAdminStartup
+ * needs rocketmq.home.dir with conf/logback_tools.xml (tests/e2e/java.py makes one).
+ */
+public final class MqAdmin {
+    private MqAdmin() {
+    }
+
+    public static void main(String[] argv) throws Exception {
+        long deadlineMs = argv.length > 0 ? Long.parseLong(argv[0]) : 30000;
+        JSONArray commands = JSON.parseArray(Producer4.readAll(System.in));
+        PrintStream realOut = System.out;
+        PrintStream realErr = System.err;
+        for (int c = 0; c < commands.size(); c++) {
+            List<String> args = commands.getJSONArray(c).toJavaList(String.class);
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            ByteArrayOutputStream err = new ByteArrayOutputStream();
+            PrintStream o = new PrintStream(out, true, StandardCharsets.UTF_8);
+            PrintStream e = new PrintStream(err, true, StandardCharsets.UTF_8);
+            System.setOut(o);
+            System.setErr(e);
+            long start = System.nanoTime();
+            Thread t = new Thread(() -> MQAdminStartup.main(args.toArray(new String[0])), "mqadmin-" + c);
+            t.setDaemon(true);
+            t.start();
+            t.join(deadlineMs);
+            boolean hung = t.isAlive();
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            System.setOut(realOut);
+            System.setErr(realErr);
+            o.flush();
+            e.flush();
+            Map<String, Object> line = new LinkedHashMap<>();
+            line.put("args", args);
+            line.put("out", out.toString(StandardCharsets.UTF_8));
+            line.put("err", err.toString(StandardCharsets.UTF_8));
+            line.put("ms", ms);
+            line.put("hung", hung);
+            realOut.println(JSON.toJSONString(line, SerializerFeature.WriteMapNullValue));
+            realOut.flush();
+        }
+        System.exit(0);
+    }
+}
