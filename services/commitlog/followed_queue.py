@@ -7,18 +7,59 @@ Units below the files' end are read from the files; the follower queues every re
 reads from the CommitLog, and the units the files do not hold yet (the files are behind, or
 the queue has no files at all) are kept in memory until the files catch up. Nothing is
 handed out past the records the follower has read, so a unit never points past the end of
-the log as Quarry sees it. Files are opened O_RDONLY; none is ever created.
+the log as Quarry sees it. Files are opened O_RDONLY; none is ever created, and a file is
+known by its identity (device, inode), not its name: one deleted and written again under
+its name is read anew.
+
+When the writer's recovery cuts its log back (`truncate_from_phy`), its files keep the
+units past the cut until it writes over them (RocketMQ's truncateDirtyLogicFiles only moves
+its positions): from the first such unit on, a file's unit is handed out only once it agrees
+with the record the follower read again there.
 """
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+from typing import NamedTuple
 
 from quarry.formats.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
-from quarry.formats.segment_walk import list_segments
+from quarry.formats.segment_walk import SEGMENT_NAME
 from quarry.services.commitlog.consume_queue_store import ConsumeQueue, MemoryConsumeQueue
 
 SCAN_UNITS = 4096  # units read at a time when looking for the files' new end
+
+Identity = tuple[int, int]  # (st_dev, st_ino): which file, whatever its name
+
+
+class WritersFile(NamedTuple):
+    path: Path
+    identity: Identity
+
+
+def writers_files(directory: Path) -> dict[int, WritersFile]:
+    """The files of a directory named by their 20-digit start, by start, with their identity
+    (one stat each, as a listing that checks for regular files does anyway)."""
+    found: dict[int, WritersFile] = {}
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for entry in entries:
+        if not SEGMENT_NAME.match(entry.name):
+            continue
+        try:
+            st = entry.stat()
+        except FileNotFoundError:
+            continue  # deleted since the listing
+        if stat.S_ISREG(st.st_mode):
+            found[int(entry.name)] = WritersFile(Path(entry.path), (st.st_dev, st.st_ino))
+    return found
+
+
+def fd_identity(fd: int) -> Identity:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 class _WritersFiles(ConsumeQueue):
@@ -46,6 +87,9 @@ class FollowedConsumeQueue:
         self.files = _WritersFiles(directory, units_per_file, read_only=True)
         self.memory = MemoryConsumeQueue()
         self.seen = 0  # one past the highest queue offset the follower has read in the CommitLog
+        # From this queue offset on (set when the writer's log was cut back) a file's unit is
+        # handed out only where it agrees with the follower's own (in memory): None trusts the files.
+        self.verify_from: int | None = None
         self._retired: list[int] = []  # descriptors of deleted files, closed one refresh later
 
     # -- what readers see ---------------------------------------------------------------------
@@ -81,19 +125,21 @@ class FollowedConsumeQueue:
             self.memory.write_units(queue_offset + skip, units[skip * CQ_UNIT_SIZE:])
 
     def refresh(self) -> None:
-        """Pick up the writer's new files and units, let go of deleted files, and drop the
-        memory units the files now hold."""
+        """Pick up the writer's new files and units, let go of deleted files, read a file
+        written again under its name anew, and drop the memory units the files now hold."""
         for fd in self._retired:
             os.close(fd)
         self._retired = []
         files = self.files
-        on_disk = dict(list_segments(files.directory))
-        for start in [s for s in files.fds if s not in on_disk]:
-            self._retired.append(files.fds.pop(start))
-        for start, path in on_disk.items():
+        on_disk = writers_files(files.directory)
+        for start in list(files.fds):
+            found = on_disk.get(start)
+            if found is None or found.identity != fd_identity(files.fds[start]):
+                self._retired.append(files.fds.pop(start))  # deleted (reopened below if written again)
+        for start, found in on_disk.items():
             if start not in files.fds:
                 try:
-                    files.fds[start] = os.open(path, os.O_RDONLY)
+                    files.fds[start] = os.open(found.path, os.O_RDONLY)
                 except FileNotFoundError:
                     continue
         files.min_offset = (min(files.fds) // CQ_UNIT_SIZE) if files.fds else 0
@@ -124,7 +170,8 @@ class FollowedConsumeQueue:
             data = os.pread(fd, min(SCAN_UNITS * CQ_UNIT_SIZE, files.file_size - (pos - start)), pos - start)
             whole = 0
             for i in range(0, len(data) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
-                if CQ_UNIT.unpack_from(data, i)[1] == 0:
+                unit = CQ_UNIT.unpack_from(data, i)
+                if unit[1] == 0 or not self._agrees(files.max_offset + whole, unit):
                     break
                 whole += 1
             files.max_offset += whole
@@ -143,8 +190,47 @@ class FollowedConsumeQueue:
         if first > mem.min_offset:
             self._keep_memory_from(first)
 
+    def _agrees(self, queue_offset: int, unit: tuple[int, int, int]) -> bool:
+        """Whether a unit of the writer's files may be handed out: one below a cut of its log,
+        or one equal to the unit the follower made from the record it read again there."""
+        if self.verify_from is None or queue_offset < self.verify_from:
+            return True
+        return self.memory.read_units(queue_offset, 1) == [unit]
+
     def truncate_from_phy(self, phy_offset: int) -> None:
-        pass  # the writer's log is never cut by Quarry
+        """The writer's log was cut back at phy_offset (its recovery): units pointing at or past
+        it are handed out no more, from memory or the files; the follower queues the records it
+        reads there again."""
+        end = max(self.files.max_offset, self.memory.max_offset)
+        first = self._first_pointing_at(phy_offset, end)
+        if first >= end:
+            return  # nothing of this queue past the cut
+        # Readers take no lock: the end they see moves back first, then what is behind it.
+        self.seen = min(self.seen, first)
+        self.files.max_offset = min(self.files.max_offset, first)
+        self.verify_from = first if self.verify_from is None else min(self.verify_from, first)
+        old = self.memory
+        if old.units and old.max_offset > first:
+            new = MemoryConsumeQueue()
+            if first > old.min_offset:
+                new.units = old.units[: (first - old.min_offset) * CQ_UNIT_SIZE]
+                new.min_offset = old.min_offset
+                new.max_offset = first
+            self.memory = new
+
+    def _first_pointing_at(self, phy_offset: int, end: int) -> int:
+        """The first queue offset below `end` whose unit points at or past phy_offset (`end`
+        when none does); a queue's units point forward, so it is bisected."""
+        lo, hi = self.min_offset, end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            source = self.files if mid < self.files.max_offset else self.memory
+            unit = source.read_units(mid, 1)
+            if unit and unit[0][0] < phy_offset:
+                lo = mid + 1
+            else:
+                hi = mid  # at or past the cut (a unit not there is taken as past it)
+        return lo
 
     def take_dirty(self) -> list[int]:
         return []

@@ -258,3 +258,75 @@ def test_keys_answered_from_the_brokers_own_index_files(tmp_path: Path, cluster_
                            *(f"index/{name}" for name in index_files)}
     cluster.stop()
     assert tree_snapshot(store) == before
+
+
+def _recover_as_rocketmq(commitlog: Path, cut: int) -> list[str]:
+    """What a RocketMQ broker's recovery leaves after a crash that lost its records from `cut`
+    on (MappedFileQueue.truncateDirtyFiles): the files after the one holding the cut deleted
+    (the preallocated next one too), and that one's bytes from the cut on zeroed in place.
+    Returns the names deleted."""
+    segments = list_segments(commitlog)
+    holding, path = max((s, p) for s, p in segments if s <= cut)
+    deleted = []
+    for start, later in segments:
+        if start > holding:
+            later.unlink()
+            deleted.append(later.name)
+    with open(path, "r+b") as fh:
+        fh.seek(cut - holding)
+        fh.write(bytes(path.stat().st_size - (cut - holding)))
+    return deleted
+
+
+def test_records_written_after_a_crash_recovery_that_cut_the_log_back_are_found(tmp_path: Path, cluster_factory, writers) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / "rocketmq-store"
+    args = ["generate", "--store-dir", str(store), "--segment-size", "4096", "--count", "70", "--store-host", BROKER_HOST,
+            "--cq-units", "8", "--step"]
+    first = WriterProcess(*args, "--stop-mid-record", "30")
+    writers.append(first)
+    cluster, broker = _follow_cluster(cluster_factory, store, "127.0.0.74", BROKER_HOST, "--cq-units-per-file", "8")
+    status = _commitlog(broker.commitlog.address)
+    written: list[dict[str, object]] = []
+    with AdminClient(cluster.router.address) as admin:
+        while "offset" in (line := first.next()):
+            written.append(line)
+            wait_until(lambda: _found(admin, "followed", line), timeout_s=FOUND_WITHIN_S, what=f"record {line['n']} found 4 ways")
+            first.step()
+        assert "mid_record" in line and len(written) == 30
+        first.kill()
+
+        # The crash lost records 27, 28 and 29 (served already): the broker's recovery ends its
+        # log before them and deletes the files after it, and the follower drops them.
+        cut = int(written[27]["offset"])
+        deleted = _recover_as_rocketmq(store / "commitlog", cut)
+        assert deleted  # at least the next file, allocated ahead
+        wait_until(lambda: status.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10).max_offset == cut,
+                   timeout_s=FOUND_WITHIN_S, what="the follower's end cut back with the writer's")
+        reported = [c for c in status.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10).corruption if "cut back" in c]
+        assert len(reported) == 1 and f"cut back to {cut}" in reported[0] and "3 records" in reported[0], reported
+        with pytest.raises(grpc.RpcError) as err:
+            status.ViewMessage(commitlog_pb2.ViewMessageRequest(physical_offset=int(written[28]["offset"])), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+        # The restarted broker writes from the cut, into files it allocates again under the
+        # deleted ones' names: every record is found by its offset (and by key and queue offset).
+        second = WriterProcess(*args)
+        writers.append(second)
+        assert second.next() == {"recovered": cut, "records": 27}
+        again: list[dict[str, object]] = []
+        while "offset" in (line := second.next()):
+            again.append(line)
+            # The indexer tailing past the cut does not index 27..29 again (their keys are the
+            # same, their unique keys new): looked up by id, key and queue offset.
+            wait_until(lambda: _found(admin, "followed", line, unique_key=int(line["n"]) >= 30), timeout_s=FOUND_WITHIN_S,
+                       what=f"record {line['n']} written after the recovery found")
+            second.step()
+    assert "done" in line and [r["n"] for r in again] == list(range(27, 70))
+    assert set(deleted) <= {p.name for _s, p in list_segments(store / "commitlog")}  # allocated again under their names
+    wait_until(lambda: status.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=10).max_offset == line["done"], what="the end followed")
+    pid = broker.commitlog.proc.pid
+    # The deleted files are let go of (one round later): no descriptor on a "(deleted)" file.
+    wait_until(lambda: not [path for path, _flags in _open_files(pid, store) if path.endswith("(deleted)")], what="deleted files closed")
+    assert _assert_read_only_access(pid, store) > 0
+    second.kill()
+    cluster.stop()

@@ -12,8 +12,10 @@ import pytest
 
 from quarry.formats.properties import KEYS, UNIQ_KEY, encode_properties
 from quarry.formats.record import encode_record
+from quarry.services.commitlog import follow
 from quarry.services.commitlog.errors import Expired, NotFound
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.progress import Progress
 from tests.store_writer import Writer
 from tests.tree import tree_snapshot
 
@@ -202,3 +204,178 @@ def test_a_record_that_stays_broken_is_reported_once_and_health_names_a_dead_fol
         assert "follower thread is not running" in store_health(store)
     finally:
         store.close()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _watch(store: CommitLogStore, clock: FakeClock) -> Progress:
+    """The follower's progress on a clock the test moves."""
+    assert store.follower is not None
+    store.follower.progress = Progress("follower", "bytes", stall_after_s=follow.STUCK_REPORT_S, clock=clock)
+    return store.follower.progress
+
+
+def _write_records(writer: Writer, offset: int, numbers: range, next_qoff: list[int], written: dict[int, int]) -> int:
+    """Records `numbers` (queue n % 2) from `offset`, rolling to the next segment as RocketMQ
+    does (a blank, then the next file); `written` maps offset -> number. Returns the end."""
+    for n in numbers:
+        qid = n % 2
+        data = _record(n, offset, next_qoff[qid], queue_id=qid)
+        if len(data) + 8 > writer.room(offset):
+            offset = writer.close_segment(offset)
+            data = _record(n, offset, next_qoff[qid], queue_id=qid)
+        writer.open_segment(offset - offset % SEG)
+        writer.write(offset, data)
+        written[offset] = n
+        next_qoff[qid] += 1
+        offset += len(data)
+    return offset
+
+
+def _crash_recovery(writer: Writer, cut: int) -> None:
+    """What RocketMQ's recovery does to the files: the files after the one holding the last
+    whole record are deleted (the preallocated next one too), and that one's bytes after the
+    record are cut (zeroed, in place)."""
+    seg_start = cut - cut % SEG
+    for start in sorted(writer.maps):
+        if start > seg_start:
+            fd, mm = writer.maps.pop(start)
+            mm.close()
+            os.close(fd)
+            os.unlink(writer.dir / f"{start:020d}")
+    writer.write(cut, bytes(SEG - cut % SEG), pieces=1)
+
+
+def _served(store: CommitLogStore) -> list[tuple[int, str]]:
+    """(offset, key) of every record the store hands out through Tail's dispatch reads."""
+    infos, _next = store.read_dispatch(store.min_offset, 10_000, store.committed_offset)
+    return [(d.physical_offset, store.read(d.physical_offset).keys[0]) for d in infos]
+
+
+@pytest.mark.parametrize("poll_during_recovery", [True, False], ids=["followed-through-each-step", "looked-at-only-after"])
+def test_a_crash_recovery_that_cuts_the_log_back_and_reallocates_the_next_file(writer: Writer, poll_during_recovery: bool) -> None:
+    clock = FakeClock()
+    next_qoff = [0, 0]
+    before: dict[int, int] = {}
+    end = _write_records(writer, 0, range(10), next_qoff, before)  # all in the first file; the next one preallocated
+    assert end < SEG and (writer.dir / f"{SEG:020d}").exists()
+    store = _follow(writer)
+    try:
+        progress = _watch(store, clock)
+        store.follower.poll()
+        assert store.write_offset == end and len(_served(store)) == 10
+        kept = [at for at, n in sorted(before.items()) if n < 7]
+        cut = sorted(before)[7]  # records 7, 8, 9 are lost in the broker's crash
+
+        _crash_recovery(writer, cut)
+        if poll_during_recovery:
+            store.follower.poll()
+            assert store.write_offset == cut
+            assert [at for at, _k in _served(store)] == kept
+            with pytest.raises(NotFound):
+                store.read(sorted(before)[8])
+            records, *_ = store.pull("T", 1, 0, 100)  # queue 1 held records 1, 3, 5, 7, 9
+            assert [r.keys for r in records] == [["key-1"], ["key-3"], ["key-5"]]
+
+        # The restarted broker writes other records from the cut (queue offsets going on from
+        # the whole records), fills the file and allocates the next one again under its name.
+        next_qoff = [4, 3]
+        after: dict[int, int] = {}
+        end = _write_records(writer, cut, range(100, 130), next_qoff, after)
+        assert end > SEG  # into the file allocated again
+        store.follower.poll()
+
+        expected = [(at, f"key-{before[at]}") for at in kept] + [(at, f"key-{n}") for at, n in sorted(after.items())]
+        assert _served(store) == expected
+        assert store.write_offset == end
+        for at, n in before.items():
+            if n >= 7 and at not in after:
+                with pytest.raises(NotFound):
+                    store.read(at)  # a dropped record's offset is no record start any more
+        for qid in (0, 1):
+            records, *_ = store.pull("T", qid, 0, 100)
+            want = [f"key-{n}" for n in sorted(before.values()) if n < 7 and n % 2 == qid] + \
+                   [f"key-{n}" for n in sorted(after.values()) if n % 2 == qid]
+            assert [r.keys[0] for r in records] == want
+            assert [r.queue_offset for r in records] == list(range(len(want)))
+        cuts = [c for c in store.corruption if "cut back" in c]
+        assert len(cuts) == 1 and f"cut back to {cut}" in cuts[0] and "3 records" in cuts[0], store.corruption
+        # The new file is read through a descriptor of its own, not the deleted one's.
+        assert all(not os.readlink(f"/proc/self/fd/{s.fd}").endswith("(deleted)") for s in store.segments.segments)
+
+        # Caught up: no stall however long nothing is written.
+        clock.now += 3600
+        assert progress.check() == "" and progress.position == end and progress.input_end == end
+    finally:
+        store.close()
+
+
+def test_a_record_that_stays_unreadable_while_the_writer_goes_on_stalls_the_follower(writer: Writer) -> None:
+    clock = FakeClock()
+    next_qoff = [0, 0]
+    written: dict[int, int] = {}
+    end = _write_records(writer, 0, range(3), next_qoff, written)
+    store = _follow(writer)
+    try:
+        progress = _watch(store, clock)
+        store.follower.poll()
+        assert progress.position == end and progress.check() == ""
+        broken = bytearray(_record(3, end, next_qoff[1], queue_id=1))
+        broken[-30] ^= 0xFF  # its body CRC fails for good
+        writer.write(end, bytes(broken))
+        next_qoff[1] += 1
+        more = _write_records(writer, end + len(broken), range(4, 40), next_qoff, written)
+        assert more > SEG  # the writer's files reach into the next file
+        store.follower.poll()
+        assert store.write_offset == end
+        assert progress.input_end > end
+        assert progress.check() == "" and not [c for c in store.corruption if "unreadable" in c]  # not yet: it may be mid-write
+        clock.now += follow.STUCK_REPORT_S + 1
+        store.follower.poll()
+        stalled = progress.check()
+        assert stalled.startswith("follower stalled") and f"record at {end} unreadable" in stalled, stalled
+        store.follower.poll()
+        assert len([c for c in store.corruption if f"record at {end} still unreadable" in c]) == 1
+    finally:
+        store.close()
+
+
+def test_the_writers_queue_units_past_a_cut_are_handed_out_only_once_written_again(tmp_path: Path) -> None:
+    from quarry.formats.consume_queue import encode_unit
+    from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
+
+    d = tmp_path / "consumequeue" / "T" / "0"
+    d.mkdir(parents=True)
+    first = d / "00000000000000000000"
+    first.write_bytes(b"".join(encode_unit(100 * i, 10, 0) for i in range(4)))
+    (d / "00000000000000000080").write_bytes(b"".join(encode_unit(100 * i, 10, 0) for i in range(4, 6)) + bytes(40))
+    cq = FollowedConsumeQueue(d, 4)
+    for i in range(6):
+        cq.write_units(i, encode_unit(100 * i, 10, 0))
+    assert cq.max_offset == 6
+
+    # The writer's log is cut at 250: units 3.. point past it. Its recovery leaves them in its
+    # files (it moves its positions) and deletes the newer queue file.
+    (d / "00000000000000000080").unlink()
+    cq.truncate_from_phy(250)
+    assert (cq.min_offset, cq.max_offset) == (0, 3) and [u[0] for u in cq.read_units(0, 10)] == [0, 100, 200]
+    # The follower reads the new records: unit 3 now points at 260, 4 at 380.
+    cq.write_units(3, encode_unit(260, 12, 0))
+    cq.write_units(4, encode_unit(380, 12, 0))
+    cq.refresh()  # the file still holds the stale unit 3 (300): not handed out
+    assert [u[0] for u in cq.read_units(0, 10)] == [0, 100, 200, 260, 380]
+    # The writer writes its units again; the newer file is allocated again under its name.
+    with open(first, "r+b") as fh:
+        fh.seek(60)
+        fh.write(encode_unit(260, 12, 0))
+    (d / "00000000000000000080").write_bytes(encode_unit(380, 12, 0) + bytes(60))
+    cq.refresh()
+    assert cq.files.max_offset == 5 and not cq.memory.units  # the files agree: memory let go
+    assert [u[0] for u in cq.read_units(0, 10)] == [0, 100, 200, 260, 380]
+    cq.close()
