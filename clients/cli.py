@@ -4,13 +4,13 @@ Commands and options follow mqadmin (short and long names): queryMsgById -i, que
 -t -k [-b -e -m], queryMsgByUniqueKey -t -i [-a -b -e], queryMsgByOffset -t -b -i -o,
 sendMessage -t -p [-k -c], topicList, topicRoute -t, brokerStatus [-b], clusterList,
 unregisterBroker -b. `-n` (or $NAMESRV_ADDR) names the router(s) and `--json` prints the
-protobuf JSON mapping; both go anywhere on the line. Option parsing lives in `cli_options`.
+protobuf JSON mapping as one document (`--json-lines`: one per line); all go anywhere on the
+line. Option parsing and JSON printing live in `cli_options`.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from typing import Any, Callable
@@ -19,7 +19,8 @@ from quarry.clients.admin import AdminClient
 from quarry.clients.cli_browse import BrowseCommands
 from quarry.clients.cli_browse import add_parsers as add_browse_parsers
 from quarry.clients.cli_options import (
-    EXIT_CODES, EXIT_INCOMPLETE, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, add_option, common_options, human_time, proto_json,
+    EXIT_CODES, EXIT_INCOMPLETE, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, add_option, common_options, human_time, json_output,
+    print_json, proto_json,
 )
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
 from quarry.clients.model import Message, QueryResult
@@ -93,6 +94,46 @@ def result_code(result: QueryResult) -> int:
     return EXIT_OK if result.messages else EXIT_NOT_FOUND
 
 
+Tracks = list[list[dict[str, Any]] | None]
+
+
+def result_json(result: QueryResult, tracks: Tracks | None) -> dict[str, Any]:
+    """A query's answer as --json prints it: the router's QueryResult, plus `tracks` (one per
+    message) when the command shows consume status."""
+    data = proto_json(result.raw) if result.raw is not None else {}
+    if tracks is not None:
+        data["tracks"] = tracks
+    return data
+
+
+def merged_json(answers: list[tuple[QueryResult, Tracks]]) -> dict[str, Any]:
+    """Several ids' answers as one QueryResult document, shaped as one id's: messages and
+    tracks in the order of the ids, one outcome per broker (a failure kept over an answer),
+    complete only when every answer was."""
+    if len(answers) == 1:
+        return result_json(*answers[0])
+    raw = router_pb2.QueryResult(complete=True)
+    outcomes: dict[str, common_pb2.BrokerOutcome] = {}
+    tracks: Tracks = []
+    for result, result_tracks in answers:
+        one = result.raw if result.raw is not None else router_pb2.QueryResult(complete=True)
+        raw.messages.extend(one.messages)
+        for o in one.brokers:
+            kept = outcomes.get(o.broker_name)
+            if kept is None or (kept.answered and not o.answered):  # another id's answer never hides a failure
+                outcomes[o.broker_name] = o
+        raw.complete = raw.complete and one.complete
+        raw.collisions_filtered += one.collisions_filtered
+        raw.copies += one.copies
+        raw.notes.extend(n for n in one.notes if n not in raw.notes)
+        if one.searched_begin_timestamp and (not raw.searched_begin_timestamp or one.searched_begin_timestamp < raw.searched_begin_timestamp):
+            raw.searched_begin_timestamp = one.searched_begin_timestamp
+        raw.searched_end_timestamp = max(raw.searched_end_timestamp, one.searched_end_timestamp)
+        tracks += result_tracks
+    raw.brokers.extend(outcomes.values())
+    return result_json(QueryResult.from_proto(raw), tracks)
+
+
 class Cli(BrowseCommands):
     def __init__(self, args: argparse.Namespace, out: Any, err: Any) -> None:
         self.args, self.out, self.err = args, out, err
@@ -113,10 +154,7 @@ class Cli(BrowseCommands):
     def emit_result(self, result: QueryResult, table: bool = False, track: bool = False) -> int:
         tracks = self.tracks(result) if track else []
         if self.args.json:
-            data = proto_json(result.raw) if result.raw is not None else {}
-            if track:
-                data["tracks"] = tracks
-            print(json.dumps(data, indent=1), file=self.out)
+            print_json(self.args, self.out, result_json(result, tracks if track else None))
         elif table:
             print(f"{'#Message ID':<56s} {'#QID':>4s} {'#Offset':>12s} {'#Broker':<12s} {'#Store Time'}", file=self.out)
             for i, m in enumerate(result.messages):
@@ -134,6 +172,10 @@ class Cli(BrowseCommands):
                     print_track(tracks[i], self.out)  # type: ignore[arg-type]
             if result.copies > 1:
                 print(f"\n{result.copies} stored copies carry this unique key (-a shows all)", file=self.out)
+        return self.reported(result)
+
+    def reported(self, result: QueryResult) -> int:
+        """What stderr says of an answer (brokers that did not answer, nothing found); its exit code."""
         report_incomplete(result, self.err)
         if not result.messages and not self.args.json:
             print("not found: no message matched" + (f" ({'; '.join(result.notes)})" if result.notes else ""), file=self.err)
@@ -141,20 +183,29 @@ class Cli(BrowseCommands):
 
     def queryMsgById(self) -> int:
         codes = []
+        answers: list[tuple[QueryResult, Tracks]] = []  # --json: printed together, as one document
         for n, msg_id in enumerate(self.args.id):
             if n and not self.args.json:
                 print("", file=self.out)
             try:
-                codes.append(self._one_id(msg_id))
+                result = self._one_id(msg_id)
             except QuarryError as exc:
                 codes.append(report_error(exc, self.err, prefix=f"-i {msg_id}: "))
+                continue
+            if self.args.json:
+                answers.append((result, self.tracks(result)))
+                codes.append(self.reported(result))
+            else:
+                codes.append(self.emit_result(result, track=True))
+        if answers:
+            print_json(self.args, self.out, merged_json(answers), lines=[result_json(*answer) for answer in answers])
         # The worst outcome decides: bad input, then unavailable, incomplete, not found.
         for code in (EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_INCOMPLETE, EXIT_NOT_FOUND):
             if code in codes:
                 return code
         return EXIT_OK
 
-    def _one_id(self, msg_id: str) -> int:
+    def _one_id(self, msg_id: str) -> QueryResult:
         try:
             offset_msg_id.decode(msg_id)
             is_offset_id = True
@@ -162,13 +213,13 @@ class Cli(BrowseCommands):
             is_offset_id = False
         if is_offset_id:
             try:
-                return self.emit_result(self.admin.query_by_id(msg_id), track=True)
+                return self.admin.query_by_id(msg_id)
             except (NotFoundError, InvalidArgumentError):
                 if not self.args.topic:
                     raise
         if not self.args.topic:
             raise InvalidArgumentError("INVALID_ARGUMENT", "not an offsetMsgId; give -t <topic> to look it up as a unique key")
-        return self.emit_result(self.admin.query_by_unique_key(self.args.topic, msg_id), track=True)
+        return self.admin.query_by_unique_key(self.args.topic, msg_id)
 
     def queryMsgByKey(self) -> int:
         want, token = self.args.max, self.args.token
@@ -190,24 +241,27 @@ class Cli(BrowseCommands):
         with Producer(self.args.namesrv) as producer:
             result = producer.send(self.args.topic, self.args.body.encode("utf-8"), keys=self.args.keys or None, tags=self.args.tags or "")
         if self.args.json:
-            print(json.dumps(proto_json(result.raw) if result.raw is not None else {}, indent=1), file=self.out)
+            print_json(self.args, self.out, proto_json(result.raw) if result.raw is not None else {})
         else:
             print(result, file=self.out)
         return EXIT_OK
 
     def topicList(self) -> int:
         topics = self.admin.topics()
-        print(json.dumps(proto_json(router_pb2.ListTopicsResponse(topics=topics)), indent=1) if self.args.json else "\n".join(topics), file=self.out)
+        if self.args.json:
+            print_json(self.args, self.out, proto_json(router_pb2.ListTopicsResponse(topics=topics)))
+        else:
+            print("\n".join(topics), file=self.out)
         return EXIT_OK
 
     def topicRoute(self) -> int:
-        print(json.dumps(proto_json(self.admin.topic_route(self.args.topic)), indent=1), file=self.out)
+        print_json(self.args, self.out, proto_json(self.admin.topic_route(self.args.topic)))  # JSON with or without --json, as mqadmin
         return EXIT_OK
 
     def clusterList(self) -> int:
         brokers = self.admin.brokers()
         if self.args.json:
-            print(json.dumps(proto_json(router_pb2.ListBrokersResponse(brokers=brokers)), indent=1), file=self.out)
+            print_json(self.args, self.out, proto_json(router_pb2.ListBrokersResponse(brokers=brokers)))
         else:
             print(f"{'#Cluster Name':<16s} {'#Broker Name':<16s} {'#Commitlog':<24s} {'#Indexer':<24s} {'#Store Host':<24s} {'#Status'}", file=self.out)
             for b in brokers:
@@ -234,7 +288,8 @@ class Cli(BrowseCommands):
             except UnavailableError as exc:
                 rows.append((b.broker_name, None, f"{exc.code}: {exc.message}"))
         if self.args.json:
-            print(json.dumps({"brokers": [{"brokerName": name, **({"status": proto_json(st)} if st is not None else {"error": error})} for name, st, error in rows]}, indent=1), file=self.out)
+            print_json(self.args, self.out, {"brokers": [{"brokerName": name, **({"status": proto_json(st)} if st is not None else {"error": error})}
+                                                         for name, st, error in rows]})
         else:
             for name, st, error in rows:
                 print(f"[{name}]", file=self.out)
@@ -243,7 +298,7 @@ class Cli(BrowseCommands):
                     continue
                 for k, v in (("min_offset", st.min_offset), ("max_offset", st.max_offset), ("committed_offset", st.committed_offset),
                              ("segments", len(st.segments)), ("topics", len(st.topics)), ("flush_mode", "SYNC" if st.flush_mode == 2 else "ASYNC"),
-                             ("read_only", st.read_only), ("corruption", list(st.corruption))):
+                             ("read_only", st.read_only), ("corruption", list(st.corruption)), ("problems", list(st.problems))):
                     print(f"  {k:<18s}: {v}", file=self.out)
         failed = sum(1 for _, st, _ in rows if st is None)
         return EXIT_OK if not failed else (EXIT_UNAVAILABLE if failed == len(rows) else EXIT_INCOMPLETE)
@@ -343,6 +398,7 @@ def _main(argv: list[str] | None, out: Any, err: Any) -> int:
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # usage and --help where the caller reads
             args = parser.parse_args(argv)
+        json_output(args)
     except SystemExit as exc:
         return EXIT_INVALID if exc.code else EXIT_OK
     try:

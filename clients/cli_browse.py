@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import json
 from datetime import datetime
 from typing import Any, Callable
 
-from quarry.clients.cli_options import add_option, camel_keys, human_time, proto_json
+from quarry.clients.cli_options import add_option, camel_keys, human_time, print_json, proto_json
 from quarry.clients.errors import InvalidArgumentError, NotFoundError
 from quarry.clients.model import Message, QueryResult
 from quarry.formats import message_id, message_trace
@@ -91,8 +90,8 @@ class BrowseCommands:
                 break
             token = next_token
         if self.args.json:
-            print(json.dumps({"messages": [_msg_json(m, print_body) for m in raws], "complete": not failed and not gone,
-                              "failedBrokers": failed, "nextToken": next_token, "retryToken": retry_token, "notes": list(notes)}, indent=1), file=self.out)
+            print_json(self.args, self.out, {"messages": [_msg_json(m, print_body) for m in raws], "complete": not failed and not gone,
+                                             "failedBrokers": failed, "nextToken": next_token, "retryToken": retry_token, "notes": list(notes)})
         else:
             if next_token and not failed:
                 print(f"more: --token {next_token}", file=self.out)
@@ -119,7 +118,10 @@ class BrowseCommands:
     def searchOffset(self) -> int:
         a = self.args
         r = self.admin.search_offset(a.topic, a.broker_name, a.queue_id, a.timestamp, a.upper)
-        print(json.dumps(proto_json(r)) if a.json else f"offset={r.queue_offset} (queue range [{r.min_queue_offset}, {r.max_queue_offset}))", file=self.out)
+        if a.json:
+            print_json(a, self.out, proto_json(r))
+        else:
+            print(f"offset={r.queue_offset} (queue range [{r.min_queue_offset}, {r.max_queue_offset}))", file=self.out)
         return EXIT_OK
 
     def queryMsgTraceById(self) -> int:
@@ -145,8 +147,8 @@ class BrowseCommands:
                 break
         contexts.sort(key=lambda c: (c.timestamp, c.trace_type))
         if a.json:
-            print(json.dumps(camel_keys({"msg_id": a.msg_id, "trace_topic": a.trace_topic, "contexts": [c.to_json() for c in contexts],
-                                         "problems": problems, "complete": not failed}) | {"failedBrokers": failed}, indent=1), file=self.out)
+            print_json(a, self.out, camel_keys({"msg_id": a.msg_id, "trace_topic": a.trace_topic, "contexts": [c.to_json() for c in contexts],
+                                                "problems": problems, "complete": not failed}) | {"failedBrokers": failed})
         else:
             print_trace(contexts, self.out)
         for p in problems:
@@ -164,7 +166,7 @@ class BrowseCommands:
         except message_id.MessageIdError as exc:
             raise InvalidArgumentError("INVALID_ARGUMENT", f"-i/--messageId: {exc}") from None
         if self.args.json:
-            print(json.dumps(camel_keys(info), indent=1), file=self.out)
+            print_json(self.args, self.out, camel_keys(info))
             return EXIT_OK
         if "offset_msg_id" in info:
             o = info["offset_msg_id"]

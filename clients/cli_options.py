@@ -2,8 +2,10 @@
 
 - `add_option(parser, "-t", "--topic", ...)`: mqadmin's short and long names (plus any
   alias); every option has help text.
-- `common_options(parser)`: `-n/--namesrvAddr` and `--json`, accepted before or after the
-  command name (mqadmin puts `-n` after it).
+- `common_options(parser)`: `-n/--namesrvAddr`, `--json` and `--json-lines`, accepted before
+  or after the command name (mqadmin puts `-n` after it).
+- `print_json`: every command's JSON output, one document (or JSON Lines), never several
+  documents back to back.
 - Times (`parse_time`, one parser for every command): epoch milliseconds, or ISO-8601 with
   `Z` or an offset, or a time without zone (ISO, as printed: `2024-05-01 12:00:00,123`, or
   mqadmin's `2024-05-01#12:00:00:123`) read in the zone times are printed in (the local zone,
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from datetime import datetime, timedelta, timezone
@@ -44,6 +47,17 @@ def proto_json(msg: ProtoMessage) -> dict[str, Any]:
     """--json output: the protobuf JSON mapping, every field shown (the shape does not depend
     on values): lowerCamelCase keys, bytes in base64, 64-bit integers as strings."""
     return MessageToDict(msg, always_print_fields_with_no_presence=True)
+
+
+def print_json(args: argparse.Namespace, out: Any, document: Any, lines: Sequence[Any] | None = None) -> None:
+    """The one way a command prints JSON. --json: `document`, one JSON document (a command
+    with several answers merges them into it), which `json.load` reads whole; --json-lines:
+    each of `lines` (default: the document) as one compact JSON document per line."""
+    if getattr(args, "json_lines", False):
+        for item in [document] if lines is None else lines:
+            print(json.dumps(item, separators=(",", ":")), file=out)
+    else:
+        print(json.dumps(document, indent=1), file=out)
 
 
 def camel_keys(value: Any) -> Any:
@@ -160,11 +174,21 @@ def namesrv_default() -> str:
 
 
 def common_options(parser: argparse.ArgumentParser, top: bool = False) -> None:
-    """-n/--namesrvAddr and --json; on a subcommand they default to SUPPRESS, so a value given
-    before the command name is kept when none is given after it."""
+    """-n/--namesrvAddr, --json and --json-lines; on a subcommand they default to SUPPRESS, so
+    a value given before the command name is kept when none is given after it (`json_output`
+    reads the two JSON flags)."""
     default_n: Any = namesrv_default() if top else argparse.SUPPRESS
     default_json: Any = False if top else argparse.SUPPRESS
     add_option(parser, "-n", "--namesrvAddr", "--namesrv", dest="namesrv", kind="routers", default=default_n, metavar="ADDR[;ADDR]",
                help="router address host:port, several as 'a:9876;b:9876' (tried in turn) [env NAMESRV_ADDR, default 127.0.0.1:9876]")
     parser.add_argument("--json", action="store_true", default=default_json,
-                        help="print JSON (the protobuf JSON mapping of the answer: lowerCamelCase keys, 64-bit numbers as strings)")
+                        help="print one JSON document (the protobuf JSON mapping of the answer: lowerCamelCase keys, 64-bit numbers "
+                             "as strings); queryMsgById with several ids prints their answers as one result")
+    parser.add_argument("--json-lines", dest="json_lines", action="store_true", default=default_json,
+                        help="print JSON Lines instead: one compact JSON document per line (queryMsgById: one line per id)")
+
+
+def json_output(args: argparse.Namespace) -> None:
+    """After parsing: --json-lines is JSON output too (`args.json` is what commands test)."""
+    args.json_lines = bool(getattr(args, "json_lines", False))
+    args.json = bool(getattr(args, "json", False)) or args.json_lines

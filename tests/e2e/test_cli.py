@@ -50,6 +50,19 @@ def test_query_by_id_and_by_unique_key_given_as_an_id(cluster: LocalCluster, sen
     assert by_uniq_via_id.returncode == 0 and str(sent["offsetMsgId"]) in by_uniq_via_id.stdout
 
 
+def test_several_ids_as_json_are_one_document_and_json_lines_one_line_each(cluster: LocalCluster, sent: dict[str, object]) -> None:
+    """Issue 32: `--json queryMsgById -i a,b,c` printed a document per id back to back, which
+    json.loads cannot read; it is one document now, and --json-lines prints one line per id."""
+    more = [json.loads(quarry(cluster, "--json", "sendMessage", "-t", "CliTopic", "-p", f"id {n}").stdout)["offsetMsgId"] for n in range(2)]
+    ids = [str(sent["offsetMsgId"]), *more]
+    one = quarry(cluster, "--json", "queryMsgById", "-i", ",".join(ids))
+    assert one.returncode == 0, one.stderr
+    data = json.loads(one.stdout)
+    assert [m["offsetMsgId"] for m in data["messages"]] == ids and len(data["tracks"]) == 3 and data["complete"]
+    lines = quarry(cluster, "queryMsgById", "-i", ",".join(ids), "--json-lines").stdout.splitlines()
+    assert [[m["offsetMsgId"] for m in json.loads(line)["messages"]] for line in lines] == [[i] for i in ids]
+
+
 def test_query_by_key_as_json_and_as_a_table(cluster: LocalCluster, sent: dict[str, object]) -> None:
     found = wait_until(lambda: (p := quarry(cluster, "--json", "queryMsgByKey", "-t", "CliTopic", "-k", "cust-3")) and json.loads(p.stdout)["messages"] and p, what="key indexed")
     data = json.loads(found.stdout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import time
 
@@ -71,3 +72,84 @@ def test_router_lists() -> None:
     for bad in ("", "a", "a:0", "::1:9876", "a:x"):
         with pytest.raises(ValueError):
             parse_router_addresses(bad)
+
+
+class _ScriptedAdmin:
+    """The router's answers to queryMsgById, by id (an exception is raised as the router's error)."""
+
+    answers: dict[str, object] = {}
+
+    def __init__(self, router: str) -> None:
+        pass
+
+    def query_by_id(self, msg_id: str) -> object:
+        answer = self.answers[msg_id]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def track(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> list[object]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+IDS = ["7F00000100002A9F0000000000000000", "7F00000200002A9F0000000000000100", "7F00000300002A9F0000000000000200", "7F00000300002A9F0000000000000300"]
+
+
+@pytest.fixture
+def scripted_router(monkeypatch: pytest.MonkeyPatch) -> None:
+    from quarry.clients import cli
+    from quarry.clients.errors import NotFoundError
+    from quarry.clients.model import QueryResult
+    from quarry.v1 import common_pb2, router_pb2
+
+    def found(n: int, broker: str, answered: bool = True) -> QueryResult:
+        outcome = common_pb2.BrokerOutcome(broker_name=broker, answered=answered, error_code="" if answered else "UNAVAILABLE")
+        messages = [common_pb2.StoredMessage(topic="T", body=b"b%d" % n, offset_msg_id=IDS[n], broker_name=broker)] if answered else []
+        return QueryResult.from_proto(router_pb2.QueryResult(messages=messages, brokers=[outcome], complete=answered))
+
+    _ScriptedAdmin.answers = {IDS[0]: found(0, "broker-a"), IDS[1]: found(1, "broker-b"), IDS[2]: NotFoundError("NOT_FOUND", "no message at 512"),
+                              IDS[3]: found(3, "broker-c", answered=False)}
+    monkeypatch.setattr(cli, "AdminClient", _ScriptedAdmin)
+
+
+def test_several_ids_as_json_are_one_document(scripted_router: None) -> None:
+    """`quarry --json queryMsgById -i a,b,c` printed one document per id, back to back (jq -s
+    read it, json.loads did not): now one QueryResult, shaped as one id's answer."""
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["--json", "queryMsgById", "-i", ",".join(IDS[:2])], out=out, err=err) == 0
+    data = json.loads(out.getvalue())
+    assert [m["offsetMsgId"] for m in data["messages"]] == IDS[:2] and data["tracks"] == [[], []] and data["complete"]
+    assert [b["brokerName"] for b in data["brokers"]] == ["broker-a", "broker-b"]
+    one = io.StringIO()
+    assert main(["queryMsgById", "-i", IDS[0], "--json"], out=one, err=io.StringIO()) == 0
+    assert set(json.loads(one.getvalue())) == set(data)  # the same shape for one id as for several
+
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["--json", "queryMsgById", "-i", ",".join(IDS)], out=out, err=err) == 4  # the worst outcome: incomplete
+    data = json.loads(out.getvalue())
+    assert [m["offsetMsgId"] for m in data["messages"]] == IDS[:2] and not data["complete"]  # broker-c did not answer
+    assert {b["brokerName"]: b["answered"] for b in data["brokers"]} == {"broker-a": True, "broker-b": True, "broker-c": False}
+    assert f"-i {IDS[2]}: no message at 512" in err.getvalue() and "broker broker-c did not answer" in err.getvalue()
+
+
+def test_json_lines_prints_one_compact_document_per_id(scripted_router: None) -> None:
+    out = io.StringIO()
+    assert main(["queryMsgById", "--json-lines", "-i", ",".join(IDS[:2])], out=out, err=io.StringIO()) == 0
+    lines = out.getvalue().splitlines()
+    assert [[m["offsetMsgId"] for m in json.loads(line)["messages"]] for line in lines] == [[IDS[0]], [IDS[1]]]
+    help_text = " ".join(build_parser().format_help().split())
+    assert "--json-lines" in help_text and "one JSON document" in help_text and "one compact JSON document per line" in help_text
+
+
+def test_every_json_output_goes_through_one_printer() -> None:
+    """No command prints JSON itself (`json.dumps` outside print_json could print documents back to back again)."""
+    from pathlib import Path
+
+    import quarry.clients.cli as cli
+    import quarry.clients.cli_browse as cli_browse
+
+    for module in (cli, cli_browse):
+        assert "json.dumps" not in Path(module.__file__).read_text(), module.__name__
