@@ -54,5 +54,10 @@ class DiskFull(ServiceError):
     """No space left: nothing from this call was acknowledged."""
 
 
+class Conflict(ServiceError):
+    """What the request claims is already held by another (a store host another live broker
+    announced); nothing was changed."""
+
+
 class Unavailable(ServiceError):
     """A service this one depends on did not answer; the same call may succeed later."""

@@ -27,7 +27,8 @@ from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, T
 from quarry.services import grpc_poller
 from quarry.services.frames_port import FramesPort
 from quarry.services.log import log_event
-from quarry.services.metrics import ServiceMetrics, StartupError
+from quarry.services.metrics import ServiceMetrics
+from quarry.services.settings import cannot_listen
 from quarry.services.multiplex import SERVICE as MULTIPLEX_SERVICE
 from quarry.services.multiplex import MultiplexServicer
 from quarry.services.security import aio_acl_interceptors, server_credentials
@@ -99,7 +100,7 @@ def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrati
     except RuntimeError:  # newer grpc raises where older returned 0
         port = 0
     if port == 0:
-        raise StartupError(f"--bind {bind}: cannot listen there (address in use, or not an address of this host)")
+        raise cannot_listen("--bind", bind, "address in use, or not an address of this host")
     return port, names, creds is not None, multiplexer
 
 
@@ -175,7 +176,7 @@ async def start_aio_server(
             multiplexer.frames_token = frames.token
         except OSError as exc:
             await server.stop(None)
-            raise StartupError(f"--frames-port {frames_port}: cannot listen on {host}: {exc.strerror or exc}") from None
+            raise cannot_listen("--frames-port", f"{host}:{frames_port}", exc.strerror or str(exc)) from None
     running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}",
                                service_names=names, tracker=tracker, health_check=health_check, multiplexer=multiplexer, frames=frames)
     await running.set_serving(health_check is None or not _evaluate(health_check))

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from quarry.formats.addresses import split_host_port
 from quarry.services.event_loop import CHOICES as EVENT_LOOPS
 from quarry.services.grpc_poller import POLICIES as POLLER_POLICIES
 
@@ -20,6 +21,23 @@ from quarry.services.grpc_poller import POLICIES as POLLER_POLICIES
 class StartupError(Exception):
     """A setting that cannot be honoured at start (the message is the one line an operator
     sees; the service logs it as `refusing to start` and exits 2)."""
+
+
+# Every setting this process parsed, by flag: an error found later (a port that cannot be
+# bound) names the flag and its variable as a bad value does (`named`).
+_PARSED: dict[str, Setting] = {}
+
+
+def named(flag: str) -> str:
+    """`--flag [env VARIABLE]` as every settings error names it (the bare flag when this
+    process parsed no such setting, e.g. a server started by a test)."""
+    setting = _PARSED.get(flag)
+    return f"{flag} [env {setting.env}]" if setting is not None else flag
+
+
+def cannot_listen(flag: str, address: str, reason: str) -> StartupError:
+    """The one line a port that cannot be bound stops a service with (exit 2, no traceback)."""
+    return StartupError(f"{named(flag)}: cannot listen on {address}: {reason}")
 
 
 class _Given(str):
@@ -96,6 +114,7 @@ class EnvArgumentParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:  # type: ignore[override]
         parsed, rest = super().parse_known_args(args, namespace)
+        _PARSED.update({s.flag: s for s in self.settings.values()})
         for dest, setting in self.settings.items():
             given = getattr(parsed, dest, None)
             if isinstance(given, _Given):
@@ -126,11 +145,28 @@ def address_or_off(text: str) -> str:
     return "" if text.lower() in ("", "off") else text
 
 
-def add_remoting_settings(p: EnvArgumentParser, env: str, default: str, port: str) -> None:
+def add_remoting_settings(p: EnvArgumentParser, env: str, default_port: int, port: str) -> None:
     """The RocketMQ 4 remoting port of a service (--remoting-bind, 'off' disables it: read it
-    through address_or_off) and the largest frame it accepts."""
-    p.add_setting("--remoting-bind", env, default, f"host:port of {port}; 'off' disables it")
+    through remoting_bind) and the largest frame it accepts."""
+    p.add_setting("--remoting-bind", env, "", f"host:port of {port}; 'off' disables it; default: the --bind host, port {default_port}")
     p.add_setting("--remoting-max-frame-bytes", "QUARRY_REMOTING_MAX_FRAME_BYTES", 16 * 1024 * 1024, "largest remoting frame accepted; a larger one closes the connection", int, minimum=1024)
+
+
+def remoting_bind(parser: EnvArgumentParser, args: argparse.Namespace, default_port: int) -> str:
+    """Where the remoting port listens ('' when off), checked: by default on the --bind host,
+    as RocketMQ takes its broker address from the machine (a fixed 127.0.0.1 could not be
+    reached from other hosts, and every broker of a machine would have claimed it)."""
+    raw, bind = args.remoting_bind, args.bind
+    if raw.lower() == "off":
+        return ""
+    address = raw or f"{bind.rsplit(':', 1)[0]}:{default_port}"
+    try:
+        split_host_port(address)
+    except ValueError as exc:
+        parser.error(f"{named('--remoting-bind')}: {exc}")
+    if address == bind:
+        parser.error(f"{named('--remoting-bind')}: {address} is the gRPC --bind address; give the remoting port its own")
+    return address
 
 
 def port_or_off(text: str) -> int | None:

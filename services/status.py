@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 
 import grpc
 
-from quarry.services.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, ServiceError, Unavailable
+from quarry.services.errors import Conflict, DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, ServiceError, Unavailable
 
 STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -22,6 +22,7 @@ STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
     ReadOnly: grpc.StatusCode.FAILED_PRECONDITION,
     DiskFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    Conflict: grpc.StatusCode.ALREADY_EXISTS,
 }
 # Any other ServiceError: INTERNAL.
 

@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import socket
 
-from quarry.formats.addresses import parse_router_addresses
-from quarry.services.settings import EnvArgumentParser, add_frames_setting, add_process_settings, add_remoting_settings, address_or_off, parse_bool
+from quarry.formats.addresses import format_host_port, parse_router_addresses, split_host_port
+from quarry.services.settings import (
+    EnvArgumentParser, add_frames_setting, add_process_settings, add_remoting_settings, parse_bool, remoting_bind,
+)
+
+REMOTING_PORT = 10931  # the remoting port's default, on the --bind host (RocketMQ's 10911 is the gRPC port here)
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
 def _router_list(text: str) -> list[str]:
@@ -14,7 +20,7 @@ def _router_list(text: str) -> list[str]:
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="quarry-commitlog", description="One broker's RocketMQ-compatible CommitLog over gRPC.")
     p.add_setting("--bind", "QUARRY_COMMITLOG_BIND", "127.0.0.1:10911", "host:port to listen on")
-    p.add_setting("--advertise", "QUARRY_COMMITLOG_ADVERTISE", "", "address the router and clients dial (host:port); also the store host when neither --store-host nor the remoting port is set; default: --bind")
+    p.add_setting("--advertise", "QUARRY_COMMITLOG_ADVERTISE", "", "address the router and clients dial (host:port); also the store host when neither --store-host nor the remoting port is set; default: --bind (this machine's address for a wildcard such as 0.0.0.0)")
     p.add_setting("--rmq5-advertise", "QUARRY_RMQ5_ADVERTISE", "", "host:port RocketMQ 5 SDKs reach this broker at (QueryRoute endpoints); default: --advertise")
     p.add_setting("--store-host", "QUARRY_STORE_HOST", "", "ip:port written into offsetMsgIds and announced as the store host (e.g. a dead broker's store served elsewhere); default: --remoting-advertise when the remoting port is on (RocketMQ's rule: mqadmin sends queryMsgById to it), else --advertise")
     p.add_setting("--store-dir", "QUARRY_STORE_DIR", "./var/store", "store directory (commitlog/, consumequeue/, ...)")
@@ -38,8 +44,10 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--read-only", "QUARRY_READ_ONLY", False, "open the store read-only (e.g. an Apache RocketMQ store dir)", parse_bool)
     p.add_setting("--follow", "QUARRY_FOLLOW", False, "follow a store directory another process (a running RocketMQ broker) keeps writing: read-only, new records served within --follow-interval-ms, queues rebuilt in memory", parse_bool)
     p.add_setting("--follow-interval-ms", "QUARRY_FOLLOW_INTERVAL_MS", 100, "follow mode: how often the directory is checked for new records and segment files", int, minimum=10)
-    add_remoting_settings(p, "QUARRY_COMMITLOG_REMOTING_BIND", "127.0.0.1:10931", "the RocketMQ 4 remoting (broker) port")
-    p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "", "remoting address announced to the router (NameServer routes); default: --remoting-bind")
+    add_remoting_settings(p, "QUARRY_COMMITLOG_REMOTING_BIND", REMOTING_PORT, "the RocketMQ 4 remoting (broker) port")
+    p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "",
+                  "remoting address announced to the router (NameServer routes) and, by default, the store host; default: the --advertise host "
+                  "with the --remoting-bind port when the remoting port listens on the --bind host or on every address, else --remoting-bind")
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %%DLQ%%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
@@ -48,17 +56,34 @@ def build_parser() -> EnvArgumentParser:
     return p
 
 
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0].strip("[]")
+
+
+def _machine_address(address: str) -> str:
+    """`address` with a wildcard host (listen on every address) replaced by this machine's
+    address, as RocketMQ's brokerIP1: what the router and clients dial must be a real one."""
+    if _host(address) not in WILDCARDS:
+        return address
+    return format_host_port(socket.gethostbyname(socket.gethostname()), split_host_port(address)[1])
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if not args.advertise:
-        args.advertise = args.bind
+        args.advertise = _machine_address(args.bind)
     if isinstance(args.router, str):  # the default, not converted
         args.router = _router_list(args.router)
-    args.remoting_bind = address_or_off(args.remoting_bind)
-    if not args.remoting_advertise:
-        args.remoting_advertise = args.remoting_bind
+    args.remoting_bind = remoting_bind(parser, args, REMOTING_PORT)
+    if not args.remoting_advertise and args.remoting_bind:
+        # Behind the address others dial this broker at (--advertise), the remoting port is
+        # reached the same way: on that host, unless it listens on another host of its own.
+        on_bind_host = _host(args.remoting_bind) in (_host(args.bind), *WILDCARDS)
+        host = _host(args.advertise) if on_bind_host else _host(args.remoting_bind)
+        args.remoting_advertise = format_host_port(host, args.remoting_bind.rsplit(":", 1)[-1])
     if args.remoting_bind and args.remoting_advertise.rsplit(":", 1)[-1] in ("0", ""):
-        build_parser().error("--remoting-bind/--remoting-advertise: give a port (not 0): brokers announce it to the NameServer and write it in offsetMsgIds")
+        parser.error("--remoting-bind/--remoting-advertise: give a port (not 0): brokers announce it to the NameServer and write it in offsetMsgIds")
     if not args.store_host:
         args.store_host = args.remoting_advertise or args.advertise
     return args

@@ -19,6 +19,10 @@ from quarry.services.log import log_event
 
 log = logging.getLogger("quarry.heartbeat")
 
+# Answers that mean the router heard the broker and said no (not that it is away).
+REFUSALS = frozenset({grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
+                      grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED})
+
 
 def announced_topics(topics: dict[str, int], auto_create: bool, default_queues: int) -> dict[str, int]:
     """The topics a broker registers: its own, plus TBW102 with its default queue count when
@@ -52,19 +56,29 @@ class Heartbeat:
         self._wake.set()
 
     def _run(self) -> None:
-        up: bool | None = None
+        state: str | None = None  # "registered", "unreachable" or why the router refuses: logged when it changes
         while not self._stop.is_set():
             try:
                 self._stub.RegisterBroker(self.build(), timeout=max(1.0, self.interval_s))
-                if up is not True:
+                if state != "registered":
                     log_event(log, "registered with router", router=self.router_addr)
-                up = True
+                state = "registered"
                 self.registered.set()
             except grpc.RpcError as exc:
-                if up is not False:
-                    log_event(log, "router unreachable; will keep retrying", logging.WARNING, router=self.router_addr, code=exc.code().name)  # type: ignore[attr-defined]
-                up = False
+                code = exc.code()  # type: ignore[attr-defined]
                 self.registered.clear()
+                if code in REFUSALS:
+                    # The router answered no (a store host another live broker announced, a refused
+                    # signature): logged as an error, not as an absence. Retried each beat, since
+                    # the other broker may go away.
+                    reason = f"{code.name}: {exc.details()}"  # type: ignore[attr-defined]
+                    if state != reason:
+                        log_event(log, "router refused the registration; will keep retrying", logging.ERROR, router=self.router_addr, reason=reason)
+                    state = reason
+                else:
+                    if state != "unreachable":
+                        log_event(log, "router unreachable; will keep retrying", logging.WARNING, router=self.router_addr, code=code.name)
+                    state = "unreachable"
             self._wake.wait(self.interval_s)
             self._wake.clear()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import threading
 
-from quarry.formats.addresses import split_host_port
 from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.remoting_broker import RemotingBroker
 from quarry.services.commitlog.server import CommitLogServicer
@@ -12,6 +11,8 @@ from quarry.services.commitlog.store import CommitLogStore
 from quarry.services.remoting.acl import RemotingAcl
 from quarry.services.remoting.server import RemotingServer
 from quarry.services.security import configured_accounts
+from quarry.services.settings import StartupError, named
+
 
 class RemotingPort:
     def __init__(self, server: RemotingServer, broker: RemotingBroker, address: str) -> None:
@@ -29,13 +30,18 @@ def advertised(address: str) -> str:
 
 
 async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, store: CommitLogStore, stopping: threading.Event) -> RemotingPort | None:
+    """The remoting port listening on --remoting-bind, or None when off. A bind that fails
+    or an announced address that does not resolve stops the start (StartupError: one line)."""
     if not args.remoting_bind:
         return None
+    try:
+        address = advertised(args.remoting_advertise)  # first: a name that does not resolve binds nothing
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"{named('--remoting-advertise')}: {args.remoting_advertise} is not an address to announce ({exc})") from None
     offsets = store.consumer_offsets
     broker = RemotingBroker(servicer, offsets, servicer.sending.appended_signal(), stopping, indexer_addr=args.indexer_addr)
     accounts = configured_accounts()
     server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None)
     server.on_close.append(broker.connection_closed)
-    await server.start(args.remoting_bind)
-    split_host_port(args.remoting_advertise)  # validated by the settings; raises on a malformed address
-    return RemotingPort(server, broker, advertised(args.remoting_advertise))
+    await server.start(args.remoting_bind)  # raises StartupError naming --remoting-bind
+    return RemotingPort(server, broker, address)

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, address_or_off
+from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, remoting_bind
+
+
+NAMESERVER_PORT = 9877  # the remoting port's default, on the --bind host (9876 is the router's gRPC port)
 
 
 def build_parser() -> EnvArgumentParser:
@@ -21,13 +24,14 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--broker-calls", "QUARRY_BROKER_CALLS", "multiplexed", "how the router calls brokers: its unary calls to each address coalesced into frames over the TCP frames port the broker offers, else over one gRPC stream (multiplexed; plain unary calls to a broker that offers neither, and always with ACL on), over the gRPC stream only (stream), or one gRPC call each (unary)", choices=("multiplexed", "stream", "unary"))
     p.add_setting("--key-presence", "QUARRY_KEY_PRESENCE", "on", "key and unique-key queries ask only the brokers whose key presence filter (kept current by each indexer) may hold the key (on), or every broker holding the topic (off); the answers are the same", choices=("on", "off"))
     p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body, announced to RocketMQ 5 SDKs (set it as the commitlogs')", int, minimum=1)
-    add_remoting_settings(p, "QUARRY_ROUTER_REMOTING_BIND", "127.0.0.1:9877", "the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients")
+    add_remoting_settings(p, "QUARRY_ROUTER_REMOTING_BIND", NAMESERVER_PORT, "the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients")
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_process_settings(p)
     return p
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
-    args.remoting_bind = address_or_off(args.remoting_bind)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.remoting_bind = remoting_bind(parser, args, NAMESERVER_PORT)
     return args

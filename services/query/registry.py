@@ -5,6 +5,10 @@ Plain Python (no gRPC). Brokers register and heartbeat; one that misses heartbea
 of its topics keep saying it did not answer, until it registers again, it is unregistered
 (clean shutdown or an operator), or `forget_after_ms` more pass (0: never). Static brokers
 (configured at start) never expire.
+
+A store host (the ip:port in offsetMsgIds) belongs to one live broker: a broker announcing one
+that another live broker announced is refused (`Conflict`), since an id naming it could not
+be told apart; a broker gone missing frees its store hosts.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from quarry.formats.addresses import normalize_host_port
+from quarry.services.errors import Conflict
 
 
 @dataclass
@@ -66,9 +71,11 @@ class BrokerRegistry:
         """Add or refresh a broker; a re-registration replaces addresses and topics.
 
         An empty indexer address keeps the one already known, so a commitlog heartbeat
-        does not erase what its indexer announced.
+        does not erase what its indexer announced. Conflict when another live broker
+        announced one of its store hosts (nothing changes then).
         """
         with self._lock:
+            self._check_store_hosts(broker)
             old = self._brokers.get(broker.name)
             if old is not None and not broker.indexer_addr:
                 broker.indexer_addr = old.indexer_addr
@@ -76,6 +83,17 @@ class BrokerRegistry:
             broker.missing = False
             self._brokers[broker.name] = broker
             self._view = None
+
+    def _check_store_hosts(self, broker: Broker) -> None:
+        """(Under the lock.) Refuse store hosts a live broker of another name announced."""
+        view = self._current()
+        for store_host in (broker.store_host, *broker.other_store_hosts):
+            key = _store_host_key(store_host)
+            holder = view.by_store_host.get(key) if key is not None else None
+            if holder is not None and holder.name != broker.name and not holder.missing:
+                raise Conflict(f"store host {store_host}: already announced by live broker {holder.name!r}, so broker {broker.name!r} "
+                               "may not announce it too (an offsetMsgId naming it would reach either); give each broker its own "
+                               "store host (--store-host, or its remoting address)")
 
     def unregister(self, name: str) -> None:
         with self._lock:
@@ -105,11 +123,12 @@ class BrokerRegistry:
             elif self.forget_after_ms:
                 valid_until = min(valid_until, b.last_heartbeat_ms + self.expiry_ms + self.forget_after_ms + 1)
         view = _View(sorted(self._brokers.values(), key=lambda b: b.name), valid_until)
-        for broker in view.brokers:
+        # Live brokers first: a store host freed by a missing broker maps to the live one that took it.
+        for broker in sorted(view.brokers, key=lambda b: b.missing):
             for store_host in (broker.store_host, *broker.other_store_hosts):
-                host, _, port = store_host.rpartition(":")
-                if port.isdigit():
-                    view.by_store_host.setdefault((_ip(host.strip("[]")) or host.strip("[]"), int(port)), broker)
+                key = _store_host_key(store_host)
+                if key is not None:
+                    view.by_store_host.setdefault(key, broker)
         self._view = view
         return view
 
@@ -148,6 +167,14 @@ class BrokerRegistry:
 
     def topics(self) -> list[str]:
         return sorted({t for b in self.known() for t in b.topics})
+
+
+def _store_host_key(store_host: str) -> tuple[object, int] | None:
+    """ip:port as compared (addresses as IPs, IPv4-mapped as IPv4); None when not ip:port."""
+    host, _, port = store_host.rpartition(":")
+    if not port.isdigit():
+        return None
+    return (_ip(host.strip("[]")) or host.strip("[]"), int(port))
 
 
 @functools.lru_cache(maxsize=4096)  # a query by id parses its broker's host each time: a few hosts

@@ -25,7 +25,7 @@ from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.query.broker_clients import PRUNE_IDLE_S, BrokerClients
 from quarry.services.query.browse import browse_topic, search_offset
-from quarry.services.errors import InvalidArgument, NotFound, ServiceError
+from quarry.services.errors import Conflict, InvalidArgument, NotFound, ServiceError
 from quarry.services.query.queries import Answer, Queries, QuerySettings, Scan
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
 from quarry.services.status import rpc_errors, status_code
@@ -35,6 +35,7 @@ from quarry.services.rmq5.contract import service_grpc as rmq5_grpc
 from quarry.services.rmq5.router_servicer import RouterMessagingServicer
 from quarry.services.rmq5.telemetry import ServerPolicy
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
+from quarry.services.settings import named
 
 log = logging.getLogger("quarry.router")
 AnswerT = TypeVar("AnswerT", bound=Answer)  # a query's own answer type (a browse page adds its expired ranges)
@@ -93,6 +94,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
 
     def __init__(self, registry: BrokerRegistry, queries: Queries) -> None:
         self.registry = registry
+        self._refused: dict[str, str] = {}  # broker name -> why its registration is refused now
         self.queries = queries
 
     async def RegisterBroker(self, request: router_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext) -> router_pb2.RegisterBrokerResponse:
@@ -119,19 +121,27 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         known = {b.name: b for b in self.registry.known()}
         old = known.get(request.broker_name)
         store_host = normalize_host_port(request.store_host)
-        self.registry.register(
-            Broker(
-                name=request.broker_name,
-                commitlog_addr=request.commitlog_addr,
-                indexer_addr=request.indexer_addr,
-                store_host=store_host,
-                cluster_name=request.cluster_name or "DefaultCluster",
-                topics=topics,
-                rmq5_endpoint=request.rmq5_endpoint,
-                other_store_hosts=list(request.other_store_hosts),
-                remoting_addr=request.remoting_addr,
+        try:
+            self.registry.register(
+                Broker(
+                    name=request.broker_name,
+                    commitlog_addr=request.commitlog_addr,
+                    indexer_addr=request.indexer_addr,
+                    store_host=store_host,
+                    cluster_name=request.cluster_name or "DefaultCluster",
+                    topics=topics,
+                    rmq5_endpoint=request.rmq5_endpoint,
+                    other_store_hosts=list(request.other_store_hosts),
+                    remoting_addr=request.remoting_addr,
+                )
             )
-        )
+        except Conflict as exc:
+            # Refused at every heartbeat until the other broker goes: logged when the reason changes.
+            if self._refused.get(request.broker_name) != exc.message:
+                log_event(log, "broker registration refused", logging.WARNING, broker=request.broker_name, reason=exc.message)
+            self._refused[request.broker_name] = exc.message
+            raise
+        self._refused.pop(request.broker_name, None)
         if old is None or old.missing or old.commitlog_addr != request.commitlog_addr or old.store_host != store_host:
             log_event(log, "broker registered", broker=request.broker_name, commitlog=request.commitlog_addr, indexer=request.indexer_addr, store_host=store_host)
         return router_pb2.RegisterBrokerResponse(expiry_ms=self.registry.expiry_ms)
@@ -262,8 +272,11 @@ async def _serve(args: argparse.Namespace) -> int:
     registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats, forget_after_ms=args.forget_missing_after_ms)
     metrics.BROKERS.labels("live").set_function(lambda: _count_brokers(registry, missing=False))
     metrics.BROKERS.labels("missing").set_function(lambda: _count_brokers(registry, missing=True))
-    for broker in parse_static_brokers(args.static_brokers):
-        registry.register(broker)
+    try:
+        for broker in parse_static_brokers(args.static_brokers):
+            registry.register(broker)
+    except (ValueError, Conflict) as exc:
+        raise StartupError(f"{named('--static-brokers')}: {exc}") from None
     clients = BrokerClients(multiplexed=args.broker_calls != "unary", frames=args.broker_calls == "multiplexed")
     queries = Queries(
         registry,
@@ -288,7 +301,7 @@ async def _serve(args: argparse.Namespace) -> int:
         accounts = configured_accounts()
         remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
                                   RemotingAcl(accounts) if accounts is not None else None)
-        await remoting.start(args.remoting_bind)
+        await remoting.start(args.remoting_bind)  # raises StartupError naming --remoting-bind
     running = await start_aio_server("router", args.bind, [
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
         Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),

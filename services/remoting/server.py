@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from quarry.services.log import log_event
 from quarry.services.remoting import codes
 from quarry.services.remoting.command import FrameError, HeaderFieldError, RemotingCommand, decode_frame, encode_frame
+from quarry.services.settings import cannot_listen
 
 log = logging.getLogger("quarry.remoting")
 
@@ -65,9 +67,16 @@ class RemotingServer:
         self._connections: set[Connection] = set()
         self.port = 0
 
-    async def start(self, bind: str) -> int:
+    async def start(self, bind: str, flag: str = "--remoting-bind") -> int:
+        """Listen on `bind`; an address that cannot be listened on is a StartupError naming
+        `flag` (the setting it came from), so the service stops with one line, not a traceback."""
         host, _, port = bind.rpartition(":")
-        self._server = await asyncio.start_server(self._serve, host.strip("[]") or None, int(port), reuse_address=True)
+        try:
+            self._server = await asyncio.start_server(self._serve, host.strip("[]") or None, int(port), reuse_address=True)
+        except OSError as exc:
+            # (asyncio words a bind error at length; the errno's own words are the reason)
+            reason = os.strerror(exc.errno) if isinstance(exc.errno, int) and exc.errno > 0 else exc.strerror or str(exc)
+            raise cannot_listen(flag, bind, reason) from None
         self.port = int(self._server.sockets[0].getsockname()[1])
         log_event(log, "remoting server started", service=self.name, address=f"{host}:{self.port}")
         return self.port

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from quarry.services.errors import Conflict
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError, parse_static_brokers
 
 
@@ -93,3 +94,52 @@ def test_a_broker_is_found_by_any_store_host_its_records_carry() -> None:
     assert reg.by_store_host("2001:db8:0:0:0:0:0:ff", 10911).name == "dead"  # type: ignore[union-attr]
     assert reg.by_store_host("192.168.0.1", 10911).name == "dead"  # type: ignore[union-attr]
     assert reg.by_store_host("127.0.0.61", 20911) is None  # the address dialled is not a store host
+
+
+def _claiming(name: str, store_host: str, others: list[str] | None = None) -> Broker:
+    return Broker(name=name, commitlog_addr=f"{store_host.rpartition(':')[0]}:20911", indexer_addr="", store_host=store_host,
+                  other_store_hosts=others or [])
+
+
+def test_a_store_host_another_live_broker_announced_is_refused_naming_both_brokers() -> None:
+    reg = BrokerRegistry(expiry_ms=9000, clock_ms=Clock())
+    reg.register(_claiming("broker-a", "10.0.0.5:10931"))
+    with pytest.raises(Conflict) as refused:
+        reg.register(_claiming("broker-b", "10.0.0.5:10931"))
+    message = str(refused.value)
+    assert "10.0.0.5:10931" in message and "'broker-a'" in message and "'broker-b'" in message
+    assert [b.name for b in reg.known()] == ["broker-a"]  # nothing changed
+    assert reg.by_store_host("10.0.0.5", 10931).name == "broker-a"  # type: ignore[union-attr]
+    reg.register(_claiming("broker-a", "10.0.0.5:10931"))  # its own heartbeat is no conflict
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    (("10.0.0.5:10931", []), ("10.0.0.6:10931", ["10.0.0.5:10931"])),  # the second's records carry the first's host
+    (("10.0.0.6:10931", ["10.0.0.5:10931"]), ("10.0.0.5:10931", [])),  # the first announced it as a further host
+    (("[::ffff:10.0.0.5]:10931", []), ("10.0.0.5:10931", [])),  # the same address, written another way
+])
+def test_further_store_hosts_and_spellings_of_one_address_conflict_too(first: tuple[str, list[str]], second: tuple[str, list[str]]) -> None:
+    reg = BrokerRegistry(expiry_ms=9000, clock_ms=Clock())
+    reg.register(_claiming("broker-a", first[0], first[1]))
+    with pytest.raises(Conflict):
+        reg.register(_claiming("broker-b", second[0], second[1]))
+
+
+def test_a_broker_gone_missing_frees_its_store_host() -> None:
+    clock = Clock()
+    reg = BrokerRegistry(expiry_ms=9000, clock_ms=clock)
+    reg.register(_claiming("broker-a", "10.0.0.5:10931"))
+    clock.now += 9001  # broker-a missed its heartbeats: still reported, no longer holding the host
+    reg.register(_claiming("broker-b", "10.0.0.5:10931"))
+    assert reg.by_store_host("10.0.0.5", 10931).name == "broker-b"  # type: ignore[union-attr]  # the live one, not the missing one sorted first
+    assert [(b.name, b.missing) for b in reg.known()] == [("broker-a", True), ("broker-b", False)]
+    with pytest.raises(Conflict, match="'broker-b'"):  # back again, it finds its host taken
+        reg.register(_claiming("broker-a", "10.0.0.5:10931"))
+
+
+def test_static_brokers_hold_their_store_hosts_too() -> None:
+    reg = BrokerRegistry(expiry_ms=10, clock_ms=Clock())
+    for b in parse_static_brokers("a=127.0.0.2:1,127.0.0.2:2,10.0.0.3:9"):
+        reg.register(b)
+    with pytest.raises(Conflict):
+        reg.register(_claiming("b", "10.0.0.3:9"))

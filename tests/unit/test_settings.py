@@ -106,3 +106,35 @@ def test_the_indexer_has_no_flag_that_does_nothing(flag: str, capsys: pytest.Cap
         indexer_args([flag, "1"])
     assert stop.value.code == 2
     assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+
+
+def test_a_port_that_cannot_be_bound_names_the_flag_its_variable_and_the_address() -> None:
+    """Every port a service listens on (gRPC, frames, remoting) that cannot be bound stops the
+    start with one StartupError in the words of a bad setting, not a traceback."""
+    import asyncio
+    import socket
+
+    from quarry.services.remoting.server import RemotingServer
+    from quarry.services.serving import start_aio_server
+    from quarry.services.settings import StartupError
+
+    commitlog_args([])  # this process's settings: their variables are named
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        async def refusals() -> list[str]:
+            found = []
+            for start in (lambda: RemotingServer("commitlog", {}).start(f"127.0.0.1:{port}"),
+                          lambda: start_aio_server("commitlog", f"127.0.0.1:{port}", []),
+                          lambda: start_aio_server("commitlog", "127.0.0.1:0", [], frames_port=port)):
+                with pytest.raises(StartupError) as refused:
+                    await start()
+                found.append(str(refused.value))
+            return found
+
+        remoting, grpc_bind, frames = asyncio.run(refusals())
+    assert remoting == f"--remoting-bind [env QUARRY_COMMITLOG_REMOTING_BIND]: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert grpc_bind.startswith(f"--bind [env QUARRY_COMMITLOG_BIND]: cannot listen on 127.0.0.1:{port}: ")
+    assert frames.startswith(f"--frames-port [env QUARRY_COMMITLOG_FRAMES_PORT]: cannot listen on 127.0.0.1:{port}: ")

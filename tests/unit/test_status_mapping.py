@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from quarry.services.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, ServiceError, Unavailable
+from quarry.services.errors import Conflict, DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, ServiceError, Unavailable
 from quarry.services.status import STATUS_CODES, error_from_status, rpc_errors, status_code
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
@@ -62,6 +62,7 @@ _CASES = [(InvalidArgument("key", "must not be empty"), grpc.StatusCode.INVALID_
           (ReadOnly("read-only"), grpc.StatusCode.FAILED_PRECONDITION, "read-only"),
           (DiskFull("no space"), grpc.StatusCode.RESOURCE_EXHAUSTED, "no space"),
           (Unavailable("commitlog did not answer"), grpc.StatusCode.UNAVAILABLE, "commitlog did not answer"),
+          (Conflict("store host taken"), grpc.StatusCode.ALREADY_EXISTS, "store host taken"),
           (ServiceError("something else"), grpc.StatusCode.INTERNAL, "something else")]
 
 
