@@ -256,6 +256,7 @@ class Follower:
                 dropped += self._served.pop().record
             # The end first: no reader is handed a unit or an offset past it from now on.
             state.write_offset = state.flushed_offset = cut
+            state.cuts += 1  # Tail readers past the cut start again (and check what they built)
             for cq in list(state.cqs.queues.values()):
                 if isinstance(cq, FollowedConsumeQueue):
                     cq.truncate_from_phy(cut)

@@ -137,9 +137,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         offset = request.from_offset
         self.store.check_tail_start(offset)
         appended = self.sending.appended_signal()
+        cuts = self.store.state.cuts
         while not self.stopping.is_set():
             flushed = self.flushed.current()
             committed = self.store.committed_offset
+            if self.store.state.cuts != cuts and committed < offset:
+                # A followed writer's log was cut below this reader: what it was sent past the
+                # cut is gone, so it must start again and check what it built from it.
+                raise Expired(f"the log was cut back to {committed}, below this Tail's position {offset}: start again from a record the log still holds")
             if offset < committed:
                 cached = self.store.dispatch_cache.get(offset, batch, committed)
                 # A reader behind the cache reads the log: off the loop, which keeps serving sends.

@@ -100,6 +100,7 @@ class StoreState:
         for topic, qid in self.cqs.queues:
             self.topics[topic] = max(self.topics.get(topic, 0), qid + 1)
         self.corruption: list[str] = []
+        self.cuts = 0  # times a followed writer's log was cut back below what was served (follow.py)
         self.problems: list[str] = []  # what else an operator must know (positions brought back, loops stalled)
         self._reported: set[object] = set()  # physical offsets (or texts) already reported
         self.recovered = False
