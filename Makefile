@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup gen run test bench lint release-contract clean node-sdk node-clients java-clients
+.PHONY: setup gen run test check bench lint release-contract clean node-sdk node-clients java-clients
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ java-clients: $(JAVA_STAMP)
 # The whole suite: unit, contract (protos, golden vectors, buf), e2e (real processes).
 test: setup node-sdk node-clients java-clients
 	$(PY) -m pytest -q
+
+# The inner loop's fast lane: unit and contract tests (in process, no services started).
+check: setup
+	$(PY) -m pytest -q tests/unit tests/contract
 
 lint: setup
 	$(VENV)/bin/buf lint
