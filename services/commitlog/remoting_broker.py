@@ -33,7 +33,7 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
 from quarry.services.commitlog.browse import search_offset_by_time
 from quarry.services.commitlog.store import Appended
-from quarry.services.remoting import codes
+from quarry.services.remoting import bodies, codes
 from quarry.services.remoting.command import RemotingCommand
 from quarry.services.remoting.server import Connection, Handler, RemotingError
 from quarry.services.remoting.status import remoting_error
@@ -77,6 +77,7 @@ class RemotingBroker:
             codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, codes.HEART_BEAT: self.heartbeat,
             codes.UNREGISTER_CLIENT: self.unregister_client, codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             codes.END_TRANSACTION: self.end_transaction, codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by,
         }
 
     def close(self) -> None:
@@ -334,6 +335,14 @@ class RemotingBroker:
         if not ids:
             raise RemotingError(codes.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return req.response(codes.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
+
+    async def topic_consumed_by(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO (mqadmin's message track, after every queryMsgById): as
+        RocketMQ's broker answers it, the groups with a live consumer subscribed to the topic and
+        the groups holding consumer offsets for it."""
+        topic = req.text("topic")
+        online = {g for (g, t) in list(self.clients.subscriptions) if t == topic and self.clients.consumers(g)}
+        return req.response(codes.SUCCESS, body=bodies.group_list(list(online | set(self.offsets.groups(topic)))))
 
     def connection_closed(self, conn: Connection) -> None:
         self.clients.connection_closed(conn)

@@ -1,5 +1,5 @@
-"""JSON bodies of NameServer answers, with RocketMQ 4's field names (TopicRouteData,
-QueueData, BrokerData, ClusterInfo, TopicList). Broker ids are map keys ("0" is the master)."""
+"""JSON bodies of NameServer and broker answers, with RocketMQ 4's field names (TopicRouteData,
+QueueData, BrokerData, ClusterInfo, TopicList, GroupList). Broker ids are map keys ("0" is the master)."""
 from __future__ import annotations
 
 import json
@@ -44,3 +44,7 @@ def cluster_info(brokers: list[RouteBroker]) -> bytes:
 
 def topic_list(topics: list[str]) -> bytes:
     return json.dumps({"topicList": sorted(topics)}).encode()
+
+
+def group_list(groups: list[str]) -> bytes:
+    return json.dumps({"groupList": sorted(groups)}).encode()
