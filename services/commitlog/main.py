@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
+from quarry.formats.addresses import format_host_port
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.delayed_delivery import DelayedDelivery
@@ -94,6 +95,10 @@ async def _serve(args: argparse.Namespace) -> None:
     if tracker is not None:
         servicer.sending.has_company = lambda: tracker.unary_in_flight > 1
     offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()
+    # What others are told to dial, once, before registering: an address only reachable here shows at start.
+    log_event(log, "broker announces", broker=args.broker_name, grpc=args.advertise, remoting=remoting.address if remoting is not None else "off",
+              store_host=format_host_port(*store.config.store_host), rmq5=args.rmq5_advertise or args.advertise,
+              routers=";".join(args.router) or "none")
     heartbeat = None
     if args.router:
         def _registration() -> router_pb2.RegisterBrokerRequest:
