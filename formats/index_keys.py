@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Iterable
 
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from quarry.formats.scheduled import PARKING_TOPICS
 
 INDEX_FILE_NAME = re.compile(r"^\d{17}$")
 # The transaction type (sys_flag & SYSFLAG_TRANSACTION_MASK) of records that are not indexed.
@@ -33,6 +35,20 @@ def index_names(topic: str, keys: str | None, unique_key: str | None) -> list[st
     if keys:
         names.extend(f"{topic}#{k}" for k in keys.split(" ") if k)
     return names
+
+
+def of_topic(record_topic: str, real_topic: str | None, topic: str) -> bool:
+    """A record stored under `topic`, or a delayed message parked for it (its REAL_TOPIC)."""
+    return record_topic == topic or (record_topic in PARKING_TOPICS and real_topic == topic)
+
+
+def answers_key(record_topic: str, real_topic: str | None, keys: Iterable[str], unique_key: str | None, topic: str, key: str, unique: bool) -> bool:
+    """Whether a record answers a key query for `key` under `topic`: the index answers by hash,
+    so a record of another topic or key with the same hash must never be handed out. `keys`
+    are the record's KEYS tokens; `unique` asks for its UNIQ_KEY instead."""
+    if not of_topic(record_topic, real_topic, topic):
+        return False
+    return unique_key == key if unique else key in keys
 
 
 def index_file_name(ms: int) -> str:

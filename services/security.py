@@ -5,7 +5,10 @@
   QUARRY_ACL_FILE                   JSON accounts; every RPC but health/reflection is checked
 
 ACL file: {"accounts": [{"access_key": "...", "secret_key": "...", "admin": false,
-           "topics": {"OrderTopic": ["publish", "query"], "*": ["query"]}}]}
+           "topics": {"OrderTopic": ["publish", "query"], "*": ["query"]},
+           "groups": {"OrderGroup": ["sub"]}, "default_group_perms": ["sub"]}]}
+(groups: the consumer groups the account may consume as, RocketMQ's groupPerms; a group not
+named gets default_group_perms, ["sub"] unless set, [] to deny)
 A call carries x-quarry-access-key, x-quarry-timestamp (epoch ms, within 5 minutes),
 x-quarry-nonce and x-quarry-signature = hex HMAC-SHA256(secret,
 "<method>\\n<timestamp>\\n<access key>\\n<nonce>\\n<sha256 hex of the serialized request>"),
@@ -45,9 +48,12 @@ PERMISSIONS = {
     "ViewMessage": "query", "GetMessages": "query", "PullMessages": "query", "QueryMessage": "query",
     "QueryMsgByKey": "query", "QueryMsgByUniqueKey": "query", "QueryMsgById": "query", "QueryMsgByOffset": "query",
     "ListTopics": "query", "ListBrokers": "query", "ConsumeStatus": "query", "TrackMessage": "query",
+    "BrowseTopic": "query", "BrowseMessages": "query", "SearchOffset": "query", "SearchOffsetByTime": "query",
     "RegisterBroker": "admin", "UnregisterBroker": "admin", "Tail": "admin", "GetStoreStatus": "admin", "GetIndexStatus": "admin",
     # Key hashes of every topic an indexer holds: a topic-less read, so query on "*".
     "WatchKeyPresence": "query",
+    # The multiplexed stream between Quarry's own processes: each carried call is its own.
+    "Calls": "admin",
 }
 # Not checked here: health and reflection are open; RocketMQ 5's MessagingService carries its
 # own signature (MQv2-HMAC-SHA1) and answers refusals in-band, so it checks the same accounts
@@ -79,12 +85,23 @@ def server_credentials() -> grpc.ServerCredentials | None:
     )
 
 
+# A consumer group's permission when the account names none (RocketMQ's defaultGroupPerm, as its
+# shipped plain_acl.yml sets it): joining a group also needs query on its topics.
+DEFAULT_GROUP_PERMS = frozenset({"sub"})
+
+
 @dataclass
 class Account:
     access_key: str
     secret_key: str
     admin: bool = False
     topics: dict[str, set[str]] = field(default_factory=dict)
+    groups: dict[str, set[str]] = field(default_factory=dict)  # consumer group -> {"sub"} (empty: denied)
+    default_group_perms: frozenset[str] = DEFAULT_GROUP_PERMS
+
+    def allows_group(self, group: str, permission: str = "sub") -> bool:
+        """Whether the account may consume as `group` (join it, pull and commit for it)."""
+        return self.admin or permission in self.groups.get(group, self.default_group_perms)
 
     def allows(self, permission: str, topics: Iterable[str]) -> bool:
         if self.admin:
@@ -99,7 +116,10 @@ def load_accounts(path: str) -> dict[str, Account]:
     data = json.loads(Path(path).read_text())
     accounts = {}
     for a in data["accounts"]:
-        accounts[a["access_key"]] = Account(a["access_key"], a["secret_key"], bool(a.get("admin", False)), {t: set(p) for t, p in a.get("topics", {}).items()})
+        accounts[a["access_key"]] = Account(
+            a["access_key"], a["secret_key"], bool(a.get("admin", False)), {t: set(p) for t, p in a.get("topics", {}).items()},
+            {g: set(p) for g, p in a.get("groups", {}).items()}, frozenset(a.get("default_group_perms", DEFAULT_GROUP_PERMS)),
+        )
     return accounts
 
 

@@ -46,8 +46,22 @@ class ClientTable:
         self._clients[client_id] = client
         return sorted(client.consumer_groups)
 
-    def unregister(self, client_id: str) -> None:
-        self._clients.pop(client_id, None)
+    def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
+        """The client leaves `groups` (None: all of them); gone once it is in none."""
+        client = self._clients.get(client_id)
+        if client is None:
+            return
+        if groups is None:
+            del self._clients[client_id]
+            return
+        client.producer_groups.difference_update(groups)
+        client.consumer_groups.difference_update(groups)
+        if not client.producer_groups and not client.consumer_groups:
+            del self._clients[client_id]
+
+    def topics_of(self, group: str) -> list[str]:
+        """The topics `group` subscribes to, as its consumers' heartbeats said."""
+        return sorted({t for g, t in self.subscriptions if g == group})
 
     def connection_closed(self, connection: object) -> None:
         for cid in [cid for cid, c in self._clients.items() if c.connection is connection]:

@@ -20,6 +20,7 @@ import grpc
 from quarry.channels import open_channel
 from quarry.formats import tag_expression
 from quarry.formats.java_hash import tags_code
+from quarry.formats.properties import PRODUCER_GROUP, REAL_TOPIC
 from quarry.formats.topic import retry_topic
 from quarry.formats.batch_body import batch_record_properties, decode_batch_body
 from quarry.formats.record import (
@@ -33,7 +34,9 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
 from quarry.services.commitlog.browse import search_offset_by_time
 from quarry.services.commitlog.store import Appended
+from quarry.services.commitlog.transactions import AlreadyResolved, NotAHalf, Transactions, as_half
 from quarry.services.remoting import bodies, codes
+from quarry.services.remoting.acl import require
 from quarry.services.remoting.command import RemotingCommand
 from quarry.services.remoting.server import Connection, Handler, RemotingError
 from quarry.services.remoting.status import remoting_error
@@ -108,6 +111,13 @@ class RemotingBroker:
                 results = await self.servicer.sending.append_flushed(msgs, "RemotingSendBatch")
             else:
                 msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *_I32), **common)  # type: ignore[arg-type]
+                if msg.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED:
+                    # A transaction's half, hidden under the half topic until it ends; its topic is
+                    # made (as a RocketMQ broker's send does) and its queue chosen now.
+                    msg.queue_id = self.store.queue_for(topic, msg.queue_id)
+                    if topic not in self.store.topics and self.store.create_topic(topic, self.store.config.default_queues):
+                        self.servicer.sending.on_topic_created()
+                    msg = as_half(msg)
                 results = await self.servicer.sending.append_flushed([msg], "RemotingSend")
         except StoreError as exc:
             raise remoting_error(exc) from None
@@ -126,28 +136,37 @@ class RemotingBroker:
         })
 
     async def end_transaction(self, req: RemotingCommand, conn: Connection) -> RemotingCommand | None:
-        """Commit or roll back a prepared message: append its commit (it then enters its queue)
-        or rollback record, pointing back at the prepared one (PREPAREDTRANSACTIONOFFSET)."""
+        """Commit or roll back a half message (services/commitlog/transactions.py): publish
+        permission on its real topic, the header must name it as the producer stored it, and a
+        half is resolved once."""
         kind = req.integer("commitOrRollback", lo=0, hi=_I32[1])
         offset = req.integer("commitLogOffset", lo=0)
         if kind == SYSFLAG_TRANSACTION_NOT_TYPE:
             return req.response(codes.SUCCESS)
         if kind not in (SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_ROLLBACK):
             raise RemotingError(codes.SYSTEM_ERROR, f"header field commitOrRollback: {kind} is not 8 (commit), 12 (rollback) or 0")
+        transactions: Transactions = self.servicer.transactions
         try:
-            rec = self.store.read(offset)
-        except StoreError as exc:
-            raise RemotingError(codes.SYSTEM_ERROR, f"find prepared transaction message failed: {exc}") from None
-        if rec.sys_flag & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_PREPARED:
-            raise RemotingError(codes.SYSTEM_ERROR, f"the message at commitLogOffset {offset} is not a prepared transaction message")
-        msg = from_client_message(rec.topic, rec.body, rec.properties_text, flag=rec.flag, queue_id=rec.queue_id,
-                                  born_timestamp=rec.born_timestamp, born_host=rec.born_host, sys_flag=kind,
-                                  reconsume_times=rec.reconsume_times, prepared_transaction_offset=offset,
-                                  max_message_size=self.store.config.max_message_size)
+            half = transactions.half_at(offset)
+        except NotAHalf:
+            raise RemotingError(codes.SYSTEM_ERROR, f"the message at commitLogOffset {offset} is not a prepared transaction message") from None
+        require(req, "publish", [half.properties.get(REAL_TOPIC, "")])
+        group = half.properties.get(PRODUCER_GROUP)
+        if group is not None and group != req.text("producerGroup", ""):
+            raise RemotingError(codes.SYSTEM_ERROR, f"header field producerGroup: {req.text('producerGroup', '')!r} is not the group that sent the half message ({group!r})")
+        if req.integer("tranStateTableOffset", half.queue_offset) != half.queue_offset:
+            raise RemotingError(codes.SYSTEM_ERROR, f"header field tranStateTableOffset: {req.text('tranStateTableOffset')} is not the half message's queue offset ({half.queue_offset})")
         try:
-            await self.servicer.sending.append_flushed([msg], "RemotingEndTransaction")
-        except StoreError as exc:
-            raise remoting_error(exc) from None
+            transactions.claim(half)
+        except AlreadyResolved as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, str(exc)) from None
+        try:
+            await self.servicer.sending.append_flushed(Transactions.resolution(half, kind == SYSFLAG_TRANSACTION_COMMIT), "RemotingEndTransaction", same_topic=False)
+        except BaseException as exc:
+            transactions.release(half)  # not stored: it may be ended again
+            if isinstance(exc, StoreError):
+                raise remoting_error(exc) from None
+            raise
         return req.response(codes.SUCCESS)
 
     # -- reads --------------------------------------------------------------------------------
@@ -326,7 +345,12 @@ class RemotingBroker:
         return req.response(codes.SUCCESS)
 
     async def unregister_client(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self.clients.unregister(req.text("clientID"))
+        """The client leaves the groups the header names (RocketMQ's unregisterClient): leaving
+        a consumer group takes what joining it takes, query on the topics it subscribes to."""
+        producer, consumer = req.text("producerGroup", ""), req.text("consumerGroup", "")
+        if consumer:
+            require(req, "query", self.clients.topics_of(consumer))
+        self.clients.unregister(req.text("clientID"), [g for g in (producer, consumer) if g])
         return req.response(codes.SUCCESS)
 
     async def consumer_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:

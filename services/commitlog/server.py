@@ -22,6 +22,7 @@ from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import TAILER_FLUSH_GAP_S
 from quarry.services.commitlog.sending import SendPath
 from quarry.services.commitlog.store import Appended, CommitLogStore
+from quarry.services.commitlog.transactions import Transactions
 from quarry.services.progress import Watches
 from quarry.services.status import rpc_errors
 
@@ -46,6 +47,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         self.stopping = stopping
         self.flushed = flushed
         self.sending = SendPath(store, flushed)  # the send path every front door shares
+        self.transactions = Transactions(store)  # half messages, resolved once whichever door ends them
         # Set by the RocketMQ 5 door (services/rmq5): groups with a consumer heard from lately,
         # and deliveries before dead-lettering; read by ConsumeStatus.
         self.online_groups: Callable[[], set[str]] = lambda: set()

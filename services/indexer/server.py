@@ -24,6 +24,7 @@ from quarry.channels import open_aio_channel
 from quarry.multiplex import multiplexed
 
 from quarry.formats import scheduled
+from quarry.formats.index_keys import answers_key
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 from quarry.services.commitlog.convert import to_stored
@@ -40,6 +41,7 @@ from quarry.formats.dir_lock import DirLockError
 from quarry.formats.index_checkpoint import lock_index_dir
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
+from quarry.services.settings import metrics_host
 from quarry.services.progress import Watches
 from quarry.services.errors import InvalidArgument, ReadOnly, Unavailable
 from quarry.services.status import rpc_errors
@@ -128,8 +130,16 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
                     found[msg.commit_log_offset] = msg
             response.unreadable_entries = len(got.not_found) + len(got.damaged)
             response.damaged_offsets.extend(got.damaged)
-        # Newest index entry first, as the offsets came.
-        response.messages.extend(found[o] for o in offsets if o in found)
+        # Newest index entry first, as the offsets came. The index answers by hash: a record of
+        # another topic or key with the same hash never leaves (formats.index_keys.answers_key).
+        for o in offsets:
+            m = found.get(o)
+            if m is None:
+                continue
+            if answers_key(m.topic, m.real_topic, m.keys, m.unique_key, request.topic, request.key, request.unique_key_flag):
+                response.messages.append(m)
+            else:
+                response.collisions_filtered += 1
         return response
 
     async def GetIndexStatus(self, request: indexer_pb2.GetIndexStatusRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.GetIndexStatusResponse:
@@ -227,7 +237,7 @@ async def _serve(args: argparse.Namespace) -> int:
         lock_fd = lock_index_dir(index_dir, "--index-dir [env QUARRY_INDEX_DIR]")  # before the checkpoint may be migrated
     checkpoint = open_checkpoint(index_dir, read_only=args.read_only)
     # Then the metrics port: a taken one stops the process before the index is opened.
-    metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
+    metrics.METRICS.serve(args.metrics_port, metrics_host(args))
     config = IndexStoreConfig(
         hash_slot_num=args.hash_slots, index_num=args.index_num, max_msgs_num_batch=args.max_msgs_num_batch,
         read_only=args.read_only, max_files=args.max_files,

@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Iterable
 
-from quarry.formats.scheduled import PARKING_TOPICS
+from quarry.formats import index_keys
 from quarry.v1 import common_pb2
 
 
 def of_topic(msg: common_pb2.StoredMessage, topic: str) -> bool:
     """Stored under `topic`, or a delayed message parked for it (marked by the commitlog)."""
-    return msg.topic == topic or (msg.topic in PARKING_TOPICS and msg.real_topic == topic)
+    return index_keys.of_topic(msg.topic, msg.real_topic, topic)
 
 
 def in_window(msg: common_pb2.StoredMessage, begin: int, end: int) -> bool:
@@ -29,11 +29,11 @@ def in_window(msg: common_pb2.StoredMessage, begin: int, end: int) -> bool:
 def key_matches(msg: common_pb2.StoredMessage, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> bool:
     """True when the message is of `topic`, one of its KEYS tokens is exactly `key`, and it
     was stored in [begin, end]."""
-    return of_topic(msg, topic) and key in msg.keys and in_window(msg, begin, end)
+    return index_keys.answers_key(msg.topic, msg.real_topic, msg.keys, msg.unique_key, topic, key, False) and in_window(msg, begin, end)
 
 
 def unique_key_matches(msg: common_pb2.StoredMessage, topic: str, unique_key: str, begin: int = 0, end: int = 2**63 - 1) -> bool:
-    return of_topic(msg, topic) and msg.unique_key == unique_key and in_window(msg, begin, end)
+    return index_keys.answers_key(msg.topic, msg.real_topic, msg.keys, msg.unique_key, topic, unique_key, True) and in_window(msg, begin, end)
 
 
 def order_key(msg: common_pb2.StoredMessage) -> tuple[int, str, int]:

@@ -399,6 +399,7 @@ class Queries:
                     messages, damaged = await self._read_records(broker, commitlog, response.physical_offsets, begin, end, timeout_s)
                 else:
                     messages, damaged = response.messages, response.damaged_offsets
+                scan.skipped += response.collisions_filtered  # (what the indexer already left out)
                 for msg in messages:
                     msg.broker_name = broker.name
                     if matches(msg):

@@ -39,6 +39,7 @@ class RemotingCommand:
     language: str = "PYTHON"
     version: int = 0
     serialize_type: int = codes.SERIALIZE_JSON
+    caller: object = field(default=None, compare=False, repr=False)  # the account that signed it (set by the ACL check)
 
     @property
     def is_response(self) -> bool:

@@ -18,7 +18,8 @@ from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.send import TRANSACTION, answer, to_new_message
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, ok
-from quarry.services.rmq5.transaction import Transactions, half_message
+from quarry.services.commitlog.transactions import Transactions
+from quarry.services.rmq5.transaction import claim, half_message
 from quarry.services.rmq5.unsupported import fill_unsupported
 
 log = logging.getLogger("quarry.rmq5")
@@ -32,7 +33,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         self.auth = auth
         self.policy = policy
         self.sessions = Sessions()
-        self.transactions = Transactions(core.store)
+        self.transactions = core.transactions  # one per store: every door resolves a half once
         self.consumption = Consumption(core, policy.consumer_max_attempts)
         self._closing = asyncio.Event()
 
@@ -87,7 +88,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             self.auth.check(client_calls.metadata(context), "EndTransaction", "publish", [request.topic.name])
             if request.resolution not in (v2.TransactionResolution.COMMIT, v2.TransactionResolution.ROLLBACK):
                 raise RmqError(Code.BAD_REQUEST, "resolution: must be COMMIT or ROLLBACK")
-            half = self.transactions.claim(request)
+            half = claim(self.transactions, request)
             commit = request.resolution == v2.TransactionResolution.COMMIT
             await self.core.sending.append_flushed(Transactions.resolution(half, commit), rpc="rmq5.EndTransaction", same_topic=False)
         except Exception as exc:  # never an unanswered call; a failed resolution frees the half for a retry

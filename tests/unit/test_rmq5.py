@@ -21,7 +21,8 @@ from quarry.services.rmq5.route import endpoints, query_route
 from quarry.services.rmq5.send import to_new_message
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, from_store_error
-from quarry.services.rmq5.transaction import HALF_TOPIC, OP_TOPIC, Transactions, half_message
+from quarry.services.commitlog.transactions import HALF_TOPIC, OP_TOPIC, Transactions
+from quarry.services.rmq5.transaction import claim, half_message
 from quarry.services.rmq5.unsupported import METHODS, fill_unsupported
 from quarry.services.security import Account
 
@@ -188,16 +189,16 @@ def test_transaction_half_is_hidden_until_commit_and_resolved_once(tmp_path: Pat
         assert half_result.topic == HALF_TOPIC and "OrderTopic" not in store.topics
         tx = Transactions(store)
         with pytest.raises(RmqError) as wrong_id:
-            tx.claim(_end(half_result, v2.TransactionResolution.COMMIT, msg_id="01" + "0" * 32))
+            claim(tx, _end(half_result, v2.TransactionResolution.COMMIT, msg_id="01" + "0" * 32))
         assert wrong_id.value.code == Code.ILLEGAL_MESSAGE_ID
-        half = tx.claim(_end(half_result, v2.TransactionResolution.COMMIT))
+        half = claim(tx, _end(half_result, v2.TransactionResolution.COMMIT))
         committed, op = store.append_many(Transactions.resolution(half, commit=True), same_topic=False)
         rec = store.read(committed.physical_offset)
         assert (rec.topic, rec.queue_id, rec.sys_flag & 0xC, rec.prepared_transaction_offset) == ("OrderTopic", 1, SYSFLAG_TRANSACTION_COMMIT, half_result.physical_offset)
         assert rec.properties["UNIQ_KEY"] == MSG_ID and rec.keys == ["tx-key"] and rec.properties["TRAN_MSG"] == "true" and "REAL_TOPIC" not in rec.properties
         assert op.topic == OP_TOPIC and store.read(op.physical_offset).body == str(half_result.queue_offset).encode()
         with pytest.raises(RmqError) as again:
-            tx.claim(_end(half_result, v2.TransactionResolution.ROLLBACK))
+            claim(tx, _end(half_result, v2.TransactionResolution.ROLLBACK))
         assert again.value.code == Code.INVALID_TRANSACTION_ID and "already" in again.value.message
         (other,) = store.append_many([half_message(sdk_message(message_type=v2.MessageType.TRANSACTION), ("127.0.0.1", 5))])
     finally:
@@ -206,13 +207,13 @@ def test_transaction_half_is_hidden_until_commit_and_resolved_once(tmp_path: Pat
     try:
         tx = Transactions(store)
         with pytest.raises(RmqError):
-            tx.claim(_end(half_result, v2.TransactionResolution.COMMIT))
-        half = tx.claim(_end(other, v2.TransactionResolution.ROLLBACK))
+            claim(tx, _end(half_result, v2.TransactionResolution.COMMIT))
+        half = claim(tx, _end(other, v2.TransactionResolution.ROLLBACK))
         (op,) = store.append_many(Transactions.resolution(half, commit=False))
         assert op.topic == OP_TOPIC
         with pytest.raises(RmqError) as elsewhere:
             bad = service.EndTransactionRequest(topic=v2.Resource(name="OrderTopic"), message_id=MSG_ID, transaction_id="7F0000010000271100000000000000AA")
-            tx.claim(bad)
+            claim(tx, bad)
         assert elsewhere.value.code == Code.INVALID_TRANSACTION_ID and "not on this broker" in elsewhere.value.message
     finally:
         store.close()
