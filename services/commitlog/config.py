@@ -5,6 +5,8 @@ import argparse
 import socket
 
 from quarry.formats.addresses import format_host_port, parse_router_addresses, split_host_port
+from quarry.services.remoting.server import add_limit_settings
+from quarry.services.rmq5.auth import add_auth_settings
 from quarry.services.settings import (
     EnvArgumentParser, add_frames_setting, add_process_settings, add_remoting_settings, parse_bool, remoting_bind,
 )
@@ -45,11 +47,13 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--follow", "QUARRY_FOLLOW", False, "follow a store directory another process (a running RocketMQ broker) keeps writing: read-only, new records served within --follow-interval-ms, queues rebuilt in memory", parse_bool)
     p.add_setting("--follow-interval-ms", "QUARRY_FOLLOW_INTERVAL_MS", 100, "follow mode: how often the directory is checked for new records and segment files", int, minimum=10)
     add_remoting_settings(p, "QUARRY_COMMITLOG_REMOTING_BIND", REMOTING_PORT, "the RocketMQ 4 remoting (broker) port")
+    add_limit_settings(p)
     p.add_setting("--remoting-advertise", "QUARRY_COMMITLOG_REMOTING_ADVERTISE", "",
                   "remoting address announced to the router (NameServer routes) and, by default, the store host; default: the --advertise host "
                   "with the --remoting-bind port when the remoting port listens on the --bind host or on every address, else --remoting-bind")
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %%DLQ%%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
+    add_auth_settings(p)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_frames_setting(p, "QUARRY_COMMITLOG_FRAMES_PORT")
     add_process_settings(p)

@@ -76,7 +76,7 @@ async def _serve(args: argparse.Namespace) -> None:
             raise StartupError(f"{store.dir / 'config' / 'delayOffset.json'}: not a delay offset table ({exc}); fix or move it away") from None
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
     # RocketMQ 5 SDKs send here too (local mode), on the same port: see services/rmq5.
-    rmq5 = CommitLogMessagingServicer(servicer, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size,
+    rmq5 = CommitLogMessagingServicer(servicer, Authenticator.from_settings(configured_accounts(), args), ServerPolicy(max_body_size=args.max_message_size,
                                       consumer_max_attempts=args.max_delivery_attempts))
     servicer.online_groups = rmq5.sessions.online_groups
     servicer.consumer_max_attempts = args.max_delivery_attempts

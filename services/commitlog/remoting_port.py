@@ -8,8 +8,8 @@ from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.remoting_broker import RemotingBroker
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore
-from quarry.services.remoting.acl import RemotingAcl
-from quarry.services.remoting.server import RemotingServer
+from quarry.services.remoting.acl import ACCESS_KEY, RemotingAcl
+from quarry.services.remoting.server import RemotingServer, known_key_check, limits_from
 from quarry.services.security import configured_accounts
 from quarry.services.settings import StartupError, named
 
@@ -41,7 +41,10 @@ async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, 
     offsets = store.consumer_offsets
     broker = RemotingBroker(servicer, offsets, servicer.sending.appended_signal(), stopping, indexer_addr=args.indexer_addr)
     accounts = configured_accounts()
-    server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None)
+    acl = accounts is not None
+    # With ACL on, a request naming no account is refused from its header, before its body is read.
+    server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if acl else None,
+                            known_key_check(ACCESS_KEY, accounts) if acl else None, limits_from(args, acl))
     server.on_close.append(broker.connection_closed)
     await server.start(args.remoting_bind)  # raises StartupError naming --remoting-bind
     return RemotingPort(server, broker, address)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from quarry.services.remoting.server import add_limit_settings
+from quarry.services.rmq5.auth import add_auth_settings
 from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, remoting_bind
 
 
@@ -24,7 +26,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--broker-calls", "QUARRY_BROKER_CALLS", "multiplexed", "how the router calls brokers: its unary calls to each address coalesced into frames over the TCP frames port the broker offers, else over one gRPC stream (multiplexed; plain unary calls to a broker that offers neither, and always with ACL on), over the gRPC stream only (stream), or one gRPC call each (unary)", choices=("multiplexed", "stream", "unary"))
     p.add_setting("--key-presence", "QUARRY_KEY_PRESENCE", "on", "key and unique-key queries ask only the brokers whose key presence filter (kept current by each indexer) may hold the key (on), or every broker holding the topic (off); the answers are the same", choices=("on", "off"))
     p.add_setting("--max-message-size", "QUARRY_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, "largest body, announced to RocketMQ 5 SDKs (set it as the commitlogs')", int, minimum=1)
+    add_auth_settings(p)
     add_remoting_settings(p, "QUARRY_ROUTER_REMOTING_BIND", NAMESERVER_PORT, "the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients")
+    add_limit_settings(p)
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
     add_process_settings(p)
     return p

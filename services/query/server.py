@@ -16,8 +16,8 @@ from quarry.formats.addresses import normalize_host_port
 from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
 from quarry.services.query.nameserver import NameServer
-from quarry.services.remoting.acl import RemotingAcl
-from quarry.services.remoting.server import RemotingServer
+from quarry.services.remoting.acl import ACCESS_KEY, RemotingAcl
+from quarry.services.remoting.server import RemotingServer, known_key_check, limits_from
 from quarry.services.security import configured_accounts
 from quarry.services.query import metrics
 from quarry.services import event_loop
@@ -293,14 +293,15 @@ async def _serve(args: argparse.Namespace) -> int:
     servicer = QueryRouterServicer(registry, queries)
     name = router_pb2.DESCRIPTOR.services_by_name["QueryRouterService"].full_name
     # The RocketMQ 5 SDKs' access point, on the same port: see services/rmq5.
-    rmq5 = RouterMessagingServicer(registry, Authenticator(configured_accounts()), ServerPolicy(max_body_size=args.max_message_size))
+    rmq5 = RouterMessagingServicer(registry, Authenticator.from_settings(configured_accounts(), args), ServerPolicy(max_body_size=args.max_message_size))
     # The NameServer port listens before health says SERVING: a client (or a test) that waits
     # for SERVING may then use either port.
     remoting = None
     if args.remoting_bind:
         accounts = configured_accounts()
-        remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes,
-                                  RemotingAcl(accounts) if accounts is not None else None)
+        acl = accounts is not None  # (on: a request naming no account is refused from its header, as the commitlog's)
+        remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if acl else None,
+                                  known_key_check(ACCESS_KEY, accounts) if acl else None, limits_from(args, acl))
         await remoting.start(args.remoting_bind)  # raises StartupError naming --remoting-bind
     running = await start_aio_server("router", args.bind, [
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
