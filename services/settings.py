@@ -188,6 +188,18 @@ def add_frames_setting(p: EnvArgumentParser, env: str) -> None:
                   "never opened with TLS or ACL on", port_or_off)
 
 
+def add_metrics_settings(p: "EnvArgumentParser") -> None:
+    """--metrics-port and --metrics-host, the same for every service."""
+    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
+    p.add_setting("--metrics-host", "QUARRY_METRICS_HOST", "",
+                  "address the metrics port listens on, e.g. 127.0.0.1 to keep topic names and counts on this host; default: the --bind host")
+
+
+def metrics_host(args: argparse.Namespace) -> str:
+    """Where the metrics port listens: --metrics-host, else the --bind host."""
+    return args.metrics_host or args.bind.rsplit(":", 1)[0].strip("[]")
+
+
 def add_process_settings(p: EnvArgumentParser) -> None:
     """Settings every service process has: --log-format / --log-level (configure_logging takes
     them), --event-loop (services/event_loop.py), --grpc-poller (services/grpc_poller.py) and

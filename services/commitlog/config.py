@@ -8,7 +8,7 @@ from quarry.formats.addresses import format_host_port, parse_router_addresses, s
 from quarry.services.remoting.server import add_limit_settings
 from quarry.services.rmq5.auth import add_auth_settings
 from quarry.services.settings import (
-    EnvArgumentParser, add_frames_setting, add_process_settings, add_remoting_settings, parse_bool, remoting_bind,
+    EnvArgumentParser, add_frames_setting, add_metrics_settings, add_process_settings, add_remoting_settings, parse_bool, remoting_bind,
 )
 
 REMOTING_PORT = 10931  # the remoting port's default, on the --bind host (RocketMQ's 10911 is the gRPC port here)
@@ -54,7 +54,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %%DLQ%%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
     add_auth_settings(p)
-    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
+    add_metrics_settings(p)
     add_frames_setting(p, "QUARRY_COMMITLOG_FRAMES_PORT")
     add_process_settings(p)
     return p
@@ -88,6 +88,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.remoting_advertise = format_host_port(host, args.remoting_bind.rsplit(":", 1)[-1])
     if args.remoting_bind and args.remoting_advertise.rsplit(":", 1)[-1] in ("0", ""):
         parser.error("--remoting-bind/--remoting-advertise: give a port (not 0): brokers announce it to the NameServer and write it in offsetMsgIds")
+    # Which setting the store host comes from: a name that does not resolve is reported under it.
+    args.store_host_flag = "--store-host [env QUARRY_STORE_HOST]"
     if not args.store_host:
         args.store_host = args.remoting_advertise or args.advertise
+        args.store_host_flag = ("--remoting-advertise [env QUARRY_COMMITLOG_REMOTING_ADVERTISE]" if args.remoting_advertise else
+                                "--advertise [env QUARRY_COMMITLOG_ADVERTISE]")
+        if args.remoting_advertise and _host(args.remoting_advertise) == _host(args.advertise):
+            args.store_host_flag = "--advertise [env QUARRY_COMMITLOG_ADVERTISE] (the remoting address's host)"
     return args

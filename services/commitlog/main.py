@@ -25,6 +25,8 @@ from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
+from quarry.services.settings import metrics_host
+from quarry.services.progress import Watches
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.commitlog_servicer import CommitLogMessagingServicer
 from quarry.services.rmq5.contract import SERVICE_NAME as RMQ5_SERVICE
@@ -39,6 +41,16 @@ GC_YOUNG_THRESHOLD = 10_000
 DELIVERY_STOP_S = 10.0  # longest a stop waits for a round of delayed delivery to end
 
 
+def _store_host(args: argparse.Namespace) -> tuple[str, int]:
+    """The store host offsetMsgIds carry; a name that does not resolve stops the start naming its flag."""
+    given = args.store_host or args.advertise
+    try:
+        return resolve_store_host(given)
+    except OSError as exc:
+        flag = getattr(args, "store_host_flag", "--store-host [env QUARRY_STORE_HOST]")
+        raise StartupError(f"{flag}: {given}: cannot resolve the host ({exc.strerror or exc})") from None
+
+
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_format, args.log_level)
     try:
@@ -51,10 +63,10 @@ def serve(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace) -> None:
     # First, so a taken port stops the process before the store is opened (and recovered).
-    metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
+    metrics.METRICS.serve(args.metrics_port, metrics_host(args))
     store = CommitLogStore(
         StoreConfig(
-            store_dir=Path(args.store_dir), store_host=resolve_store_host(args.store_host or args.advertise), segment_size=args.segment_size,
+            store_dir=Path(args.store_dir), store_host=_store_host(args), segment_size=args.segment_size,
             cq_units_per_file=args.cq_units_per_file, flush_mode=args.flush_mode, flush_interval_ms=args.flush_interval_ms,
             sync_flush_timeout_ms=args.sync_flush_timeout_ms, auto_create_topics=args.auto_create_topics,
             default_queues=args.default_queues, max_message_size=args.max_message_size,
@@ -66,11 +78,17 @@ async def _serve(args: argparse.Namespace) -> None:
     stopping = threading.Event()
     flushed = FlushSignal(asyncio.get_running_loop())
     store.add_flush_listener(flushed.fire)
-    servicer = CommitLogServicer(store, args.broker_name, stopping, flushed)
+    # Every loop that moves a position forward, watched: a stall is a problem, health, a metric.
+    watches = Watches().register(metrics.METRICS.registry)
+    watches.add(store.retention_progress)
+    if store.follower is not None:
+        watches.add(store.follower.progress)
+    servicer = CommitLogServicer(store, args.broker_name, stopping, flushed, watches)
     delivery = None
     if not store.read_only:  # (a read-only or followed store's delayed messages are its writer's to deliver)
         try:
             delivery = DelayedDelivery(servicer.sending, flushed)
+            watches.add(delivery.progress)
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             store.close()
             raise StartupError(f"{store.dir / 'config' / 'delayOffset.json'}: not a delay offset table ({exc}); fix or move it away") from None
@@ -79,7 +97,9 @@ async def _serve(args: argparse.Namespace) -> None:
     rmq5 = CommitLogMessagingServicer(servicer, Authenticator.from_settings(configured_accounts(), args), ServerPolicy(max_body_size=args.max_message_size,
                                       consumer_max_attempts=args.max_delivery_attempts))
     servicer.online_groups = rmq5.sessions.online_groups
+    watches.add(rmq5.consumption.dead_lettering)
     servicer.consumer_max_attempts = args.max_delivery_attempts
+    rmq5.assignments.routers = list(args.router)  # PushConsumers ask here for their share: the routers answer
     # The remoting port listens before health says SERVING: a client (or a test) that waits for
     # SERVING may then use either port.
     remoting = await start_remoting(args, servicer, store, stopping)
@@ -89,12 +109,13 @@ async def _serve(args: argparse.Namespace) -> None:
         [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name),
          Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)), frames_port=args.frames_port,
-        metrics=metrics.METRICS, health_check=lambda: store_health(store), grpc_poller_policy=args.grpc_poller,
+        metrics=metrics.METRICS, health_check=lambda: store_health(store) or "; ".join(watches.stalls()), grpc_poller_policy=args.grpc_poller,
     )
     tracker = running.tracker
     if tracker is not None:
         servicer.sending.has_company = lambda: tracker.unary_in_flight > 1
     offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()
+    watches.add(offsets_persister.progress)
     # What others are told to dial, once, before registering: an address only reachable here shows at start.
     log_event(log, "broker announces", broker=args.broker_name, grpc=args.advertise, remoting=remoting.address if remoting is not None else "off",
               store_host=format_host_port(*store.config.store_host), rmq5=args.rmq5_advertise or args.advertise,

@@ -5,7 +5,7 @@ import argparse
 
 from quarry.services.remoting.server import add_limit_settings
 from quarry.services.rmq5.auth import add_auth_settings
-from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, remoting_bind
+from quarry.services.settings import EnvArgumentParser, add_process_settings, add_remoting_settings, remoting_bind, add_metrics_settings
 
 
 NAMESERVER_PORT = 9877  # the remoting port's default, on the --bind host (9876 is the router's gRPC port)
@@ -29,7 +29,7 @@ def build_parser() -> EnvArgumentParser:
     add_auth_settings(p)
     add_remoting_settings(p, "QUARRY_ROUTER_REMOTING_BIND", NAMESERVER_PORT, "the RocketMQ 4 NameServer (remoting) port, the -n of RocketMQ 4 clients")
     add_limit_settings(p)
-    p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)
+    add_metrics_settings(p)
     add_process_settings(p)
     return p
 

@@ -23,6 +23,7 @@ from quarry.services.query import metrics
 from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
+from quarry.services.settings import metrics_host
 from quarry.services.query.broker_clients import PRUNE_IDLE_S, BrokerClients
 from quarry.services.query.browse import browse_topic, search_offset
 from quarry.services.errors import Conflict, InvalidArgument, NotFound, ServiceError
@@ -268,7 +269,7 @@ async def _serve(args: argparse.Namespace) -> int:
     """Everything on one event loop (grpc.aio): the queries' broker calls are coroutines
     gathered by the fan-out, Telemetry streams are tasks, and the NameServer port is served
     by the same loop."""
-    metrics.METRICS.serve(args.metrics_port, args.bind.rsplit(":", 1)[0].strip("[]"))
+    metrics.METRICS.serve(args.metrics_port, metrics_host(args))
     registry = BrokerRegistry(expiry_ms=args.heartbeat_interval_ms * args.missed_heartbeats, forget_after_ms=args.forget_missing_after_ms)
     metrics.BROKERS.labels("live").set_function(lambda: _count_brokers(registry, missing=False))
     metrics.BROKERS.labels("missing").set_function(lambda: _count_brokers(registry, missing=True))
