@@ -52,6 +52,7 @@ def rows() -> list[tuple[str, str, str, list[str]]]:
     from quarry.services import security
     from quarry.services.remoting import acl
     from quarry.services.remoting import codes
+    from quarry.services.rmq5 import auth as rmq5_auth
     from quarry.v1 import commitlog_pb2, indexer_pb2, multiplex_pb2, router_pb2
 
     accounts = _accounts()
@@ -75,6 +76,16 @@ def rows() -> list[tuple[str, str, str, list[str]]]:
         out.append(("RocketMQ 4", f"{names.get(code, code)} ({code})", needs, [_may(a, need.permission, bound) for a in accounts]))
     for code, why in sorted(acl.SIGNATURE_ONLY.items()):
         out.append(("RocketMQ 4", f"{names.get(code, code)} ({code})", f"a valid signature: {why}", ["yes"] * len(accounts)))
+    for rpc, need in rmq5_auth.PERMISSIONS.items():
+        if need is None:
+            out.append(("RocketMQ 5", rpc, "a valid signature (client bookkeeping, no topic)", ["yes"] * len(accounts)))
+            continue
+        anyof = (need,) if isinstance(need, str) else need
+        cells = []
+        for a in accounts:
+            each = [_may(a, p, True) for p in anyof]
+            cells.append("yes" if "yes" in each else (", ".join(sorted({c for c in each if c != "no"})) or "no"))
+        out.append(("RocketMQ 5", rpc, " or ".join(anyof) + " on its topic", cells))
     return out
 
 

@@ -69,6 +69,17 @@ def parse_date_time(text: str) -> int:
     raise RmqError(Code.UNAUTHORIZED, f"{DATE_TIME}: {text[:32]!r} is not a date-time of the form yyyyMMdd'T'HHmmss'Z'")
 
 
+# What each MessagingService RPC needs on the topics it names (a tuple: any one of them; None:
+# a valid signature only, client bookkeeping naming no topic). The servicers check exactly these
+# (tests/contract/test_acl_table.py); RPCs Quarry does not serve are answered as unsupported.
+PERMISSIONS: dict[str, str | tuple[str, ...] | None] = {
+    "QueryRoute": ("publish", "query"), "SendMessage": "publish", "EndTransaction": "publish",
+    "QueryAssignment": "query", "ReceiveMessage": "query", "AckMessage": "query", "ChangeInvisibleDuration": "query",
+    "ForwardMessageToDeadLetterQueue": "query",
+    "Heartbeat": None, "NotifyClientTermination": None, "Telemetry": None,
+}
+
+
 def signature(secret_key: str, date_time: str) -> str:
     """hex HMAC-SHA1(secret, x-mq-date-time): what the SDKs put in Signature=."""
     return hmac.new(secret_key.encode("utf-8"), date_time.encode("utf-8"), hashlib.sha1).hexdigest()

@@ -25,6 +25,27 @@ def test_every_remoting_request_served_has_a_rule() -> None:
     assert not set(acl.PERMISSIONS) & set(acl.SIGNATURE_ONLY)
 
 
+def test_every_rocketmq5_rpc_served_has_a_rule_and_is_checked_by_it() -> None:
+    import re
+    from pathlib import Path
+
+    from quarry.services.rmq5 import auth
+    from quarry.services.rmq5.contract import service
+
+    rpcs = {m.name for s in service.DESCRIPTOR.services_by_name.values() for m in s.methods}
+    assert set(auth.PERMISSIONS) <= rpcs
+    # Every check a servicer makes names its RPC and the map's permission for it.
+    folder = Path(auth.__file__).parent
+    calls = re.findall(r'check\((?:md|client_calls\.metadata\(context\)), "(\w+)", (None|"\w+"|\([^)]*\))', "".join(p.read_text() for p in folder.glob("*.py")))
+    assert calls, "no auth.check calls found: the pattern is stale"
+    checked = {rpc for rpc, _ in calls}
+    for rpc, permission in calls:
+        assert rpc in auth.PERMISSIONS, f"{rpc} is checked but has no rule in services/rmq5/auth.py PERMISSIONS"
+        assert eval(permission) == auth.PERMISSIONS[rpc], f"{rpc} is checked for {permission}, the rule says {auth.PERMISSIONS[rpc]!r}"
+    served = checked | {"AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"}  # (checked through _consumer_call's rpc)
+    assert served <= set(auth.PERMISSIONS)
+
+
 def test_the_documented_table_is_the_one_the_maps_make() -> None:
     text = acl_table.DOC.read_text()
     assert acl_table.BEGIN in text and acl_table.END in text
