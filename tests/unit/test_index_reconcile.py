@@ -12,6 +12,7 @@ import pytest
 from quarry.formats.index_file import IndexFile
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services.indexer.reconcile import Held, last_held, newest_held
+from tests.unit.test_key_filter import D
 
 T0 = 1_700_000_000_000
 SIZE = 100  # every record's size in these logs
@@ -80,16 +81,6 @@ class Log:
 def _indexed(tmp_path: Path, n: int) -> tuple[IndexStore, Log]:
     index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=7, index_num=12))
     log = Log()
-
-    @dataclass
-    class D:
-        physical_offset: int
-        keys: str
-        store_timestamp: int
-        topic: str = "T"
-        unique_key: str = ""
-        sys_flag: int = 0
-
     for i in range(n):
         log.records[i * SIZE] = Rec("T", [f"k{i}", "all"], T0 + i * 300, i * SIZE)
         index.index_records([D(i * SIZE, f"k{i} all", T0 + i * 300)])
