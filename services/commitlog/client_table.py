@@ -17,6 +17,7 @@ class _Client:
     last_seen_ms: int
     producer_groups: set[str] = field(default_factory=set)
     consumer_groups: set[str] = field(default_factory=set)
+    account: object = None  # the account that signed its heartbeat (ACL on)
 
 
 class ClientTable:
@@ -26,12 +27,12 @@ class ClientTable:
         # (group, topic) -> (expression, expression type) from the newest heartbeat
         self.subscriptions: dict[tuple[str, str], tuple[str, str]] = {}
 
-    def heartbeat(self, data: dict[str, Any], connection: object) -> list[str]:
-        """Record a HeartbeatData body; returns the consumer groups it names."""
+    def heartbeat(self, data: dict[str, Any], connection: object, account: object = None) -> list[str]:
+        """Record a HeartbeatData body (signed by `account`, ACL on); returns the consumer groups it names."""
         client_id = str(data.get("clientID") or "")
         if not client_id:
             raise ValueError("heartbeat body field clientID: missing")
-        client = _Client(client_id, connection, self._clock())
+        client = _Client(client_id, connection, self._clock(), account=account)
         for p in data.get("producerDataSet") or []:
             if isinstance(p, dict) and p.get("groupName"):
                 client.producer_groups.add(str(p["groupName"]))
@@ -66,6 +67,12 @@ class ClientTable:
     def connection_closed(self, connection: object) -> None:
         for cid in [cid for cid, c in self._clients.items() if c.connection is connection]:
             del self._clients[cid]
+
+    def producers(self, group: str) -> list[tuple[str, object, object]]:
+        """(client id, connection, account) of each live client whose heartbeat named producer `group`."""
+        now = self._clock()
+        return sorted(((cid, c.connection, c.account) for cid, c in self._clients.items()
+                       if group in c.producer_groups and now - c.last_seen_ms <= EXPIRY_MS), key=lambda t: t[0])
 
     def consumers(self, group: str) -> list[str]:
         now = self._clock()

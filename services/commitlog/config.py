@@ -5,6 +5,7 @@ import argparse
 import socket
 
 from quarry.formats.addresses import format_host_port, parse_router_addresses, split_host_port
+from quarry.services.commitlog.transaction_check import add_check_settings
 from quarry.services.remoting.server import add_limit_settings
 from quarry.services.rmq5.auth import add_auth_settings
 from quarry.services.settings import (
@@ -53,6 +54,7 @@ def build_parser() -> EnvArgumentParser:
                   "with the --remoting-bind port when the remoting port listens on the --bind host or on every address, else --remoting-bind")
     p.add_setting("--offsets-persist-interval-ms", "QUARRY_OFFSETS_PERSIST_INTERVAL_MS", 1000, "how often changed consumer offsets are written to config/consumerOffset.json", int, minimum=10)
     p.add_setting("--max-delivery-attempts", "QUARRY_MAX_DELIVERY_ATTEMPTS", 17, "deliveries of a message to a RocketMQ 5 consumer group before it goes to %%DLQ%%<group> (RocketMQ's retryMaxTimes 16, plus the first)", int, minimum=1)
+    add_check_settings(p)
     add_auth_settings(p)
     add_metrics_settings(p)
     add_frames_setting(p, "QUARRY_COMMITLOG_FRAMES_PORT")

@@ -22,6 +22,7 @@ from quarry.services.commitlog.segments import StoreLayoutError
 from quarry.services.commitlog.store_lock import StoreLockError
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.transaction_check import TransactionCheck, check_settings
 from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
@@ -133,6 +134,13 @@ async def _serve(args: argparse.Namespace) -> None:
         servicer.sending.on_topic_created = heartbeat.beat_now
     delivery_stop = asyncio.Event()
     delivering = asyncio.ensure_future(delivery.run(delivery_stop)) if delivery is not None else None
+    checking = None
+    if not store.read_only:  # halves not ended are checked with their producers (a read-only store's are its writer's)
+        check = TransactionCheck(store, servicer.transactions, servicer.sending, check_settings(args))
+        if remoting is not None:
+            check.askers.append(remoting.broker.ask_producer)
+        check.askers.append(rmq5.ask_producer)  # RocketMQ 5 producers: over their Telemetry streams
+        checking = asyncio.ensure_future(check.run(delivery_stop))
     log_event(log, "store ready", dir=args.store_dir, end=store.write_offset, recovered=store.recovered, flush_mode=args.flush_mode)
     # What start-up built (modules, recovered state) lives as long as the process: frozen, the
     # collector's full passes under a send load no longer walk it.
@@ -182,5 +190,7 @@ async def _serve(args: argparse.Namespace) -> None:
     await aio_wait_for_termination(running, "commitlog", on_stop=_stop, before_stop=_before_grace, grace_s=args.shutdown_grace_ms / 1000.0)
     if delivering is not None:
         delivering.cancel()  # (ended in _stop unless its round outlasted DELIVERY_STOP_S)
+    if checking is not None:
+        checking.cancel()
     if remoting is not None:
         await remoting.close()

@@ -9,8 +9,10 @@ indexer, as the gRPC queries do, and hand back the stored records it points at.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import random
 import threading
 import time
 from typing import Any
@@ -25,7 +27,7 @@ from quarry.formats.topic import retry_topic
 from quarry.formats.batch_body import batch_record_properties, decode_batch_body
 from quarry.formats.record import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_PREPARED,
-    SYSFLAG_TRANSACTION_ROLLBACK,
+    SYSFLAG_TRANSACTION_ROLLBACK, Record,
 )
 from quarry.services.commitlog.client_table import ClientTable
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
@@ -35,9 +37,10 @@ from quarry.services.commitlog.message_mapping import from_client_message
 from quarry.services.commitlog.browse import search_offset_by_time
 from quarry.services.commitlog.store import Appended
 from quarry.services.commitlog.transactions import AlreadyResolved, NotAHalf, Transactions, as_half
+from quarry.services.commitlog.transaction_check import CheckRequest, as_sent
 from quarry.services.remoting import bodies, codes
 from quarry.services.remoting.acl import require
-from quarry.services.remoting.command import RemotingCommand
+from quarry.services.remoting.command import RemotingCommand, to_ext_fields
 from quarry.services.remoting.server import Connection, Handler, RemotingError
 from quarry.services.remoting.status import remoting_error
 from quarry.v1 import indexer_pb2, indexer_pb2_grpc
@@ -70,6 +73,7 @@ class RemotingBroker:
         self._indexer_addr = indexer_addr
         self._indexer: indexer_pb2_grpc.IndexerServiceStub | None = None
         self._indexer_channel: grpc.Channel | None = None
+        self._opaques = itertools.count(1)  # requests this broker sends clients
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -168,6 +172,24 @@ class RemotingBroker:
                 raise remoting_error(exc) from None
             raise
         return req.response(codes.SUCCESS)
+
+    def ask_producer(self, half: Record, check: CheckRequest) -> bool:
+        """The transaction check's asker (transaction_check.py), as RocketMQ's Broker2Client:
+        CHECK_TRANSACTION_STATE one-way to a live client whose heartbeat named the half's
+        producer group, with the half as its producer sent it (real topic and queue) as the body.
+        With ACL on, only to a client whose account may publish to that topic: a check hands
+        out nothing its receiver could not have sent."""
+        real_topic = check.real_topic
+        producers = [conn for _, conn, account in self.clients.producers(check.group)
+                     if isinstance(conn, Connection) and not conn.writer.is_closing() and (account is None or account.allows("publish", [real_topic]))]  # type: ignore[attr-defined]
+        if not producers or not real_topic:
+            return False
+        fields = {"tranStateTableOffset": check.tran_state_table_offset, "commitLogOffset": check.commit_log_offset,
+                  "msgId": check.msg_id or None, "transactionId": check.transaction_id or None, "offsetMsgId": check.offset_msg_id}
+        request = RemotingCommand(codes.CHECK_TRANSACTION_STATE, next(self._opaques), codes.FLAG_ONEWAY, None, to_ext_fields(fields),
+                                  as_sent(half), language="JAVA")
+        random.choice(producers).send(request)
+        return True
 
     # -- reads --------------------------------------------------------------------------------
     def _record_bytes(self, physical_offset: int) -> bytes:
@@ -331,7 +353,7 @@ class RemotingBroker:
             data = json.loads(req.body.decode("utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("expected a JSON object")
-            groups = self.clients.heartbeat(data, conn)
+            groups = self.clients.heartbeat(data, conn, req.caller)
         except (UnicodeDecodeError, ValueError) as exc:
             raise RemotingError(codes.SYSTEM_ERROR, f"heartbeat body: {exc}") from None
         created = False

@@ -95,6 +95,13 @@ class Transactions:
                 raise AlreadyResolved(f"the transaction of the half message at offset {half.physical_offset} was already committed or rolled back")
             self._resolved.add(half.physical_offset)
 
+    def is_resolved(self, half: Record) -> bool:
+        """Whether `half`'s transaction was committed or rolled back (or is being ended now)."""
+        with self._lock:
+            if self._resolved is None:
+                self._resolved = self._load_resolved()
+            return half.physical_offset in self._resolved
+
     def release(self, half: Record) -> None:
         with self._lock:
             if self._resolved is not None:
