@@ -86,6 +86,10 @@ class LoopCounter(Collector):
             series = self._series[values] = [0.0, time.time()]  # value, created
         return series
 
+    def total(self) -> float:
+        """The sum of every series (a broker's runtime figures)."""
+        return sum(series[0] for series in self._series.copy().values())
+
     def describe(self) -> Iterator[Metric]:
         # The registry learns the names from this: it refuses a duplicate, and a scrape that
         # asks for some names (?name[]=) finds these.

@@ -29,12 +29,14 @@ from quarry.formats.record import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK, Record,
 )
+from quarry.services.commitlog import metrics
 from quarry.services.commitlog.client_table import ClientTable
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.errors import StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
 from quarry.services.commitlog.browse import search_offset_by_time
+from quarry.services.commitlog.runtime_info import RuntimeInfo, quarry_version
 from quarry.services.commitlog.store import Appended
 from quarry.services.commitlog.transactions import AlreadyResolved, NotAHalf, Transactions, as_half
 from quarry.services.commitlog.transaction_check import CheckRequest, as_sent
@@ -74,6 +76,8 @@ class RemotingBroker:
         self._indexer: indexer_pb2_grpc.IndexerServiceStub | None = None
         self._indexer_channel: grpc.Channel | None = None
         self._opaques = itertools.count(1)  # requests this broker sends clients
+        self._pulled = metrics.PULLED_MESSAGES.labels()
+        self.runtime = RuntimeInfo(self.store, metrics.SENT_MESSAGES.total, metrics.PULLED_MESSAGES.total, quarry_version())
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -84,7 +88,7 @@ class RemotingBroker:
             codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, codes.HEART_BEAT: self.heartbeat,
             codes.UNREGISTER_CLIENT: self.unregister_client, codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             codes.END_TRANSACTION: self.end_transaction, codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
-            codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by,
+            codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
         }
 
     def close(self) -> None:
@@ -300,6 +304,7 @@ class RemotingBroker:
         body = b"".join(seg.read(r.physical_offset, r.store_size) for r, seg in segments if seg is not None)
         if not body:
             return req.response(codes.PULL_RETRY_IMMEDIATELY, "the messages expired while being read", fields)
+        self._pulled[0] += sum(1 for _, seg in segments if seg is not None)
         return req.response(codes.SUCCESS, None, fields, body)
 
     async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -346,6 +351,11 @@ class RemotingBroker:
         elif self.store.topics[topic] != queues:
             raise RemotingError(codes.SYSTEM_ERROR, f"topic {topic} exists with {self.store.topics[topic]} queues; changing the queue count is not supported")
         return req.response(codes.SUCCESS)
+
+    async def runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO (mqadmin brokerStatus, clusterList): RocketMQ's KVTable of the
+        broker's figures, from what Quarry counts (runtime_info.py)."""
+        return req.response(codes.SUCCESS, body=json.dumps({"table": self.runtime.table()}).encode())
 
     # -- clients --------------------------------------------------------------------------
     async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:

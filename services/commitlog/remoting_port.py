@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import threading
 
 from quarry.services.commitlog.convert import resolve_store_host
@@ -17,10 +18,14 @@ from quarry.services.settings import StartupError, named
 class RemotingPort:
     def __init__(self, server: RemotingServer, broker: RemotingBroker, address: str) -> None:
         self.server, self.broker, self.address = server, broker, address
+        self._stop_sampling = asyncio.Event()
+        self._sampling = asyncio.ensure_future(broker.runtime.run(self._stop_sampling))  # brokerStatus's rates
 
     async def close(self) -> None:
+        self._stop_sampling.set()
         await self.server.close()
         self.broker.close()
+        await asyncio.wait([self._sampling], timeout=1)
 
 
 def advertised(address: str) -> str:
