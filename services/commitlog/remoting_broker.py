@@ -89,6 +89,7 @@ class RemotingBroker:
             codes.UNREGISTER_CLIENT: self.unregister_client, codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             codes.END_TRANSACTION: self.end_transaction, codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            codes.GET_TOPIC_STATS_INFO: self.topic_stats, codes.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
         }
 
     def close(self) -> None:
@@ -357,6 +358,42 @@ class RemotingBroker:
         broker's figures, from what Quarry counts (runtime_info.py)."""
         return req.response(codes.SUCCESS, body=json.dumps({"table": self.runtime.table()}).encode())
 
+    async def topic_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_TOPIC_STATS_INFO (mqadmin topicStatus): each queue's min and max offset and the
+        store time of its last message, as RocketMQ's AdminBrokerProcessor answers it."""
+        topic = req.text("topic")
+        queues = self.store.topics.get(topic)
+        if queues is None:
+            raise RemotingError(codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        table = {}
+        for queue_id in range(queues):
+            lo, hi = self._queue_bounds(topic, queue_id)
+            last = 0
+            if hi > 0:
+                try:
+                    records, _, _, _ = self.store.pull(topic, queue_id, hi - 1, 1)
+                    last = records[0].store_timestamp if records else 0
+                except StoreError:
+                    last = 0
+            mq = json.dumps({"brokerName": self.servicer.broker_name, "queueId": queue_id, "topic": topic}, separators=(",", ":"))
+            table[mq] = json.dumps({"lastUpdateTimestamp": last, "maxOffset": hi, "minOffset": lo}, separators=(",", ":"))
+        # fastjson's form of a map keyed by MessageQueue objects: {{...}:{...}}
+        body = '{"offsetTable":{' + ",".join(f"{k}:{v}" for k, v in table.items()) + "}}"
+        return req.response(codes.SUCCESS, body=body.encode())
+
+    async def producer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection): each live client whose
+        heartbeat named the producer group, with its address and what its heartbeat said it runs."""
+        group = req.text("producerGroup")
+        connections = []
+        for client_id, c, _ in self.clients.producers(group):
+            if isinstance(c, Connection):
+                connections.append({"clientId": client_id, "clientAddr": f"{c.peer[0]}:{c.peer[1]}",
+                                    "language": c.attributes.get("language", "JAVA"), "version": c.attributes.get("version", 0)})
+        if not connections:
+            raise RemotingError(codes.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return req.response(codes.SUCCESS, body=json.dumps({"connectionSet": connections}).encode())
+
     # -- clients --------------------------------------------------------------------------
     async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
@@ -364,6 +401,7 @@ class RemotingBroker:
             if not isinstance(data, dict):
                 raise ValueError("expected a JSON object")
             groups = self.clients.heartbeat(data, conn, req.caller)
+            conn.attributes.update(language=req.language, version=req.version)  # (producerConnection prints them)
         except (UnicodeDecodeError, ValueError) as exc:
             raise RemotingError(codes.SYSTEM_ERROR, f"heartbeat body: {exc}") from None
         created = False

@@ -54,7 +54,9 @@ PERMISSIONS: dict[int, Need] = {
     codes.GET_MAX_OFFSET: Need("query", "topic"), codes.GET_MIN_OFFSET: Need("query", "topic"),
     codes.SEARCH_OFFSET_BY_TIMESTAMP: Need("query", "topic"), codes.QUERY_MESSAGE: Need("query", "topic"),
     codes.QUERY_TOPIC_CONSUME_BY_WHO: Need("query", "topic"), codes.VIEW_MESSAGE_BY_ID: Need("query"),
-    codes.GET_BROKER_CLUSTER_INFO: Need("query"), codes.GET_BROKER_RUNTIME_INFO: Need("query"), codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Need("query"),
+    codes.GET_BROKER_CLUSTER_INFO: Need("query"), codes.GET_BROKER_RUNTIME_INFO: Need("query"),
+    codes.GET_TOPIC_STATS_INFO: Need("query", "topic"), codes.GET_PRODUCER_CONNECTION_LIST: Need("query"),
+    codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Need("query"),
     codes.UPDATE_AND_CREATE_TOPIC: Need("admin", "topic"),
 }
 # Requests a valid signature opens: a client's bookkeeping, which names nothing it could read.

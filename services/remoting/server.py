@@ -27,6 +27,7 @@ from typing import Awaitable, Callable, Container
 from quarry.services.log import log_event
 from quarry.services.remoting import codes
 from quarry.services.remoting.command import FrameError, HeaderFieldError, RemotingCommand, decode_frame, encode_frame
+from quarry.services.remoting.request_names import request_name
 from quarry.services.settings import EnvArgumentParser, StartupError, cannot_listen, named
 
 log = logging.getLogger("quarry.remoting")
@@ -308,7 +309,7 @@ class RemotingServer:
         """The response to one request (None: the handler answers nothing)."""
         handler = self.handlers.get(cmd.code)
         if handler is None:
-            return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+            return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, f"request type {cmd.code} ({request_name(cmd.code)}) not supported by Quarry ({self.name})")
         try:
             if self.authorize is not None:
                 self.authorize(cmd)

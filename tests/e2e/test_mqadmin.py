@@ -2,8 +2,12 @@
 Quarry cluster (issue 35): `-n` is the router's remoting port. The topic is made with mqadmin's
 own updateTopic, RocketMQ 4.9.8's DefaultMQProducer sends to it, then one JVM runs the message
 commands (queryMsgByKey, queryMsgById with an offsetMsgId and with a msgId,
-queryMsgByUniqueKey, queryMsgByOffset) and the everyday ones (clusterList, topicList,
-topicRoute, brokerStatus); what each prints is checked against the messages sent.
+queryMsgByUniqueKey, queryMsgByOffset, printMsg, printMsgByQueue, queryMsgTraceById,
+sendMessage, consumeMessage) and the everyday ones (clusterList, topicList, topicRoute,
+brokerStatus, topicStatus, producerConnection, consumerProgress, consumerConnection,
+resetOffsetByTime, updateSubGroup, deleteTopic); what each prints is checked against the
+messages sent, or, for a request Quarry does not serve, that mqadmin says "not supported by
+Quarry" and names it.
 
 (tests/e2e/mqadmin.py is another thing: mqadmin's requests rebuilt in Python.)"""
 from __future__ import annotations
@@ -24,6 +28,8 @@ from tests.e2e import java
 from tests.e2e.conftest import wait_until
 
 TOPIC, GROUP = "MqadminTopic", "PG_quarry_mqadmin"
+CONSUMER_GROUP = "CG_quarry_mqadmin"
+NOT_SUPPORTED = "not supported by Quarry"
 BROKERS = {"broker-a": "127.0.0.85", "broker-b": "127.0.0.86"}
 N = 6
 
@@ -82,7 +88,26 @@ def msgid_decodes_to_a_port(msg_id: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def printed(cluster: LocalCluster, sent: list[dict[str, Any]], work: Path) -> Iterator[dict[str, dict[str, Any]]]:
+def consumer_group(cluster: LocalCluster) -> str:
+    """A consumer group a broker has met (a consumer's heartbeat: its retry topic made and routed),
+    so mqadmin's consumer commands get past the route lookup they start with."""
+    async def beat() -> None:
+        async with RemotingClient(broker_addr(cluster, "broker-a")) as b:
+            body = {"clientID": "mqadmin-test-consumer", "producerDataSet": [], "consumerDataSet": [
+                {"groupName": CONSUMER_GROUP, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                 "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+                 "subscriptionDataSet": [{"topic": TOPIC, "subString": "*", "expressionType": "TAG", "tagsSet": [], "codeSet": []}]}]}
+            r = await b.call(codes.HEART_BEAT, {}, json.dumps(body).encode())
+            assert r.code == codes.SUCCESS, r.remark
+    asyncio.run(asyncio.wait_for(beat(), 30))
+    assert cluster.router is not None
+    with AdminClient(cluster.router.address) as admin:
+        wait_until(lambda: admin.topic_route(f"%RETRY%{CONSUMER_GROUP}").brokers, what="the consumer group's retry topic routed")
+    return CONSUMER_GROUP
+
+
+@pytest.fixture(scope="module")
+def printed(cluster: LocalCluster, sent: list[dict[str, Any]], work: Path, consumer_group: str) -> Iterator[dict[str, dict[str, Any]]]:
     """Every command in one JVM; what each printed, by a label. The body files mqadmin wrote
     (/tmp/rocketmq/msgbodys/<msgId>) are removed afterwards."""
     n = ns(cluster)
@@ -100,6 +125,21 @@ def printed(cluster: LocalCluster, sent: list[dict[str, Any]], work: Path) -> It
     }
     if not msgid_decodes_to_a_port(first["msgId"]):
         commands["byMsgId"] = ["queryMsgById", "-n", n, "-i", first["msgId"]]
+    # The everyday operations; the ones that add or change something last.
+    commands.update({
+        "topicStatus": ["topicStatus", "-n", n, "-t", TOPIC],
+        "producerConnection": ["producerConnection", "-n", n, "-g", GROUP, "-t", TOPIC],
+        "consumerProgress": ["consumerProgress", "-n", n, "-g", consumer_group],
+        "consumerConnection": ["consumerConnection", "-n", n, "-g", consumer_group],
+        "printMsg": ["printMsg", "-n", n, "-t", TOPIC, "-d", "true"],
+        "printMsgByQueue": ["printMsgByQueue", "-n", n, "-t", TOPIC, "-a", other["brokerName"], "-i", str(other["queueId"]), "-p", "true", "-d", "true"],
+        "queryMsgTraceById": ["queryMsgTraceById", "-n", n, "-i", first["msgId"]],
+        "resetOffsetByTime": ["resetOffsetByTime", "-n", n, "-g", consumer_group, "-t", TOPIC, "-s", "now"],
+        "updateSubGroup": ["updateSubGroup", "-n", n, "-c", "DefaultCluster", "-g", consumer_group],
+        "sendMessage": ["sendMessage", "-n", n, "-t", TOPIC, "-p", "sent by mqadmin", "-k", "admin-sent", "-c", "TagM"],
+        "consumeMessage": ["consumeMessage", "-n", n, "-t", TOPIC, "-g", "CG_quarry_mqadmin_tool"],
+        "deleteTopic": ["deleteTopic", "-n", n, "-c", "DefaultCluster", "-t", TOPIC],
+    })
     answers = java.mqadmin(list(commands.values()), work_dir=work)
     assert len(answers) == len(commands)
     yield dict(zip(commands, answers))
@@ -257,3 +297,70 @@ def test_topic_consumed_by_names_the_groups_holding_offsets(cluster: LocalCluste
     tracked, untracked = asyncio.run(asyncio.wait_for(main(), 30))
     assert tracked.code == codes.SUCCESS and json.loads(tracked.body) == {"groupList": ["GID_tracked"]}
     assert untracked.code == codes.SUCCESS and json.loads(untracked.body) == {"groupList": []}
+
+
+def not_supported(answer: dict[str, Any], code: int, name: str) -> None:
+    """mqadmin's own failure for a broker's REQUEST_CODE_NOT_SUPPORTED: the request named, no
+    other exception (a malformed answer would show as one)."""
+    text = answer["out"] + answer["err"]
+    assert f"CODE: 3  DESC: request type {code} ({name}) {NOT_SUPPORTED}" in text, text[-3000:]
+    causes = set(re.findall(r"(?:Caused by: |^)([\w.]+(?:Exception|Error))", answer["err"], re.M))
+    assert causes <= {"org.apache.rocketmq.tools.command.SubCommandException", "org.apache.rocketmq.client.exception.MQBrokerException",
+                      "org.apache.rocketmq.client.exception.MQClientException"}, causes
+
+
+def test_topic_status_prints_each_queues_offsets(cluster: LocalCluster, sent: list[dict[str, Any]], printed: dict[str, dict[str, Any]]) -> None:
+    a = printed["topicStatus"]
+    no_stack_trace(a)
+    rows = [line.split() for line in a["out"].splitlines()[1:] if line.strip()]
+    # #Broker Name  #QID  #Min Offset  #Max Offset  #Last Updated
+    got = {(r[0], int(r[1])): (int(r[2]), int(r[3])) for r in rows}
+    want: dict[tuple[str, int], tuple[int, int]] = {(b, q): (0, 0) for b in BROKERS for q in range(4)}
+    for r in sent:
+        lo, hi = want[(r["brokerName"], r["queueId"])]
+        want[(r["brokerName"], r["queueId"])] = (lo, max(hi, r["queueOffset"] + 1))
+    assert got == want, a["out"]
+
+
+def test_producer_connection_answers_as_rocketmq_when_no_producer_is_online(printed: dict[str, dict[str, Any]]) -> None:
+    """GET_PRODUCER_CONNECTION_LIST is served; the driver's producer has gone, so the broker
+    answers what RocketMQ's does for a group with no live producer."""
+    a = printed["producerConnection"]
+    assert f"the producer group[{GROUP}] not exist" in a["err"] and NOT_SUPPORTED not in a["err"], a["err"][-2000:]
+
+
+def test_consumer_progress_and_connection_are_not_supported(printed: dict[str, dict[str, Any]]) -> None:
+    not_supported(printed["consumerProgress"], 208, "GET_CONSUME_STATS")
+    not_supported(printed["consumerConnection"], 203, "GET_CONSUMER_CONNECTION_LIST")
+
+
+def test_reset_offset_by_time_update_sub_group_and_delete_topic_are_not_supported(printed: dict[str, dict[str, Any]]) -> None:
+    not_supported(printed["resetOffsetByTime"], 222, "INVOKE_BROKER_TO_RESET_OFFSET")
+    not_supported(printed["updateSubGroup"], 200, "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP")
+    not_supported(printed["deleteTopic"], 215, "DELETE_TOPIC_IN_BROKER")
+
+
+def test_print_msg_and_print_msg_by_queue_print_the_messages_sent(sent: list[dict[str, Any]], printed: dict[str, dict[str, Any]]) -> None:
+    for label in ("printMsg", "printMsgByQueue"):
+        no_stack_trace(printed[label])
+    ids = re.findall(r"^MSGID: (\w+) .* BODY: (.*)$", printed["printMsg"]["out"], re.M)
+    assert sorted(ids) == sorted((r["msgId"], f"mqadmin body {i}") for i, r in enumerate(sent)), printed["printMsg"]["out"][-3000:]
+    other = next(r for r in sent if r["brokerName"] != sent[0]["brokerName"])
+    in_queue = [r["msgId"] for r in sent if (r["brokerName"], r["queueId"]) == (other["brokerName"], other["queueId"])]
+    assert re.findall(r"^MSGID: (\w+) ", printed["printMsgByQueue"]["out"], re.M) == in_queue, printed["printMsgByQueue"]["out"][-3000:]
+
+
+def test_query_msg_trace_by_id_says_there_is_no_trace_topic_as_rocketmq_does(printed: dict[str, dict[str, Any]]) -> None:
+    """No client here traces, so there is no RMQ_SYS_TRACE_TOPIC: mqadmin says so, as against a
+    RocketMQ broker without it."""
+    assert "The topic[RMQ_SYS_TRACE_TOPIC] not matched route info" in printed["queryMsgTraceById"]["err"], printed["queryMsgTraceById"]["err"][-2000:]
+
+
+def test_send_message_then_consume_message_gets_every_message(sent: list[dict[str, Any]], printed: dict[str, dict[str, Any]]) -> None:
+    no_stack_trace(printed["sendMessage"])
+    (row,) = [line.split() for line in printed["sendMessage"]["out"].splitlines()[1:] if line.strip()]
+    assert row[0] in BROKERS and row[2] == "SEND_OK", row
+    no_stack_trace(printed["consumeMessage"])
+    consumed = re.findall(r"^MSGID: (\w+) .* BODY: (.*)$", printed["consumeMessage"]["out"], re.M)
+    assert sorted(consumed) == sorted([(r["msgId"], f"mqadmin body {i}") for i, r in enumerate(sent)] + [(row[3], "sent by mqadmin")]), \
+        printed["consumeMessage"]["out"][-3000:]
