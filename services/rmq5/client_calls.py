@@ -82,10 +82,13 @@ def telemetry_refusal(auth: Authenticator, md: Mapping[str, str]) -> service.Tel
 
 
 async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: telemetry.ServerPolicy, commands: AsyncIterator[service.TelemetryCommand],
-                           context: Any, closing: asyncio.Event) -> AsyncIterator[service.TelemetryCommand]:
+                           context: Any, closing: asyncio.Event,
+                           outboxes: dict[str, asyncio.Queue[service.TelemetryCommand]] | None = None) -> AsyncIterator[service.TelemetryCommand]:
     """One Telemetry stream: refused (then ended) when the caller is not let in, else each
     client command answered until the client closes its side or `closing` is set (the
-    server is stopping). A task on the event loop: open streams hold no thread."""
+    server is stopping). A task on the event loop: open streams hold no thread. With
+    `outboxes`, the stream's queue of server-initiated commands (a transaction check) is kept
+    there under the client id while the stream is open; what is put on it is written out."""
     md = metadata(context)
     refusal = telemetry_refusal(auth, md)
     if refusal is not None:
@@ -94,14 +97,25 @@ async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: tele
     client_id, peer = md.get(CLIENT_ID, ""), context.peer()
     reader = commands.__aiter__()
     stopping = asyncio.ensure_future(closing.wait())
+    outbox: asyncio.Queue[service.TelemetryCommand] = asyncio.Queue()
+    if outboxes is not None and client_id:
+        outboxes[client_id] = outbox
+    nxt: asyncio.Future[service.TelemetryCommand | None] | None = None
+    sending = asyncio.ensure_future(outbox.get())
     try:
         while True:
-            nxt = asyncio.ensure_future(_next(reader))
-            done, _ = await asyncio.wait({nxt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if nxt is None:
+                nxt = asyncio.ensure_future(_next(reader))
+            done, _ = await asyncio.wait({nxt, stopping, sending}, return_when=asyncio.FIRST_COMPLETED)
+            if sending in done:  # a command of the server's own
+                yield sending.result()
+                sending = asyncio.ensure_future(outbox.get())
+                continue
             if nxt not in done:  # the server is stopping
                 nxt.cancel()
                 return
             command = nxt.result()
+            nxt = None
             if command is None:  # the client closed its side
                 return
             reply = telemetry.answer(command, client_id, sessions, policy, peer)
@@ -109,6 +123,9 @@ async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: tele
                 yield reply
     finally:
         stopping.cancel()
+        sending.cancel()
+        if outboxes is not None and outboxes.get(client_id) is outbox:
+            del outboxes[client_id]
 
 
 async def _next(reader: AsyncIterator[service.TelemetryCommand]) -> service.TelemetryCommand | None:

@@ -1,5 +1,5 @@
 """MessagingService at a commitlog: SendMessage and EndTransaction for this broker's queues,
-the SimpleConsumer RPCs (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+QueryAssignment (asked of a router: assignment.py), the consumer RPCs (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue: services/rmq5/consume.py), plus the client lifecycle RPCs. asyncio flavour: it runs on the commitlog's event loop and
 stores through the quarry.v1 servicer's append path (same store, same fsync wait, same
 metrics), translating the store's errors to in-band codes.
@@ -8,33 +8,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from quarry.channels import parse_peer
+from quarry.formats.record import Record
+from quarry.services.log import log_event
 from quarry.services.rmq5 import client_calls, telemetry
+from quarry.services.rmq5.assignment import RouterAssignments
 from quarry.services.rmq5.auth import Authenticator
-from quarry.services.rmq5.consume import Consumption
+from quarry.services.rmq5.consume import Consumption, check_group
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.send import TRANSACTION, answer, to_new_message
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, ok
 from quarry.services.commitlog.transactions import Transactions
-from quarry.services.rmq5.transaction import claim, half_message
+from quarry.services.rmq5.transaction import claim, half_message, orphan_command
 from quarry.services.rmq5.unsupported import fill_unsupported
+
+if TYPE_CHECKING:
+    from quarry.services.commitlog.transaction_check import CheckRequest
 
 log = logging.getLogger("quarry.rmq5")
 MAX_MESSAGES = 1024
 
 
 class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
-    def __init__(self, core: Any, auth: Authenticator, policy: telemetry.ServerPolicy) -> None:
-        """`core`: the commitlog's CommitLogServicer (store + sending.append_flushed)."""
+    def __init__(self, core: Any, auth: Authenticator, policy: telemetry.ServerPolicy, routers: Sequence[str] = ()) -> None:
+        """`core`: the commitlog's CommitLogServicer (store + sending.append_flushed);
+        `routers`: the routers it registers with (QueryAssignment asks them)."""
         self.core = core
         self.auth = auth
         self.policy = policy
         self.sessions = Sessions()
         self.transactions = core.transactions  # one per store: every door resolves a half once
         self.consumption = Consumption(core, policy.consumer_max_attempts)
+        self.assignments = RouterAssignments(routers)
+        self.outboxes: dict[str, asyncio.Queue[service.TelemetryCommand]] = {}  # client id -> its open Telemetry stream's queue
         self._closing = asyncio.Event()
 
     def close(self) -> None:
@@ -97,6 +106,16 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             return service.EndTransactionResponse(status=client_calls.in_band(exc, "EndTransaction"))
         return service.EndTransactionResponse(status=ok())
 
+    async def QueryAssignment(self, request: service.QueryAssignmentRequest, context: Any) -> service.QueryAssignmentResponse:
+        """Asked here by PushConsumers (a broker of the route), answered by a router (assignment.py)."""
+        try:
+            md = client_calls.metadata(context)
+            self.auth.check(md, "QueryAssignment", "query", [request.topic.name])
+            check_group(request.group)
+            return await self.assignments.query(request, md)
+        except Exception as exc:  # never an unanswered call
+            return service.QueryAssignmentResponse(status=client_calls.in_band(exc, "QueryAssignment"))
+
     async def ReceiveMessage(self, request: service.ReceiveMessageRequest, context: Any) -> AsyncIterator[service.ReceiveMessageResponse]:
         try:
             self.auth.check(client_calls.metadata(context), "ReceiveMessage", "query", [request.message_queue.topic.name])
@@ -132,8 +151,26 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         return client_calls.terminate(self.auth, self.sessions, request, client_calls.metadata(context), context.peer())
 
     async def Telemetry(self, request_iterator: AsyncIterator[service.TelemetryCommand], context: Any) -> AsyncIterator[service.TelemetryCommand]:
-        async for reply in client_calls.telemetry_stream(self.auth, self.sessions, self.policy, request_iterator, context, self._closing):
+        async for reply in client_calls.telemetry_stream(self.auth, self.sessions, self.policy, request_iterator, context, self._closing, self.outboxes):
             yield reply
+
+    def ask_producer(self, half: Record, request: "CheckRequest") -> bool:
+        """The transaction check's asker for this door (on the event loop): a
+        RecoverOrphanedTransactionCommand on the Telemetry stream of one live producer that
+        publishes the half's topic (RocketMQ 5's producer group of a topic is the topic);
+        False when none is connected here."""
+        for client_id, outbox in list(self.outboxes.items()):
+            session = self.sessions.get(client_id)
+            settings = session.settings if session is not None else None
+            if settings is None or settings.WhichOneof("pub_sub") != "publishing":
+                continue
+            if request.real_topic not in {t.name for t in settings.publishing.topics}:
+                continue
+            host = self.core.store.config.store_host
+            outbox.put_nowait(orphan_command(half, f"{host[0]}:{host[1]}"))
+            log_event(log, "transaction check sent", client_id=client_id, topic=request.real_topic, msg_id=request.msg_id, check=request.check)
+            return True
+        return False
 
 
 fill_unsupported(CommitLogMessagingServicer, aio=True)

@@ -20,7 +20,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from quarry.formats import tag_expression
 from quarry.formats.body import readable_body
-from quarry.formats.properties import BORN_HOST, DELAY, REAL_QID, REAL_TOPIC, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS, UNIQ_KEY
+from quarry.formats.properties import BORN_HOST, DELAY, REAL_QID, REAL_TOPIC, SHARDING_KEY, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS, UNIQ_KEY
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transaction_type
 from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate_topic
 from quarry.services.commitlog import pop
@@ -128,7 +128,7 @@ def to_sdk_message(record: Record, delivered: pop.Pending, invisible: int, store
         sp.delivery_timestamp.CopyFrom(_ts(due))
     m = v2.Message(topic=v2.Resource(name=record.topic), system_properties=sp, body=body)
     for name, value in record.properties.items():
-        if name not in SYSTEM_PROPERTY_NAMES and name != TIMER_DELIVER_MS:
+        if name not in SYSTEM_PROPERTY_NAMES and name != SHARDING_KEY:  # (the message group is sp.message_group)
             m.user_properties[name] = value
     return m
 

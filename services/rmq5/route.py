@@ -59,3 +59,19 @@ def query_route(registry: BrokerRegistry, resource: v2.Resource) -> list[v2.Mess
         for qid in range(count):
             queues.append(v2.MessageQueue(topic=resource, id=qid, permission=v2.Permission.READ_WRITE, broker=b, accept_message_types=ACCEPTED_TYPES))
     return queues
+
+
+READABLE = (v2.Permission.READ, v2.Permission.READ_WRITE)
+ALL_QUEUES = -1  # an assignment's queue id: the broker pops from every queue of the topic it holds
+
+
+def assignments(queues: list[v2.MessageQueue]) -> list[v2.Assignment]:
+    """QueryAssignment's answer from a topic's route, as RocketMQ's proxy answers a group that
+    does not consume in order: one assignment per readable broker, queue id -1, so every
+    PushConsumer of the group receives from every broker (ReceiveMessage pops its queues)."""
+    by_broker: dict[str, v2.Assignment] = {}
+    for q in queues:
+        if q.permission in READABLE and q.broker.id == MASTER_ID and q.broker.name not in by_broker:
+            mq = v2.MessageQueue(topic=q.topic, id=ALL_QUEUES, permission=q.permission, broker=q.broker, accept_message_types=q.accept_message_types)
+            by_broker[q.broker.name] = v2.Assignment(message_queue=mq)
+    return list(by_broker.values())

@@ -1,4 +1,5 @@
-"""MessagingService at the router, the SDKs' access point: QueryRoute, plus the client
+"""MessagingService at the router, the SDKs' access point: QueryRoute, QueryAssignment (a
+PushConsumer's share; the brokers ask it here for the clients that ask them), plus the client
 lifecycle RPCs. Sends go to the brokers' endpoints QueryRoute returns (local mode); a send
 addressed here is answered ILLEGAL_ACCESS_POINT saying so. asyncio flavour, on the router's
 event loop: a Telemetry stream is a task, not a worker thread, so their number is not capped.
@@ -12,7 +13,8 @@ from quarry.services.query.registry import BrokerRegistry
 from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
-from quarry.services.rmq5.route import query_route
+from quarry.services.rmq5.consume import check_group
+from quarry.services.rmq5.route import assignments, query_route
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, ok, status_of
 from quarry.services.rmq5.unsupported import fill_unsupported
@@ -44,6 +46,20 @@ class RouterMessagingServicer(service_grpc.MessagingServiceServicer):
         except Exception as exc:  # never an unanswered call
             return service.QueryRouteResponse(status=client_calls.internal(exc, "QueryRoute"))
         return service.QueryRouteResponse(status=ok(), message_queues=queues)
+
+    async def QueryAssignment(self, request: service.QueryAssignmentRequest, context: Any) -> service.QueryAssignmentResponse:
+        """A PushConsumer's share of a topic: every broker holding it (route.assignments)."""
+        try:
+            self.auth.check(client_calls.metadata(context), "QueryAssignment", "query", [request.topic.name])
+            check_group(request.group)
+            if request.topic.resource_namespace:
+                raise RmqError(Code.BAD_REQUEST, f"topic.resource_namespace: namespaces are not supported (got {request.topic.resource_namespace!r})")
+            queues = query_route(self.registry, request.topic)
+        except RmqError as exc:
+            return service.QueryAssignmentResponse(status=status_of(exc))
+        except Exception as exc:  # never an unanswered call
+            return service.QueryAssignmentResponse(status=client_calls.internal(exc, "QueryAssignment"))
+        return service.QueryAssignmentResponse(status=ok(), assignments=assignments(queues))
 
     async def Heartbeat(self, request: service.HeartbeatRequest, context: Any) -> service.HeartbeatResponse:
         return client_calls.heartbeat(self.auth, self.sessions, request, client_calls.metadata(context))

@@ -30,6 +30,14 @@ class ServerPolicy:
     backoff_max_ms: int = 1000
     backoff_multiplier: float = 2.0
     consumer_max_attempts: int = 17  # deliveries to a consumer group before its dead-letter topic
+    consumer_batch_size: int = 32  # a PushConsumer's messages per ReceiveMessage (RocketMQ proxy's, and Quarry's most)
+    consumer_long_polling_ms: int = 20_000  # how long a PushConsumer's ReceiveMessage waits for messages (the proxy's)
+
+
+# A PushConsumer's redelivery delays after a failed consumption (RocketMQ's default group retry
+# policy, its delay levels from 1 s): the Java SDK hides the message this long
+# (ChangeInvisibleDuration), and Quarry takes no invisible duration under 1 s.
+CONSUMER_RETRY_DELAYS_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
 
 def _duration(ms: int) -> duration_pb2.Duration:
@@ -48,8 +56,14 @@ def server_settings(client: v2.Settings, policy: ServerPolicy) -> v2.Settings:
     if settings.WhichOneof("pub_sub") == "subscription":
         # A consumer's attempts are the group's deliveries before dead-lettering (RocketMQ's proxy
         # sends the group's retry policy); a SimpleConsumer polls with its own batch and timeout.
+        # A PushConsumer (Java, Python) takes its batch, long polling and redelivery delays from
+        # this answer, as the proxy gives them: without them it asks for 0 messages, polls
+        # without waiting, and redelivers after 10 ms (refused: under 1 s).
         settings.backoff_policy.max_attempts = policy.consumer_max_attempts
+        settings.backoff_policy.customized_backoff.next.extend(_duration(s * 1000) for s in CONSUMER_RETRY_DELAYS_S)
         settings.subscription.fifo = False
+        settings.subscription.receive_batch_size = policy.consumer_batch_size
+        settings.subscription.long_polling_timeout.CopyFrom(_duration(policy.consumer_long_polling_ms))
     if settings.WhichOneof("pub_sub") == "publishing" or client.client_type in (v2.ClientType.PRODUCER,):
         settings.publishing.max_body_size = policy.max_body_size
         settings.publishing.validate_message_type = True

@@ -148,8 +148,8 @@ def test_body_over_the_limit_is_refused_with_the_limit_named(cluster: LocalClust
         r = stub.SendMessage(service.SendMessageRequest(messages=[msg]), timeout=5)
         assert r.status.code == Code.MESSAGE_BODY_TOO_LARGE and "body" in r.status.message and str(LIMIT) in r.status.message
         # every RPC Quarry does not serve answers in-band, never bare UNIMPLEMENTED
-        q = stub.QueryAssignment(service.QueryAssignmentRequest(), timeout=5)
-        assert q.status.code == Code.NOT_IMPLEMENTED and "QueryAssignment" in q.status.message
+        q = stub.QueryOffset(service.QueryOffsetRequest(), timeout=5)
+        assert q.status.code == Code.NOT_IMPLEMENTED and "QueryOffset" in q.status.message
         route_here = stub.QueryRoute(service.QueryRouteRequest(topic=v2.Resource(name="SdkBig")), timeout=5)
         assert route_here.status.code == Code.ILLEGAL_ACCESS_POINT
 
