@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup gen run test check bench lint release-contract clean node-sdk node-clients java-clients
+.PHONY: setup gen run test check bench lint release-contract clean node-sdk node-clients java-clients go-clients
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -51,8 +51,18 @@ $(JAVA_STAMP): tests/java/pom.xml $(shell find tests/java/src -name '*.java' 2>/
 
 java-clients: $(JAVA_STAMP)
 
+# Apache RocketMQ's Go client (rocketmq-client-go/v2, exactly as tests/go/go.mod and go.sum pin
+# it) and the e2e tests' driver, built into tests/go/bin/ (ignored). The Go module proxy (or the
+# module cache, offline once fetched) supplies the modules.
+GO_DRIVER := tests/go/bin/rmq4
+$(GO_DRIVER): tests/go/go.mod tests/go/go.sum $(shell find tests/go -name '*.go' 2>/dev/null)
+	@command -v go >/dev/null || (echo "go-clients: Go (1.21 or later) is needed" >&2; exit 1)
+	cd tests/go && go build -mod=readonly -o bin/rmq4 ./rmq4
+
+go-clients: $(GO_DRIVER)
+
 # The whole suite: unit, contract (protos, golden vectors, buf), e2e (real processes).
-test: setup node-sdk node-clients java-clients
+test: setup node-sdk node-clients java-clients go-clients
 	$(PY) -m pytest -q
 
 # The inner loop's fast lane: unit and contract tests (in process, no services started).

@@ -17,34 +17,40 @@ class RouteBroker:
     queues: int
 
 
+def _json(value: object) -> bytes:
+    """Compact, as RocketMQ's fastjson writes: rocketmq-client-go splits brokerAddrs on ',' and
+    ':' itself, so `{"0": "host:port"}` (with a space) gives it the address " host:port"."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 def _broker_data(b: RouteBroker) -> dict[str, object]:
     return {"cluster": b.cluster, "brokerName": b.name, "brokerAddrs": {MASTER_ID: b.remoting_addr}}
 
 
 def topic_route_data(brokers: list[RouteBroker]) -> bytes:
     brokers = sorted(brokers, key=lambda b: b.name)
-    return json.dumps({
+    return _json({
         "orderTopicConf": None,
         "queueDatas": [{"brokerName": b.name, "readQueueNums": b.queues, "writeQueueNums": b.queues, "perm": PERM_READ_WRITE,
                         "topicSysFlag": 0, "topicSynFlag": 0} for b in brokers],
         "brokerDatas": [_broker_data(b) for b in brokers],
         "filterServerTable": {},
-    }).encode()
+    })
 
 
 def cluster_info(brokers: list[RouteBroker]) -> bytes:
     clusters: dict[str, list[str]] = {}
     for b in brokers:
         clusters.setdefault(b.cluster, []).append(b.name)
-    return json.dumps({
+    return _json({
         "brokerAddrTable": {b.name: _broker_data(b) for b in sorted(brokers, key=lambda b: b.name)},
         "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())},
-    }).encode()
+    })
 
 
 def topic_list(topics: list[str]) -> bytes:
-    return json.dumps({"topicList": sorted(topics)}).encode()
+    return _json({"topicList": sorted(topics)})
 
 
 def group_list(groups: list[str]) -> bytes:
-    return json.dumps({"groupList": sorted(groups)}).encode()
+    return _json({"groupList": sorted(groups)})
