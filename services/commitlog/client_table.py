@@ -64,9 +64,23 @@ class ClientTable:
         """The topics `group` subscribes to, as its consumers' heartbeats said."""
         return sorted({t for g, t in self.subscriptions if g == group})
 
-    def connection_closed(self, connection: object) -> None:
+    def connection_closed(self, connection: object) -> list[str]:
+        """Forget the clients of a closed connection; the consumer groups they were in."""
+        groups: set[str] = set()
         for cid in [cid for cid, c in self._clients.items() if c.connection is connection]:
-            del self._clients[cid]
+            groups |= self._clients.pop(cid).consumer_groups
+        return sorted(groups)
+
+    def consumer_groups_of(self, client_id: str, connection: object) -> set[str]:
+        """The consumer groups `client_id` is in on `connection` (none when it is unknown there):
+        what a heartbeat adds beyond these is a group it joins."""
+        client = self._clients.get(client_id)
+        return set(client.consumer_groups) if client is not None and client.connection is connection else set()
+
+    def consumer_connections(self, group: str) -> list[object]:
+        """The connection of each live consumer of `group` (where the broker tells them of changes)."""
+        now = self._clock()
+        return [c.connection for c in self._clients.values() if group in c.consumer_groups and now - c.last_seen_ms <= EXPIRY_MS]
 
     def producers(self, group: str) -> list[tuple[str, object, object]]:
         """(client id, connection, account) of each live client whose heartbeat named producer `group`."""

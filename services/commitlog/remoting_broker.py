@@ -23,7 +23,7 @@ from quarry.channels import open_channel
 from quarry.formats import tag_expression
 from quarry.formats.java_hash import tags_code
 from quarry.formats.properties import PRODUCER_GROUP, REAL_TOPIC
-from quarry.formats.topic import retry_topic
+from quarry.formats.topic import TopicError, retry_topic, validate_group
 from quarry.formats.batch_body import batch_record_properties, decode_batch_body
 from quarry.formats.record import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_PREPARED,
@@ -35,13 +35,15 @@ from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.errors import StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
+from quarry.services.commitlog.queue_locks import QueueLocks
+from quarry.services.commitlog.send_back import DLQ_QUEUES, copy_for, dead_lettered, destination, retried_send
 from quarry.services.commitlog.browse import search_offset_by_time
 from quarry.services.commitlog.runtime_info import RuntimeInfo, quarry_version
 from quarry.services.commitlog.store import Appended
 from quarry.services.commitlog.transactions import AlreadyResolved, NotAHalf, Transactions, as_half
 from quarry.services.commitlog.transaction_check import CheckRequest, as_sent
 from quarry.services.remoting import bodies, codes
-from quarry.services.remoting.acl import require
+from quarry.services.remoting.acl import require, require_group_of
 from quarry.services.remoting.command import RemotingCommand, to_ext_fields
 from quarry.services.remoting.server import Connection, Handler, RemotingError
 from quarry.services.remoting.status import remoting_error
@@ -71,6 +73,7 @@ class RemotingBroker:
         self.appended = appended
         self.stopping = stopping
         self.clients = ClientTable()
+        self.locks = QueueLocks()  # orderly consumers' queue locks (LOCK_BATCH_MQ)
         self.retry_queues = retry_queues
         self._indexer_addr = indexer_addr
         self._indexer: indexer_pb2_grpc.IndexerServiceStub | None = None
@@ -90,6 +93,8 @@ class RemotingBroker:
             codes.END_TRANSACTION: self.end_transaction, codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             codes.GET_TOPIC_STATS_INFO: self.topic_stats, codes.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+            codes.CONSUMER_SEND_MSG_BACK: self.send_back, codes.LOCK_BATCH_MQ: self.lock_queues, codes.UNLOCK_BATCH_MQ: self.unlock_queues,
+            codes.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
     def close(self) -> None:
@@ -120,6 +125,11 @@ class RemotingBroker:
                 results = await self.servicer.sending.append_flushed(msgs, "RemotingSendBatch")
             else:
                 msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *_I32), **common)  # type: ignore[arg-type]
+                dead = retried_send(topic, msg.reconsume_times, self._max_reconsume_times(req))
+                if dead is not None:  # a client's own retry past its last attempt: to the DLQ (send_back.py)
+                    if self.store.create_topic(dead.topic, DLQ_QUEUES):
+                        self.servicer.sending.on_topic_created()
+                    msg = dead_lettered(msg, dead)
                 if msg.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED:
                     # A transaction's half, hidden under the half topic until it ends; its topic is
                     # made (as a RocketMQ broker's send does) and its queue chosen now.
@@ -131,6 +141,12 @@ class RemotingBroker:
         except StoreError as exc:
             raise remoting_error(exc) from None
         return self._send_response(req, results, topic, common["queue_id"])  # type: ignore[arg-type]
+
+    @staticmethod
+    def _max_reconsume_times(req: RemotingCommand) -> int | None:
+        """The header's maxReconsumeTimes (V2: field l), None when absent."""
+        name = "maxReconsumeTimes" if "maxReconsumeTimes" in req.ext_fields else "consumeRetryTimes"
+        return req.integer(name, lo=-1, hi=_I32[1]) if req.ext_fields.get(name) else None
 
     @staticmethod
     def _send_response(req: RemotingCommand, results: Appended, topic: str, queue_id: int) -> RemotingCommand:
@@ -259,8 +275,8 @@ class RemotingBroker:
             expression, kind = req.text("subscription", "*"), req.text("expressionType", "TAG")
         else:
             expression, kind = self.clients.subscriptions.get((group, topic), ("*", "TAG"))
-        if kind.upper() != "TAG":
-            raise RemotingError(codes.SYSTEM_ERROR, f"expressionType {kind}: this broker filters by TAG only")
+        if kind.upper() != "TAG":  # (SQL92: a RocketMQ broker without enablePropertyFilter answers so)
+            raise RemotingError(codes.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}")
         try:
             return tag_expression.parse(expression, "subscription")
         except tag_expression.TagExpressionError as exc:
@@ -400,10 +416,13 @@ class RemotingBroker:
             data = json.loads(req.body.decode("utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("expected a JSON object")
+            before = self.clients.consumer_groups_of(str(data.get("clientID") or ""), conn)
             groups = self.clients.heartbeat(data, conn, req.caller)
             conn.attributes.update(language=req.language, version=req.version)  # (producerConnection prints them)
         except (UnicodeDecodeError, ValueError) as exc:
             raise RemotingError(codes.SYSTEM_ERROR, f"heartbeat body: {exc}") from None
+        for group in set(groups) - before:  # a consumer joined: the group rebalances now
+            self._notify_consumers(group)
         created = False
         for group in groups:  # as RocketMQ's broker does: each consumer group gets its retry topic
             try:
@@ -420,7 +439,10 @@ class RemotingBroker:
         producer, consumer = req.text("producerGroup", ""), req.text("consumerGroup", "")
         if consumer:
             require(req, "query", self.clients.topics_of(consumer))
+        left = consumer in self.clients.consumer_groups_of(req.text("clientID"), conn)
         self.clients.unregister(req.text("clientID"), [g for g in (producer, consumer) if g])
+        if left:
+            self._notify_consumers(consumer)
         return req.response(codes.SUCCESS)
 
     async def consumer_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -439,5 +461,83 @@ class RemotingBroker:
         return req.response(codes.SUCCESS, body=bodies.group_list(list(online | set(self.offsets.groups(topic)))))
 
     def connection_closed(self, conn: Connection) -> None:
-        self.clients.connection_closed(conn)
+        for group in self.clients.connection_closed(conn):
+            self._notify_consumers(group)
+
+    def _notify_consumers(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED one-way to every consumer of `group`, as RocketMQ's broker
+        tells them when one joins or leaves: they rebalance now, not at their next 20 s round."""
+        for conn in self.clients.consumer_connections(group):
+            if isinstance(conn, Connection) and not conn.writer.is_closing():
+                conn.send(RemotingCommand(codes.NOTIFY_CONSUMER_IDS_CHANGED, next(self._opaques), codes.FLAG_ONEWAY, None,
+                                          {"consumerGroup": group}, language="JAVA"))
+
+    # -- consumer groups: messages sent back, orderly consumers' queue locks, filter checks ----
+    async def send_back(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: the consumed message at commit log `offset` stored again for
+        `group`, to %RETRY%<group> with a delay level or to %DLQ%<group> (send_back.py)."""
+        group, offset = req.text("group"), req.integer("offset", lo=0)
+        delay_level = req.integer("delayLevel", 0, *_I32)
+        max_times = req.integer("maxReconsumeTimes", -1, *_I32)
+        try:
+            validate_group(group, "header field group")
+        except TopicError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, str(exc)) from None
+        try:
+            record = self.store.read(offset)
+        except StoreError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"look message by offset failed, {offset}: {exc}") from None
+        require(req, "query", [record.topic])  # (what a consumer of the group could have pulled)
+        where = destination(group, record.reconsume_times, None if max_times < 0 else max_times, delay_level)
+        try:
+            if self.store.create_topic(where.topic, DLQ_QUEUES if where.dead else self.retry_queues):
+                self.servicer.sending.on_topic_created()
+            msg = copy_for(record, where, self.store.topics.get(where.topic, 1))
+            await self.servicer.sending.append_flushed([msg], "RemotingSendMsgBack")
+        except StoreError as exc:
+            raise remoting_error(exc) from None
+        log.debug("sent back: group=%s offset=%d to=%s delay=%d", group, offset, where.topic, where.delay_level)
+        return req.response(codes.SUCCESS)
+
+    @staticmethod
+    def _lock_body(req: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+        """LockBatchRequestBody / UnlockBatchRequestBody: (consumerGroup, clientId, mqSet as
+        (topic, brokerName, queueId)), the ACL's group and query checks made."""
+        try:
+            data = json.loads(req.body.decode("utf-8"))
+            group, client_id = str(data["consumerGroup"]), str(data["clientId"])
+            queues = [(str(q["topic"]), str(q["brokerName"]), int(q["queueId"])) for q in data.get("mqSet") or []]
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"lock body: not a LockBatchRequestBody ({type(exc).__name__}: {exc})") from None
+        require_group_of(req, group)
+        require(req, "query", {q[0] for q in queues})
+        return group, client_id, queues
+
+    async def lock_queues(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """LOCK_BATCH_MQ: the queues the client now holds for its group (queue_locks.py)."""
+        group, client_id, queues = self._lock_body(req)
+        locked = self.locks.try_lock(group, queues, client_id)
+        body = [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in queues if (t, b, q) in locked]
+        return req.response(codes.SUCCESS, body=json.dumps({"lockOKMQSet": body}).encode())
+
+    async def unlock_queues(self, req: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        group, client_id, queues = self._lock_body(req)
+        self.locks.unlock(group, queues, client_id)
+        return req.response(codes.SUCCESS)
+
+    async def check_client_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (a consumer's start, for a subscription not by TAG): this broker
+        filters by tag only, so SQL92 is refused as by a RocketMQ broker without enablePropertyFilter."""
+        try:
+            data = json.loads(req.body.decode("utf-8")) if req.body else {}
+            sub = data.get("subscriptionData") or {}
+            group, topic, kind = str(data.get("group") or ""), str(sub.get("topic") or ""), str(sub.get("expressionType") or "TAG")
+        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"CheckClientRequestBody: {type(exc).__name__}: {exc}") from None
+        if group:
+            require_group_of(req, group)
+        require(req, "query", [topic] if topic else [])
+        if kind.upper() != "TAG":
+            raise RemotingError(codes.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}")
+        return req.response(codes.SUCCESS)
 

@@ -51,6 +51,10 @@ PERMISSIONS: dict[int, Need] = {
     codes.HEART_BEAT: Need("query", elsewhere="each consumer's subscribed topics and group, from the body"),
     codes.UNREGISTER_CLIENT: Need("query", group="consumerGroup", elsewhere="the topics the group subscribes to, as the broker knows them"),
     codes.GET_CONSUMER_LIST_BY_GROUP: Need("group", group="consumerGroup"),
+    codes.CONSUMER_SEND_MSG_BACK: Need("query", group="group", elsewhere="the topic of the message sent back, read by the broker"),
+    codes.LOCK_BATCH_MQ: Need("query", elsewhere="the topics of the body's queues; sub on the body's consumerGroup"),
+    codes.UNLOCK_BATCH_MQ: Need("query", elsewhere="the topics of the body's queues; sub on the body's consumerGroup"),
+    codes.CHECK_CLIENT_CONFIG: Need("query", elsewhere="the body's subscribed topic; sub on the body's group"),
     codes.GET_MAX_OFFSET: Need("query", "topic"), codes.GET_MIN_OFFSET: Need("query", "topic"),
     codes.SEARCH_OFFSET_BY_TIMESTAMP: Need("query", "topic"), codes.QUERY_MESSAGE: Need("query", "topic"),
     codes.QUERY_TOPIC_CONSUME_BY_WHO: Need("query", "topic"), codes.VIEW_MESSAGE_BY_ID: Need("query"),
@@ -126,6 +130,13 @@ def require(cmd: RemotingCommand, permission: str, topics: Iterable[str]) -> Non
             _deny(cmd, account.access_key, f"access key {account.access_key} lacks {permission} permission on {topic}")
     if not wanted and not account.allows(permission, []):
         _deny(cmd, account.access_key, f"access key {account.access_key} lacks {permission} permission on {ANY_TOPIC}")
+
+
+def require_group_of(cmd: RemotingCommand, group: str) -> None:
+    """A handler's check of a consumer group only it can name (from the body); nothing when
+    access control is off."""
+    if isinstance(cmd.caller, Account):
+        require_group(cmd, cmd.caller, group)
 
 
 def require_group(cmd: RemotingCommand, account: Account, group: str) -> None:

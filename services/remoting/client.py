@@ -26,6 +26,7 @@ class RemotingClient:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
+        self.server_requests: asyncio.Queue[RemotingCommand] = asyncio.Queue()  # requests the server sent (a broker's notifications)
 
     async def connect(self) -> "RemotingClient":
         host, _, port = self.address.rpartition(":")
@@ -89,6 +90,8 @@ class RemotingClient:
                 future = self._waiting.get(cmd.opaque)
                 if cmd.is_response and future is not None and not future.done():
                     future.set_result(cmd)
+                elif not cmd.is_response:
+                    self.server_requests.put_nowait(cmd)
         except (asyncio.IncompleteReadError, ConnectionError, FrameError) as exc:
             error = exc if not isinstance(exc, asyncio.IncompleteReadError) else error
         finally:

@@ -61,6 +61,22 @@ def test_client_table_groups_expiry_and_closed_connections() -> None:
         table.heartbeat({}, conn_a)
 
 
+def test_client_table_says_who_joined_and_where_a_groups_consumers_are() -> None:
+    """What the broker needs to tell a group's consumers that one joined or left (NOTIFY_CONSUMER_IDS_CHANGED)."""
+    now = [0]
+    table = ClientTable(clock_ms=lambda: now[0])
+    conn_a, conn_b = object(), object()
+    assert table.consumer_groups_of("a@1", conn_a) == set()
+    table.heartbeat({"clientID": "a@1", "consumerDataSet": [{"groupName": "G"}, {"groupName": "H"}]}, conn_a)
+    assert table.consumer_groups_of("a@1", conn_a) == {"G", "H"}
+    assert table.consumer_groups_of("a@1", conn_b) == set()  # the same id on another connection: a newcomer
+    table.heartbeat({"clientID": "b@1", "consumerDataSet": [{"groupName": "G"}]}, conn_b)
+    assert table.consumer_connections("G") == [conn_a, conn_b] and table.consumer_connections("H") == [conn_a]
+    assert table.connection_closed(conn_a) == ["G", "H"] and table.connection_closed(conn_a) == []
+    now[0] = EXPIRY_MS + 1
+    assert table.consumer_connections("G") == []
+
+
 def test_an_unreadable_offset_table_stops_the_start_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "consumerOffset.json").write_text('{"offsetTable": {"T@g": {"0": "x"}}}')
     with pytest.raises(ValueError, match="consumerOffset.json: not a consumer offset table"):
