@@ -201,6 +201,9 @@ class RemotingServer:
                     return
                 length = int.from_bytes(head, "big", signed=True)
                 if length < 4 or length > self.max_frame_bytes:
+                    if head[:2] == b"\x16\x03":  # a TLS record (handshake, version 3.x) read as a length
+                        raise FrameError("a TLS handshake: the client has TLS on (RocketMQ's -Dtls.enable=true) and this remoting "
+                                         "port serves plaintext only")
                     raise FrameError(f"frame length {length}: must be 4..{self.max_frame_bytes}")
                 try:
                     async with asyncio.timeout(self.limits.frame_timeout_s):

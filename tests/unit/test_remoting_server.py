@@ -89,6 +89,7 @@ def test_oneway_runs_without_a_response_and_errors_become_codes() -> None:
 @pytest.mark.parametrize("garbage, reason", [
     (struct.pack(">i", 1 << 30), "frame length"),  # larger than the bound: nothing is allocated
     (struct.pack(">i", 2) + b"xx", "frame length 2"),
+    (bytes.fromhex("160301011b010001170303"), "a TLS handshake"),  # a ClientHello (RocketMQ 4.9.8 with -Dtls.enable=true)
     (struct.pack(">ii", 6, 2) + b"[]", "expected an object"),
     (struct.pack(">ii", 6, (9 << 24) | 2) + b"{}", "serialization type 9"),
 ])

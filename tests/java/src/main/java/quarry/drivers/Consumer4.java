@@ -19,6 +19,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -52,18 +53,24 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *   {"op": "settle", "consumers": ["c1", "c2"], "topic": "T"},             their queues of T disjoint and covering T
  *   {"op": "committed", "consumer": "c1", "topic": "T"},                  its offsets of T at each queue's end
  *   {"op": "shutdown", "consumers": ["c1"]},
- *   {"op": "pull", "group": "G", "topic": "T", "seeks": [{"brokerName", "queueId", "offset"}], "expect": n}]}
+ *   {"op": "pull", "group": "G", "topic": "T", "seeks": [{"brokerName", "queueId", "offset"}], "expect": n},
+ *   {"op": "maxOffset", "consumer": "c1", "topic": "T"}]}                 the consumer asks each queue's max offset
  * </pre>
+ *
+ * With "accessKey" and "secretKey" (the plan's, or a send or push step's own), every request
+ * of that producer or consumer is signed by AclClientRPCHook.
  *
  * Prints JSON lines: {"sent"...} per message sent, {"consumed"...} per delivery to a listener
  * (its result "OK" or "FAIL"), {"started"} or {"startError", "code", "error"}, {"awaited"...},
- * {"settled"...}, {"committed"...}, {"polled"...}, then {"done": true}.
+ * {"settled"...}, {"committed"...}, {"polled"...}, {"maxOffset"...}, then {"done": true}; a send
+ * refused prints {"sent", "error", "code", "codeName"}.
  */
 public final class Consumer4 {
     private static final Map<String, Object> CONSUMERS = new ConcurrentHashMap<>();
     private static final Map<String, Set<String>> OK_KEYS = new ConcurrentHashMap<>();
     private static final Map<String, AtomicInteger> FAILURES = new ConcurrentHashMap<>();
     private static final Map<String, AtomicInteger> DELIVERIES = new ConcurrentHashMap<>();
+    private static final JSONObject PLAN = new JSONObject();
 
     private Consumer4() {
     }
@@ -71,6 +78,7 @@ public final class Consumer4 {
     public static void main(String[] args) throws Exception {
         JSONObject plan = JSON.parseObject(Producer4.readAll(System.in));
         String namesrv = plan.getString("namesrv");
+        PLAN.putAll(plan);
         JSONArray steps = plan.getJSONArray("steps");
         try {
             for (int i = 0; i < steps.size(); i++) {
@@ -85,6 +93,7 @@ public final class Consumer4 {
                     case "committed": committed(step); break;
                     case "shutdown": shutdown(step.getJSONArray("consumers").toJavaList(String.class)); break;
                     case "pull": pull(namesrv, step); break;
+                    case "maxOffset": maxOffset(step); break;
                     default: throw new IllegalArgumentException("unknown op " + step.getString("op"));
                 }
             }
@@ -96,13 +105,18 @@ public final class Consumer4 {
         System.exit(0);
     }
 
+    /** AclClientRPCHook with the step's credentials, else the plan's, else null. */
+    private static org.apache.rocketmq.remoting.RPCHook aclHook(JSONObject step) {
+        return Producer4.aclHook(step.containsKey("accessKey") ? step : PLAN);
+    }
+
     private static long timeout(JSONObject step) {
         return step.containsKey("timeoutMs") ? step.getLongValue("timeoutMs") : 30000;
     }
 
     // -- producing ------------------------------------------------------------------------------
     private static void send(String namesrv, JSONObject step) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(step.getString("group"));
+        DefaultMQProducer producer = new DefaultMQProducer(step.getString("group"), aclHook(step));
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName("producer-" + ProcessHandle.current().pid() + "-" + step.getString("group"));
         producer.setSendMsgTimeout(15000);
@@ -123,10 +137,22 @@ public final class Consumer4 {
                 }
                 SendResult r;
                 String orderKey = spec.getString("orderKey");
-                if (orderKey != null) {
-                    r = producer.send(msg, (mqs, m, arg) -> mqs.get(Math.abs(arg.hashCode() % mqs.size())), orderKey);
-                } else {
-                    r = producer.send(msg);
+                try {
+                    if (orderKey != null) {
+                        r = producer.send(msg, (mqs, m, arg) -> mqs.get(Math.abs(arg.hashCode() % mqs.size())), orderKey);
+                    } else {
+                        r = producer.send(msg);
+                    }
+                } catch (Exception e) {
+                    if (!step.getBooleanValue("mayFail")) {
+                        throw e;
+                    }
+                    Map<String, Object> line = new LinkedHashMap<>();
+                    line.put("sent", msg.getKeys().split(" ")[0]);
+                    line.put("error", e.getClass().getName() + ": " + e.getMessage());
+                    Producer4.putCode(line, e);
+                    Producer4.emit(line);
+                    continue;
                 }
                 Map<String, Object> line = new LinkedHashMap<>();
                 line.put("sent", msg.getKeys().split(" ")[0]);
@@ -156,7 +182,7 @@ public final class Consumer4 {
     // -- push consumers -------------------------------------------------------------------------
     private static void push(String namesrv, JSONObject step) {
         String name = step.getString("name");
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(step.getString("group"));
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(step.getString("group"), aclHook(step), new AllocateMessageQueueAveragely());
         consumer.setNamesrvAddr(namesrv);
         consumer.setInstanceName(step.getString("instance") != null ? step.getString("instance") : "consumer-" + name);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
@@ -364,6 +390,27 @@ public final class Consumer4 {
                 Producer4.emit(Map.of("shutdown", n));
             }
         }
+    }
+
+    /** The consumer's own admin call (GET_MAX_OFFSET to each queue's broker), answered or refused. */
+    private static void maxOffset(JSONObject step) throws Exception {
+        String name = step.getString("consumer");
+        String topic = step.getString("topic");
+        DefaultMQPushConsumer c = (DefaultMQPushConsumer) CONSUMERS.get(name);
+        Map<String, Object> offsets = new TreeMap<>();
+        // the topic's queues from the NameServer (the consumer's own table holds only its subscriptions')
+        for (MessageQueue mq : c.getDefaultMQPushConsumerImpl().getmQClientFactory().getMQAdminImpl().fetchSubscribeMessageQueues(topic)) {
+            String q = mq.getBrokerName() + "/" + mq.getQueueId();
+            try {
+                offsets.put(q, c.maxOffset(mq));
+            } catch (MQClientException e) {
+                Map<String, Object> err = new LinkedHashMap<>();
+                err.put("error", e.getMessage());
+                Producer4.putCode(err, e);
+                offsets.put(q, err);
+            }
+        }
+        Producer4.emit(Map.of("maxOffset", name, "topic", topic, "queues", offsets));
     }
 
     // -- lite pull consumer, assign and seek ----------------------------------------------------

@@ -15,17 +15,24 @@ import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
+import org.apache.rocketmq.common.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /**
  * RocketMQ 4.9.8's DefaultMQProducer, driven by a JSON plan on stdin; one JVM for every send.
  *
  * <pre>
  * {"namesrv": "127.0.0.1:9877", "group": "PG", "timeoutMs": 15000,
+ *  "accessKey": "ak", "secretKey": "sk",    (optional: every request signed by AclClientRPCHook)
  *  "sends": [{"mode": "sync|async|oneway|batch", "messages": [
  *     {"topic": "T", "tags": "TagA", "keys": ["k1", "k2"], "props": {"p": "v"}, "delayLevel": 1,
  *      "body": "text" | "randomBytes": 4194304, "seed": 7}]}]}
@@ -33,7 +40,8 @@ import org.apache.rocketmq.common.message.MessageClientIDSetter;
  *
  * Prints one JSON line per message sent ({"send", "index", "mode", "status", "msgId",
  * "offsetMsgId", "brokerName", "queueId", "queueOffset", "keys", "tags", "bodyLength",
- * "bodySha256"}, or {"send", "index", "mode", "error"}), then {"done": true}. A oneway send has
+ * "bodySha256"}, or {"send", "index", "mode", "error", "code", "codeName"}: the response code
+ * the client's exception carries, and its name in RocketMQ's ResponseCode), then {"done": true}. A oneway send has
  * no result: its msgId is the UNIQ_KEY the client set, its offsetMsgId null.
  */
 public final class Producer4 {
@@ -42,7 +50,7 @@ public final class Producer4 {
 
     public static void main(String[] args) throws Exception {
         JSONObject plan = JSON.parseObject(readAll(System.in));
-        DefaultMQProducer producer = new DefaultMQProducer(plan.getString("group"));
+        DefaultMQProducer producer = new DefaultMQProducer(plan.getString("group"), aclHook(plan));
         producer.setNamesrvAddr(plan.getString("namesrv"));
         producer.setInstanceName("quarry-driver-" + ProcessHandle.current().pid());
         int timeoutMs = plan.getIntValue("timeoutMs") > 0 ? plan.getIntValue("timeoutMs") : 15000;
@@ -171,6 +179,50 @@ public final class Producer4 {
         return msg;
     }
 
+    /** AclClientRPCHook with the plan's accessKey and secretKey, or null (no signing). */
+    static RPCHook aclHook(JSONObject plan) {
+        String ak = plan.getString("accessKey");
+        return ak == null ? null : new AclClientRPCHook(new SessionCredentials(ak, plan.getString("secretKey")));
+    }
+
+    /** The response code an exception (or one of its causes) carries: -1 when none. */
+    static int responseCode(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof MQBrokerException) {
+                return ((MQBrokerException) t).getResponseCode();
+            }
+            if (t instanceof MQClientException && ((MQClientException) t).getResponseCode() > 0) {
+                return ((MQClientException) t).getResponseCode();
+            }
+        }
+        return -1;
+    }
+
+    /** A response code's name in RocketMQ's ResponseCode (or its RemotingSysResponseCode base). */
+    static String codeName(int code) {
+        for (java.lang.reflect.Field f : ResponseCode.class.getFields()) {
+            try {
+                if (f.getType() == int.class && f.getInt(null) == code) {
+                    return f.getName();
+                }
+            } catch (IllegalAccessException ignored) {
+                // a public static field: readable
+            }
+        }
+        return null;
+    }
+
+    static void putCode(Map<String, Object> line, Throwable e) {
+        int code = responseCode(e);
+        line.put("code", code);
+        line.put("codeName", code > 0 ? codeName(code) : null);
+        String chain = "";
+        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+            chain += (chain.isEmpty() ? "" : " <- ") + t.getClass().getName() + ": " + t.getMessage();
+        }
+        line.put("causes", chain);
+    }
+
     private static Map<String, Object> describe(int s, int i, String mode, Message msg) {
         Map<String, Object> line = new LinkedHashMap<>();
         line.put("send", s);
@@ -208,6 +260,7 @@ public final class Producer4 {
         line.put("index", i);
         line.put("mode", mode);
         line.put("error", e.getClass().getName() + ": " + e.getMessage());
+        putCode(line, e);
         emit(line);
     }
 
