@@ -18,6 +18,24 @@ class _Client:
     producer_groups: set[str] = field(default_factory=set)
     consumer_groups: set[str] = field(default_factory=set)
     account: object = None  # the account that signed its heartbeat (ACL on)
+    consumer_data: dict[str, dict[str, Any]] = field(default_factory=dict)  # group -> its ConsumerData, as the heartbeat said
+
+
+# A SubscriptionData's fields as RocketMQ 4.9's client sends them (ConsumerConnection echoes them).
+_SUBSCRIPTION_FIELDS = ("classFilterMode", "codeSet", "expressionType", "subString", "subVersion", "tagsSet", "topic")
+
+
+@dataclass
+class ConsumerGroupView:
+    """A consumer group as its live clients' heartbeats describe it (RocketMQ's ConsumerGroupInfo):
+    the clients (id, connection), and the newest heartbeat's consume type, message model, where
+    to consume from and subscriptions (topic -> SubscriptionData)."""
+
+    clients: list[tuple[str, object]]
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: dict[str, dict[str, Any]]
 
 
 class ClientTable:
@@ -41,6 +59,10 @@ class ClientTable:
                 continue
             group = str(c["groupName"])
             client.consumer_groups.add(group)
+            subs = [{k: sub[k] for k in _SUBSCRIPTION_FIELDS if k in sub} for sub in c.get("subscriptionDataSet") or []
+                    if isinstance(sub, dict) and sub.get("topic")]
+            client.consumer_data[group] = {"consumeType": str(c.get("consumeType") or ""), "messageModel": str(c.get("messageModel") or ""),
+                                           "consumeFromWhere": str(c.get("consumeFromWhere") or ""), "subscriptions": subs}
             for sub in c.get("subscriptionDataSet") or []:
                 if isinstance(sub, dict) and sub.get("topic"):
                     self.subscriptions[(group, str(sub["topic"]))] = (str(sub.get("subString") or "*"), str(sub.get("expressionType") or "TAG"))
@@ -87,6 +109,17 @@ class ClientTable:
         now = self._clock()
         return sorted(((cid, c.connection, c.account) for cid, c in self._clients.items()
                        if group in c.producer_groups and now - c.last_seen_ms <= EXPIRY_MS), key=lambda t: t[0])
+
+    def consumer_group(self, group: str) -> ConsumerGroupView | None:
+        """`group` as its live consumers describe it; None when none is live."""
+        now = self._clock()
+        live = sorted((c for c in self._clients.values() if group in c.consumer_groups and now - c.last_seen_ms <= EXPIRY_MS),
+                      key=lambda c: c.client_id)
+        if not live:
+            return None
+        newest = max(live, key=lambda c: c.last_seen_ms).consumer_data.get(group, {})
+        return ConsumerGroupView([(c.client_id, c.connection) for c in live], newest.get("consumeType", ""), newest.get("messageModel", ""),
+                                 newest.get("consumeFromWhere", ""), {str(s["topic"]): s for s in newest.get("subscriptions", [])})
 
     def consumers(self, group: str) -> list[str]:
         now = self._clock()

@@ -35,6 +35,7 @@ from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.errors import StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
+from quarry.services.commitlog.pull_rates import PullRates
 from quarry.services.commitlog.queue_locks import QueueLocks
 from quarry.services.commitlog.send_back import DLQ_QUEUES, copy_for, dead_lettered, destination, retried_send
 from quarry.services.commitlog.browse import search_offset_by_time
@@ -80,6 +81,7 @@ class RemotingBroker:
         self._indexer_channel: grpc.Channel | None = None
         self._opaques = itertools.count(1)  # requests this broker sends clients
         self._pulled = metrics.PULLED_MESSAGES.labels()
+        self.pull_rates = PullRates()  # per group and topic: GET_CONSUME_STATS' consumeTps
         self.runtime = RuntimeInfo(self.store, metrics.SENT_MESSAGES.total, metrics.PULLED_MESSAGES.total, quarry_version())
 
     def handlers(self) -> dict[int, Handler]:
@@ -93,6 +95,7 @@ class RemotingBroker:
             codes.END_TRANSACTION: self.end_transaction, codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             codes.GET_TOPIC_STATS_INFO: self.topic_stats, codes.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+            codes.GET_CONSUME_STATS: self.consume_stats, codes.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             codes.CONSUMER_SEND_MSG_BACK: self.send_back, codes.LOCK_BATCH_MQ: self.lock_queues, codes.UNLOCK_BATCH_MQ: self.unlock_queues,
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
@@ -321,7 +324,9 @@ class RemotingBroker:
         body = b"".join(seg.read(r.physical_offset, r.store_size) for r, seg in segments if seg is not None)
         if not body:
             return req.response(codes.PULL_RETRY_IMMEDIATELY, "the messages expired while being read", fields)
-        self._pulled[0] += sum(1 for _, seg in segments if seg is not None)
+        handed = sum(1 for _, seg in segments if seg is not None)
+        self._pulled[0] += handed
+        self.pull_rates.add(group, topic, handed)
         return req.response(codes.SUCCESS, None, fields, body)
 
     async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -384,18 +389,66 @@ class RemotingBroker:
         table = {}
         for queue_id in range(queues):
             lo, hi = self._queue_bounds(topic, queue_id)
-            last = 0
-            if hi > 0:
-                try:
-                    records, _, _, _ = self.store.pull(topic, queue_id, hi - 1, 1)
-                    last = records[0].store_timestamp if records else 0
-                except StoreError:
-                    last = 0
-            mq = json.dumps({"brokerName": self.servicer.broker_name, "queueId": queue_id, "topic": topic}, separators=(",", ":"))
-            table[mq] = json.dumps({"lastUpdateTimestamp": last, "maxOffset": hi, "minOffset": lo}, separators=(",", ":"))
-        # fastjson's form of a map keyed by MessageQueue objects: {{...}:{...}}
-        body = '{"offsetTable":{' + ",".join(f"{k}:{v}" for k, v in table.items()) + "}}"
-        return req.response(codes.SUCCESS, body=body.encode())
+            table[self._mq_key(topic, queue_id)] = {"lastUpdateTimestamp": self._store_time_at(topic, queue_id, hi - 1), "maxOffset": hi, "minOffset": lo}
+        return req.response(codes.SUCCESS, body=('{"offsetTable":' + _mq_map(table) + "}").encode())
+
+    def _mq_key(self, topic: str, queue_id: int) -> str:
+        return json.dumps({"brokerName": self.servicer.broker_name, "queueId": queue_id, "topic": topic}, separators=(",", ":"))
+
+    def _store_time_at(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """The store time of the message at a queue offset; 0 when there is none (or it expired),
+        as RocketMQ's getMessageStoreTimeStamp leaves it unset."""
+        if queue_offset < 0:
+            return 0
+        try:
+            records, _, _, _ = self.store.pull(topic, queue_id, queue_offset, 1)
+        except StoreError:
+            return 0
+        return records[0].store_timestamp if records and records[0].queue_offset == queue_offset else 0
+
+    async def consume_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_CONSUME_STATS (mqadmin consumerProgress), as RocketMQ's AdminBrokerProcessor answers
+        it: for the header's topic, else each topic the group holds offsets for (one its live
+        consumers no longer subscribe to left out), every queue's max offset (brokerOffset), the
+        group's committed offset (consumerOffset, 0 when none) and the store time of the last
+        message consumed (lastTimestamp, 0 when none); consumeTps: the messages the group pulled
+        from those topics in the last minute, per second."""
+        group, asked = req.text("consumerGroup"), req.text("topic", "")
+        topics = [asked] if asked else sorted({t for t, g, _, _ in self.offsets.entries() if g == group})
+        require(req, "query", topics)  # (a retry or dead-letter topic: the group's sub permission)
+        live = self.clients.consumer_group(group)
+        table: dict[str, dict[str, int]] = {}
+        tps = 0.0
+        for topic in topics:
+            queues = self.store.topics.get(topic)
+            if queues is None or (live is not None and live.subscriptions and topic not in live.subscriptions):
+                continue
+            for queue_id in range(queues):
+                broker_offset = self._queue_bounds(topic, queue_id)[1]
+                consumer_offset = max(self.offsets.get(group, topic, queue_id) or 0, 0)
+                table[self._mq_key(topic, queue_id)] = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                                                       "lastTimestamp": self._store_time_at(topic, queue_id, consumer_offset - 1)}
+            tps += self.pull_rates.per_second(group, topic)
+        return req.response(codes.SUCCESS, body=('{"consumeTps":' + json.dumps(tps) + ',"offsetTable":' + _mq_map(table) + "}").encode())
+
+    async def consumer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST (mqadmin consumerConnection): the group's live consumers
+        (address, and the language and version their heartbeats carried) and what the newest
+        heartbeat said of the group (consume type, message model, where to consume from,
+        subscriptions), as RocketMQ's broker answers it from its ConsumerGroupInfo."""
+        group = req.text("consumerGroup")
+        view = self.clients.consumer_group(group)
+        if view is None:
+            raise RemotingError(codes.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        require(req, "query", list(view.subscriptions))  # (what it prints: the group's topics and expressions)
+        connections = []
+        for client_id, c in view.clients:
+            if isinstance(c, Connection):
+                connections.append({"clientAddr": f"{c.peer[0]}:{c.peer[1]}", "clientId": client_id,
+                                    "language": c.attributes.get("language", "JAVA"), "version": c.attributes.get("version", 0)})
+        body = {"connectionSet": connections, "consumeFromWhere": view.consume_from_where or None, "consumeType": view.consume_type or None,
+                "messageModel": view.message_model or None, "subscriptionTable": view.subscriptions}
+        return req.response(codes.SUCCESS, body=json.dumps({k: v for k, v in body.items() if v is not None}).encode())
 
     async def producer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection): each live client whose
@@ -541,3 +594,9 @@ class RemotingBroker:
             raise RemotingError(codes.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}")
         return req.response(codes.SUCCESS)
 
+
+
+def _mq_map(table: dict[str, Any]) -> str:
+    """fastjson's form of a map keyed by MessageQueue objects: {{"brokerName":..}:{..},..}
+    (`table`'s keys are MessageQueue JSON already)."""
+    return "{" + ",".join(f"{k}:{json.dumps(v, separators=(',', ':'))}" for k, v in table.items()) + "}"

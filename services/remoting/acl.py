@@ -60,6 +60,9 @@ PERMISSIONS: dict[int, Need] = {
     codes.QUERY_TOPIC_CONSUME_BY_WHO: Need("query", "topic"), codes.VIEW_MESSAGE_BY_ID: Need("query"),
     codes.GET_BROKER_CLUSTER_INFO: Need("query"), codes.GET_BROKER_RUNTIME_INFO: Need("query"),
     codes.GET_TOPIC_STATS_INFO: Need("query", "topic"), codes.GET_PRODUCER_CONNECTION_LIST: Need("query"),
+    codes.GET_CONSUME_STATS: Need("query", group="consumerGroup",
+                                  elsewhere="the header's topic, else each topic the group holds offsets for, read by the broker"),
+    codes.GET_CONSUMER_CONNECTION_LIST: Need("query", group="consumerGroup", elsewhere="the topics the group's live consumers subscribe to"),
     codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Need("query"),
     codes.UPDATE_AND_CREATE_TOPIC: Need("admin", "topic"),
 }

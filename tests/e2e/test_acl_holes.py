@@ -135,3 +135,27 @@ def test_only_an_account_that_may_consume_joins_or_leaves_a_group(broker: str) -
                 assert (await qx.call(codes.HEART_BEAT, {}, _heartbeat("qx-consumer@1", "GX", ["TopicX"]))).code == codes.SUCCESS
 
     run(main())
+
+
+def test_a_groups_progress_and_connections_are_shown_only_with_query_on_its_topics(broker: str) -> None:
+    """GET_CONSUME_STATS (mqadmin consumerProgress) and GET_CONSUMER_CONNECTION_LIST
+    (consumerConnection) show a group's topics, offsets and clients: query on those topics and
+    the group's permission, as consuming takes."""
+    assert _send(broker, "pub", "TopicA", b"counted", "KEYS\x01stats-1").code == codes.SUCCESS
+
+    async def main() -> None:
+        async with RemotingClient(broker, access_key="reader", secret_key=SECRETS["reader"]) as real:
+            assert (await real.call(codes.HEART_BEAT, {}, _heartbeat("stats@1", "GS", ["TopicA"]))).code == codes.SUCCESS
+            commit = {"consumerGroup": "GS", "topic": "TopicA", "queueId": 0, "commitOffset": 1}
+            assert (await real.call(codes.UPDATE_CONSUMER_OFFSET, commit)).code == codes.SUCCESS
+            for who, fields in (("qx", {"consumerGroup": "GS"}), ("pub", {"consumerGroup": "GS", "topic": "TopicA"})):
+                refused = await _call(broker, who, codes.GET_CONSUME_STATS, fields)
+                assert refused.code == codes.NO_PERMISSION and f"{who} lacks query permission on TopicA" in refused.remark, refused.remark
+            refused = await _call(broker, "qx", codes.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "GS"})
+            assert refused.code == codes.NO_PERMISSION and "TopicA" in refused.remark, refused.remark
+            stats = await _call(broker, "reader", codes.GET_CONSUME_STATS, {"consumerGroup": "GS"})
+            assert stats.code == codes.SUCCESS and '"topic":"TopicA"}:{"brokerOffset":' in stats.body.decode(), stats.body
+            listed = await _call(broker, "reader", codes.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "GS"})
+            assert listed.code == codes.SUCCESS and [c["clientId"] for c in json.loads(listed.body)["connectionSet"]] == ["stats@1"]
+
+    run(main())

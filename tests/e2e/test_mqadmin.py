@@ -7,7 +7,8 @@ sendMessage, consumeMessage) and the everyday ones (clusterList, topicList, topi
 brokerStatus, topicStatus, producerConnection, consumerProgress, consumerConnection,
 resetOffsetByTime, updateSubGroup, deleteTopic); what each prints is checked against the
 messages sent, or, for a request Quarry does not serve, that mqadmin says "not supported by
-Quarry" and names it.
+Quarry" and names it. consumerProgress and consumerConnection are run again beside a live
+DefaultMQPushConsumer that consumed part of another topic (in its JVM: Consumer4's mqadmin step).
 
 (tests/e2e/mqadmin.py is another thing: mqadmin's requests rebuilt in Python.)"""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -329,9 +331,118 @@ def test_producer_connection_answers_as_rocketmq_when_no_producer_is_online(prin
     assert f"the producer group[{GROUP}] not exist" in a["err"] and NOT_SUPPORTED not in a["err"], a["err"][-2000:]
 
 
-def test_consumer_progress_and_connection_are_not_supported(printed: dict[str, dict[str, Any]]) -> None:
-    not_supported(printed["consumerProgress"], 208, "GET_CONSUME_STATS")
-    not_supported(printed["consumerConnection"], 203, "GET_CONSUMER_CONNECTION_LIST")
+def test_consumer_progress_and_connection_answer_as_rocketmq_for_a_group_without_offsets_or_live_consumers(
+        printed: dict[str, dict[str, Any]]) -> None:
+    """The group's only consumer (the fixture's heartbeat) has gone and it committed nothing: the
+    broker's answers are RocketMQ's (an empty offset table; CONSUMER_NOT_ONLINE), and mqadmin says
+    what it says against a RocketMQ broker."""
+    progress, connection = printed["consumerProgress"], printed["consumerConnection"]
+    assert "CODE: 206  DESC: Not found the consumer group consume stats, because return offset table is empty" in progress["err"], progress["err"][-2000:]
+    assert f"CODE: 206  DESC: the consumer group[{CONSUMER_GROUP}] not online" in connection["err"], connection["err"][-2000:]
+    assert NOT_SUPPORTED not in progress["err"] + connection["err"]
+
+
+PROGRESS_TOPIC, PROGRESS_GROUP = "MqadminProgressTopic", "CG_quarry_progress"
+
+
+def progress_rows(out: str) -> dict[tuple[str, str, int], tuple[int, int, int, str]]:
+    """consumerProgress' table: (topic, broker, queue) -> (broker offset, consumer offset, diff, last time)."""
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s+(N/A|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$", line)
+        if m:
+            rows[(m[1], m[2], int(m[3]))] = (int(m[4]), int(m[5]), int(m[6]), m[7])
+    return rows
+
+
+def test_consumer_progress_and_connection_beside_a_live_java_consumer(cluster: LocalCluster, work: Path) -> None:
+    """A DefaultMQPushConsumer consumes a topic of both brokers but one message, whose listener is
+    still running (held): its queue's committed offset stays at that message. consumerProgress
+    prints every queue's broker and consumer offsets, the diff (that message and the three after
+    it in its queue), the store time of the last message consumed and the group's rate;
+    consumerConnection the live consumer (its client id, JAVA, V4_9_8), its subscriptions, consume
+    type, model and where it starts. The listener released and the offsets committed, the diff is 0."""
+    async def create() -> None:
+        for name in BROKERS:
+            async with RemotingClient(broker_addr(cluster, name)) as b:
+                r = await b.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": PROGRESS_TOPIC, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6})
+                assert r.code == codes.SUCCESS, r.remark
+    asyncio.run(asyncio.wait_for(create(), 30))
+    assert cluster.router is not None
+    with AdminClient(cluster.router.address) as admin:
+        wait_until(lambda: len(admin.topic_route(PROGRESS_TOPIC).brokers) == len(BROKERS), what=f"{PROGRESS_TOPIC} routed on every broker")
+    n = ns(cluster)
+    free = [f"prog-{i}" for i in range(8)]
+    pinned = ["prog-held", "prog-after-0", "prog-after-1", "prog-after-2"]  # one queue, in this order
+    msgs = [{"topic": PROGRESS_TOPIC, "tags": "TagP", "keys": [k], "body": f"body of {k}"} for k in free]
+    msgs += [{"topic": PROGRESS_TOPIC, "tags": "TagP", "keys": [k], "body": f"body of {k}", "orderKey": "held"} for k in pinned]
+    admin_cmds = [["consumerProgress", "-n", n, "-g", PROGRESS_GROUP], ["consumerConnection", "-n", n, "-g", PROGRESS_GROUP]]
+    steps = [
+        {"op": "send", "group": "PG_quarry_progress", "messages": msgs},
+        {"op": "push", "name": "c1", "group": PROGRESS_GROUP, "subscriptions": {PROGRESS_TOPIC: "*"}, "hold": ["prog-held"]},
+        {"op": "await", "consumers": ["c1"], "keys": free + pinned[1:]},
+        {"op": "awaitDeliveries", "consumer": "c1", "key": "prog-held", "count": 1},
+        {"op": "awaitRoute", "topic": f"%RETRY%{PROGRESS_GROUP}", "brokers": len(BROKERS)},
+        {"op": "commitSync", "consumer": "c1", "topic": PROGRESS_TOPIC},
+        {"op": "mqadmin", "commands": admin_cmds},
+        {"op": "release"},
+        {"op": "await", "consumers": ["c1"], "keys": ["prog-held"]},
+        {"op": "committed", "consumer": "c1", "topic": PROGRESS_TOPIC},
+        {"op": "commitSync", "consumer": "c1", "topic": PROGRESS_TOPIC},
+        {"op": "mqadmin", "commands": admin_cmds[:1]},
+    ]
+    lines = java.run_driver("quarry.drivers.Consumer4", {"namesrv": n, "steps": steps}, work_dir=work / "progress", timeout_s=180)
+    bad = [x for x in lines if ("awaited" in x or "routed" in x or "committed" in x) and not x["ok"]]
+    assert bad == [], bad
+    sent = {x["sent"]: x for x in lines if "sent" in x}
+    consumed = {x["key"]: x for x in lines if x.get("consumed") == "c1" and x["result"] == "OK"}
+    (started,) = [x for x in lines if "started" in x]
+    progress, connection, progress_after = [x for x in lines if "mqadmin" in x]
+    for a in (progress, connection, progress_after):
+        no_stack_trace(a)
+        assert not a["hung"], a
+
+    held = sent["prog-held"]
+    held_q = (held["brokerName"], held["queueId"])
+    assert all((sent[k]["brokerName"], sent[k]["queueId"]) == held_q for k in pinned)
+    ends: dict[tuple[str, int], int] = {(b, q): 0 for b in BROKERS for q in range(4)}
+    by_offset = {}
+    for x in sent.values():
+        q = (x["brokerName"], x["queueId"])
+        ends[q] = max(ends[q], x["queueOffset"] + 1)
+        by_offset[(*q, x["queueOffset"])] = x["sent"]
+
+    def last_time(b: str, q: int, consumer_offset: int) -> str:
+        if consumer_offset == 0:
+            return "N/A"
+        ts = consumed[by_offset[(b, q, consumer_offset - 1)]]["storeTimestamp"]
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000))
+
+    rows = progress_rows(progress["out"])
+    mine = {k: v for k, v in rows.items() if k[0] == PROGRESS_TOPIC}
+    want = {}
+    for (b, q), end in ends.items():
+        at = held["queueOffset"] if (b, q) == held_q else end
+        want[(PROGRESS_TOPIC, b, q)] = (end, at, end - at, last_time(b, q, at))
+    assert mine == want, progress["out"]
+    assert all(k[0] == f"%RETRY%{PROGRESS_GROUP}" and v[2] == 0 for k, v in rows.items() if k[0] != PROGRESS_TOPIC), progress["out"]
+    assert want[(PROGRESS_TOPIC, *held_q)][2] == len(pinned)
+    assert re.search(r"^Diff Total: 4$", progress["out"], re.M), progress["out"]
+    # Every message was pulled within the minute: 12 of them, 12 / 60 per second.
+    assert re.search(r"^Consume TPS: 0\.20$", progress["out"], re.M), progress["out"]
+
+    out = connection["out"]
+    head, _, subs_part = out.partition("Below is subscription:")
+    clients = [line.split() for line in head.splitlines()[1:] if line.strip()]  # #ClientId #ClientAddr #Language #Version
+    assert len(clients) == 1 and clients[0][0] == started["clientId"] and clients[0][2:] == ["JAVA", "V4_9_8"], out
+    assert re.fullmatch(r"127\.0\.0\.\d+:\d+", clients[0][1]), out  # the consumer's end of its connection
+    subs = sorted(tuple(line.split()) for line in subs_part.splitlines()[2:] if line.strip() and ":" not in line)  # #Topic #SubExpression
+    assert subs == sorted([(PROGRESS_TOPIC, "*"), (f"%RETRY%{PROGRESS_GROUP}", "*")]), out
+    assert "ConsumeType: CONSUME_PASSIVELY" in out and "MessageModel: CLUSTERING" in out and "ConsumeFromWhere: CONSUME_FROM_FIRST_OFFSET" in out, out
+
+    after = {k: v for k, v in progress_rows(progress_after["out"]).items() if k[0] == PROGRESS_TOPIC}
+    assert {k: v[:3] for k, v in after.items()} == {(PROGRESS_TOPIC, b, q): (end, end, 0) for (b, q), end in ends.items()}, progress_after["out"]
+    assert re.search(r"^Diff Total: 0$", progress_after["out"], re.M), progress_after["out"]
 
 
 def test_reset_offset_by_time_update_sub_group_and_delete_topic_are_not_supported(printed: dict[str, dict[str, Any]]) -> None:

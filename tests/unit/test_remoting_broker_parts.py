@@ -11,6 +11,7 @@ from quarry.services.commitlog.client_table import EXPIRY_MS, ClientTable
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.errors import InvalidArgument
 from quarry.services.commitlog.message_mapping import from_client_message, inflate, split_properties
+from quarry.services.commitlog.pull_rates import PullRates
 
 
 def test_consumer_offsets_persist_in_rocketmq_layout_and_reload(tmp_path: Path) -> None:
@@ -75,6 +76,50 @@ def test_client_table_says_who_joined_and_where_a_groups_consumers_are() -> None
     assert table.connection_closed(conn_a) == ["G", "H"] and table.connection_closed(conn_a) == []
     now[0] = EXPIRY_MS + 1
     assert table.consumer_connections("G") == []
+
+
+def test_client_table_describes_a_group_as_its_newest_heartbeat_does() -> None:
+    """What GET_CONSUMER_CONNECTION_LIST answers (RocketMQ's ConsumerGroupInfo): the live clients, and
+    the newest heartbeat's consume type, model, where from and subscriptions (topics it dropped gone)."""
+    now = [0]
+    table = ClientTable(clock_ms=lambda: now[0])
+    conn_a, conn_b = object(), object()
+
+    def beat(cid: str, conn: object, topics: list[str], model: str) -> None:
+        subs = [{"topic": t, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 7, "expressionType": "TAG", "extra": 1} for t in topics]
+        table.heartbeat({"clientID": cid, "consumerDataSet": [{"groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": model,
+                                                               "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": subs}]}, conn)
+    assert table.consumer_group("G") is None
+    beat("a@1", conn_a, ["T", "U"], "CLUSTERING")
+    now[0] = 10
+    beat("b@1", conn_b, ["T"], "BROADCASTING")
+    view = table.consumer_group("G")
+    assert view is not None and view.clients == [("a@1", conn_a), ("b@1", conn_b)]
+    assert (view.consume_type, view.message_model, view.consume_from_where) == ("CONSUME_PASSIVELY", "BROADCASTING", "CONSUME_FROM_FIRST_OFFSET")
+    assert view.subscriptions == {"T": {"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 7, "expressionType": "TAG"}}
+    table.connection_closed(conn_b)
+    view = table.consumer_group("G")
+    assert view is not None and sorted(view.subscriptions) == ["T", "U"] and view.message_model == "CLUSTERING"
+    now[0] = EXPIRY_MS + 1
+    assert table.consumer_group("G") is None
+
+
+def test_pull_rates_count_the_trailing_minute_per_group_and_topic() -> None:
+    now = [1000.0]
+    rates = PullRates(clock_s=lambda: now[0])
+    rates.add("G", "T", 30)
+    now[0] += 0.5
+    rates.add("G", "T", 30)
+    rates.add("H", "T", 6)
+    assert rates.per_second("G", "T") == 1.0 and rates.per_second("H", "T") == 0.1 and rates.per_second("G", "U") == 0.0
+    now[0] += 59
+    rates.add("G", "T", 60)
+    assert rates.per_second("G", "T") == 2.0  # the first minute's messages still counted
+    now[0] += 1
+    assert rates.per_second("G", "T") == 1.0  # they are a minute old now
+    now[0] += 120
+    rates.add("G", "U", 1)  # a minute on: the idle pairs forgotten
+    assert set(rates._buckets) == {("G", "U")}
 
 
 def test_an_unreadable_offset_table_stops_the_start_naming_the_file(tmp_path: Path) -> None:

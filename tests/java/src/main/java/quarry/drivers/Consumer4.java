@@ -46,7 +46,8 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *                                              "orderKey": "o1" (a queue chosen by its hash, as an orderly producer does)}]},
  *   {"op": "push", "name": "c1", "group": "G", "subscriptions": {"T": "TagA || TagB"}, "sql": {"T": "a > 1"},
  *    "model": "CLUSTERING|BROADCASTING", "orderly": false, "maxReconsumeTimes": 2,
- *    "fail": {"<first key>": {"times": 1, "delayLevel": 0}}},
+ *    "fail": {"<first key>": {"times": 1, "delayLevel": 0}}, "hold": ["<first key>"]},
+ *                      (a held message's listener waits for "release": consumed, its offset not yet committed)
  *   {"op": "await", "consumers": ["c1"], "keys": [..], "timeoutMs": 30000},   every key consumed (successfully) by each one
  *   {"op": "awaitAny", "consumers": ["c1", "c2"], "keys": [..]},            every key consumed by one of them
  *   {"op": "awaitDeliveries", "consumer": "c1", "key": "k", "count": 3},     k delivered 3 times (failed or not)
@@ -54,7 +55,11 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *   {"op": "committed", "consumer": "c1", "topic": "T"},                  its offsets of T at each queue's end
  *   {"op": "shutdown", "consumers": ["c1"]},
  *   {"op": "pull", "group": "G", "topic": "T", "seeks": [{"brokerName", "queueId", "offset"}], "expect": n},
- *   {"op": "maxOffset", "consumer": "c1", "topic": "T"}]}                 the consumer asks each queue's max offset
+ *   {"op": "maxOffset", "consumer": "c1", "topic": "T"},                 the consumer asks each queue's max offset
+ *   {"op": "release"},                                                    every held listener returns
+ *   {"op": "awaitRoute", "topic": "T", "brokers": 2},                     the NameServer routes T on that many brokers
+ *   {"op": "commitSync", "consumer": "c1", "topic": "T"},                 its offsets of T sent to the brokers, each answered
+ *   {"op": "mqadmin", "commands": [["consumerProgress", "-n", ..], ..]}]}  mqadmin (MQAdminStartup) in this JVM, the consumers live
  * </pre>
  *
  * With "accessKey" and "secretKey" (the plan's, or a send or push step's own), every request
@@ -62,7 +67,8 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *
  * Prints JSON lines: {"sent"...} per message sent, {"consumed"...} per delivery to a listener
  * (its result "OK" or "FAIL"), {"started"} or {"startError", "code", "error"}, {"awaited"...},
- * {"settled"...}, {"committed"...}, {"polled"...}, {"maxOffset"...}, then {"done": true}; a send
+ * {"settled"...}, {"committed"...}, {"polled"...}, {"maxOffset"...}, {"commitSync"...}, {"mqadmin"...} per command
+ * (as MqAdmin prints it), then {"done": true}; a send
  * refused prints {"sent", "error", "code", "codeName"}.
  */
 public final class Consumer4 {
@@ -71,6 +77,7 @@ public final class Consumer4 {
     private static final Map<String, AtomicInteger> FAILURES = new ConcurrentHashMap<>();
     private static final Map<String, AtomicInteger> DELIVERIES = new ConcurrentHashMap<>();
     private static final JSONObject PLAN = new JSONObject();
+    private static final java.util.concurrent.CountDownLatch RELEASE = new java.util.concurrent.CountDownLatch(1);
 
     private Consumer4() {
     }
@@ -94,10 +101,21 @@ public final class Consumer4 {
                     case "shutdown": shutdown(step.getJSONArray("consumers").toJavaList(String.class)); break;
                     case "pull": pull(namesrv, step); break;
                     case "maxOffset": maxOffset(step); break;
+                    case "release": RELEASE.countDown(); break;
+                    case "awaitRoute": awaitRoute(namesrv, step); break;
+                    case "commitSync": commitSync(step); break;
+                    case "mqadmin":
+                        for (Object c : step.getJSONArray("commands")) {
+                            Map<String, Object> line = new LinkedHashMap<>(MqAdmin.run(((JSONArray) c).toJavaList(String.class), 30000, "mqadmin"));
+                            line.put("mqadmin", line.remove("args"));
+                            Producer4.emit(line);
+                        }
+                        break;
                     default: throw new IllegalArgumentException("unknown op " + step.getString("op"));
                 }
             }
         } finally {
+            RELEASE.countDown();
             shutdown(new ArrayList<>(CONSUMERS.keySet()));
         }
         Producer4.emit(Map.of("done", true));
@@ -195,6 +213,7 @@ public final class Consumer4 {
             consumer.setMaxReconsumeTimes(step.getIntValue("maxReconsumeTimes"));
         }
         JSONObject fail = step.getJSONObject("fail") != null ? step.getJSONObject("fail") : new JSONObject();
+        Set<String> hold = step.containsKey("hold") ? new HashSet<>(step.getJSONArray("hold").toJavaList(String.class)) : Set.of();
         OK_KEYS.putIfAbsent(name, ConcurrentHashMap.newKeySet());
         try {
             JSONObject subs = step.getJSONObject("subscriptions");
@@ -218,6 +237,16 @@ public final class Consumer4 {
                 });
             } else {
                 consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                    for (MessageExt m : msgs) {
+                        if (hold.contains(firstKey(m)) && RELEASE.getCount() > 0) {
+                            consumed(name, m, "HELD");
+                            try {
+                                RELEASE.await();
+                            } catch (InterruptedException e) {
+                                Thread.currentThread().interrupt();
+                            }
+                        }
+                    }
                     boolean failed = false;
                     for (MessageExt m : msgs) {
                         JSONObject rule = fail.getJSONObject(firstKey(m));
@@ -411,6 +440,54 @@ public final class Consumer4 {
             }
         }
         Producer4.emit(Map.of("maxOffset", name, "topic", topic, "queues", offsets));
+    }
+
+    /** The consumer's offsets of the topic, as it holds them, sent to their brokers and answered
+     * (UPDATE_CONSUMER_OFFSET, not the one-way send of its periodic persist). */
+    private static void commitSync(JSONObject step) throws Exception {
+        String name = step.getString("consumer");
+        String topic = step.getString("topic");
+        DefaultMQPushConsumer c = (DefaultMQPushConsumer) CONSUMERS.get(name);
+        org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore store =
+            (org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore) c.getOffsetStore();
+        Map<String, Long> offsets = new TreeMap<>();
+        for (MessageQueue mq : c.fetchSubscribeMessageQueues(topic)) {
+            long at = store.readOffset(mq, ReadOffsetType.READ_FROM_MEMORY);
+            if (at >= 0) {
+                store.updateConsumeOffsetToBroker(mq, at, false);
+                offsets.put(mq.getBrokerName() + "/" + mq.getQueueId(), at);
+            }
+        }
+        Producer4.emit(Map.of("commitSync", name, "topic", topic, "offsets", offsets));
+    }
+
+    /** Waits until the NameServer's route of the topic names that many brokers. */
+    private static void awaitRoute(String namesrv, JSONObject step) throws Exception {
+        String topic = step.getString("topic");
+        int want = step.getIntValue("brokers");
+        DefaultMQProducer probe = new DefaultMQProducer("route-probe-" + ProcessHandle.current().pid(), aclHook(step));
+        probe.setNamesrvAddr(namesrv);
+        probe.setInstanceName("route-probe");
+        probe.start();
+        long deadline = System.currentTimeMillis() + timeout(step);
+        int got = 0;
+        try {
+            while (System.currentTimeMillis() < deadline) {
+                try {
+                    got = probe.getDefaultMQProducerImpl().getmQClientFactory().getMQClientAPIImpl()
+                        .getTopicRouteInfoFromNameServer(topic, 3000).getBrokerDatas().size();
+                } catch (MQClientException e) {
+                    got = 0;  // no route yet
+                }
+                if (got >= want) {
+                    break;
+                }
+                Thread.sleep(50);
+            }
+        } finally {
+            probe.shutdown();
+        }
+        Producer4.emit(Map.of("routed", topic, "ok", got >= want, "brokers", got));
     }
 
     // -- lite pull consumer, assign and seek ----------------------------------------------------

@@ -27,36 +27,41 @@ public final class MqAdmin {
     public static void main(String[] argv) throws Exception {
         long deadlineMs = argv.length > 0 ? Long.parseLong(argv[0]) : 30000;
         JSONArray commands = JSON.parseArray(Producer4.readAll(System.in));
-        PrintStream realOut = System.out;
-        PrintStream realErr = System.err;
         for (int c = 0; c < commands.size(); c++) {
-            List<String> args = commands.getJSONArray(c).toJavaList(String.class);
-            ByteArrayOutputStream out = new ByteArrayOutputStream();
-            ByteArrayOutputStream err = new ByteArrayOutputStream();
-            PrintStream o = new PrintStream(out, true, StandardCharsets.UTF_8);
-            PrintStream e = new PrintStream(err, true, StandardCharsets.UTF_8);
-            System.setOut(o);
-            System.setErr(e);
-            long start = System.nanoTime();
-            Thread t = new Thread(() -> MQAdminStartup.main(args.toArray(new String[0])), "mqadmin-" + c);
-            t.setDaemon(true);
-            t.start();
-            t.join(deadlineMs);
-            boolean hung = t.isAlive();
-            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
-            System.setOut(realOut);
-            System.setErr(realErr);
-            o.flush();
-            e.flush();
-            Map<String, Object> line = new LinkedHashMap<>();
-            line.put("args", args);
-            line.put("out", out.toString(StandardCharsets.UTF_8));
-            line.put("err", err.toString(StandardCharsets.UTF_8));
-            line.put("ms", ms);
-            line.put("hung", hung);
-            realOut.println(JSON.toJSONString(line, SerializerFeature.WriteMapNullValue));
-            realOut.flush();
+            Map<String, Object> line = run(commands.getJSONArray(c).toJavaList(String.class), deadlineMs, "mqadmin-" + c);
+            System.out.println(JSON.toJSONString(line, SerializerFeature.WriteMapNullValue));
+            System.out.flush();
         }
         System.exit(0);
+    }
+
+    /** One mqadmin command with System.out and System.err captured: {"args", "out", "err", "ms", "hung"}. */
+    static synchronized Map<String, Object> run(List<String> args, long deadlineMs, String threadName) throws InterruptedException {
+        PrintStream realOut = System.out;
+        PrintStream realErr = System.err;
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        PrintStream o = new PrintStream(out, true, StandardCharsets.UTF_8);
+        PrintStream e = new PrintStream(err, true, StandardCharsets.UTF_8);
+        System.setOut(o);
+        System.setErr(e);
+        long start = System.nanoTime();
+        Thread t = new Thread(() -> MQAdminStartup.main(args.toArray(new String[0])), threadName);
+        t.setDaemon(true);
+        t.start();
+        t.join(deadlineMs);
+        boolean hung = t.isAlive();
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+        System.setOut(realOut);
+        System.setErr(realErr);
+        o.flush();
+        e.flush();
+        Map<String, Object> line = new LinkedHashMap<>();
+        line.put("args", args);
+        line.put("out", out.toString(StandardCharsets.UTF_8));
+        line.put("err", err.toString(StandardCharsets.UTF_8));
+        line.put("ms", ms);
+        line.put("hung", hung);
+        return line;
     }
 }

@@ -45,6 +45,9 @@ import org.apache.rocketmq.remoting.RPCHook;
  * no result: its msgId is the UNIQ_KEY the client set, its offsetMsgId null.
  */
 public final class Producer4 {
+    /** The JVM's stdout, where the JSON lines go (even while an in-process mqadmin's System.out is captured). */
+    static final java.io.PrintStream STDOUT = System.out;
+
     private Producer4() {
     }
 
@@ -265,8 +268,8 @@ public final class Producer4 {
     }
 
     static synchronized void emit(Map<String, ?> line) {
-        System.out.println(JSON.toJSONString(line, SerializerFeature.WriteMapNullValue));
-        System.out.flush();
+        STDOUT.println(JSON.toJSONString(line, SerializerFeature.WriteMapNullValue));
+        STDOUT.flush();
     }
 
     static String sha256(byte[] data) {
