@@ -1,7 +1,7 @@
-"""README's settings table, made from the services' own flag parsers so it cannot drift.
+"""docs/settings.md's table, made from the services' own flag parsers so it cannot drift.
 
-`python -m scripts.settings_table` prints the table; `--write` puts it into README.md
-between the markers; a contract test checks README.md holds exactly what this makes.
+`python -m scripts.settings_table` prints the table; `--write` puts it into docs/settings.md
+between the markers; a contract test checks the file holds exactly what this makes.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 BEGIN = "<!-- settings:begin -->"
 END = "<!-- settings:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"
+SETTINGS = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 
 
 def _parsers() -> list[tuple[str, Callable[[], Any]]]:
@@ -84,7 +85,7 @@ def readme_section(text: str) -> str:
     return text[start:text.index(END, start) + len(END)]
 
 
-def write(path: Path = README) -> bool:
+def write(path: Path = SETTINGS) -> bool:
     """Replace the marked section; True when the file changed."""
     text = path.read_text()
     old = readme_section(text)
@@ -99,7 +100,7 @@ def write(path: Path = README) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--write"]:
-        print("README.md updated" if write() else "README.md already up to date")
+        print("docs/settings.md updated" if write() else "docs/settings.md already up to date")
     else:
         print(table())
     return 0

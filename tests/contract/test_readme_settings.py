@@ -1,12 +1,12 @@
-"""README's settings table is exactly what the services' own flag parsers make (issue 15
-item 24): a flag added, renamed or given a new default without the README fails here."""
+"""docs/settings.md's table is exactly what the services' own flag parsers make (issue 15
+item 24): a flag added, renamed or given a new default without the table fails here."""
 from __future__ import annotations
 
 from scripts import settings_table
 
 
-def test_readme_settings_table_matches_the_services_flags() -> None:
-    text = settings_table.README.read_text()
+def test_the_settings_table_matches_the_services_flags() -> None:
+    text = settings_table.SETTINGS.read_text()
     assert settings_table.readme_section(text) == settings_table.section(), "run: python -m scripts.settings_table --write"
 
 
