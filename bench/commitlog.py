@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 from pathlib import Path
 

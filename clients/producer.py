@@ -27,7 +27,7 @@ from quarry.clients.routers import RouterPool
 from quarry.formats.properties import PropertyError, message_properties
 from quarry.formats.topic import AUTO_CREATE_TOPIC_KEY, DEFAULT_TOPIC_QUEUE_NUMS, TopicError, validate_topic
 from quarry.formats.unique_key import UniqueKeyGenerator
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2
 
 Selector = Callable[[list[MessageQueue], Any], MessageQueue]
 _GENERATOR: UniqueKeyGenerator | None = None

@@ -190,7 +190,6 @@ def load_catalog(ctx: JobContext) -> Any:
 
 
 def run_lookup(ctx: JobContext) -> None:
-    from pyspark.sql import functions as F
 
     args = ctx.args
     catalog, counters = load_catalog(ctx)

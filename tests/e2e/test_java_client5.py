@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 

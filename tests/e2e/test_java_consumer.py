@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest

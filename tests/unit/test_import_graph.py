@@ -9,7 +9,6 @@ import importlib.util
 import pkgutil
 from pathlib import Path
 
-import quarry
 
 
 def _modules() -> dict[str, Path]:

@@ -3,7 +3,6 @@ signature (made by the real SDK's own signer), routes, settings, transactions on
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import AsyncIterator
 
