@@ -216,10 +216,16 @@ class IndexFile:
         return out
 
     def entry(self, number: int) -> tuple[int, int, int]:
-        """(keyHash, phyOffset, entry time in ms) of entry `number` (1..entries)."""
+        """(keyHash, phyOffset, entry time in ms: its record's store time, to the second, or
+        exactly for entry 1) of entry `number` (1..entries)."""
         if not 1 <= number <= self.entries:
             raise IndexFileError(f"{self.path}: entry {number} outside 1..{self.entries}")
         key_hash, phy, diff, _prev = _ENTRY.unpack_from(self._mm, self.entries_pos + number * ENTRY_SIZE)
+        if number == 1:
+            # The first put's timeDiff counts from the beginTimestamp the file had before it
+            # (a continuing file's: the previous file's end), which that put then replaced by
+            # its record's own store time: the header holds entry 1's exact time.
+            return key_hash, phy, self.header.begin_timestamp
         return key_hash, phy, self.header.begin_timestamp + diff * 1000
 
     def last_entry_at_or_below(self, phy_offset: int) -> int:
