@@ -111,7 +111,11 @@ class RemotingAcl:
             return
         if need.permission != "group" and (need.topic is not None or not need.elsewhere):
             topic = cmd.ext_fields.get(need.topic, "") if need.topic else ""
-            if not account.allows(need.permission, [topic] if topic else []):
+            if topic and is_retry_or_dlq(topic):
+                # A group's own %RETRY%/%DLQ% topic is the group's resource (RocketMQ's
+                # PlainAccessResource): pulled, committed and sent back to with its permission.
+                require_group(cmd, account, topic.split("%", 2)[2])
+            elif not account.allows(need.permission, [topic] if topic else []):
                 _deny(cmd, access_key, f"access key {access_key} lacks {need.permission} permission on {topic or ANY_TOPIC}")
         if need.group is not None and (group := cmd.ext_fields.get(need.group, "")):
             require_group(cmd, account, group)
