@@ -1,6 +1,9 @@
 """The RocketMQ 4 clients a broker knows from their heartbeats: producer and consumer groups,
-consumer subscriptions. A client leaves on unregister, when its connection closes, or after
-two minutes without a heartbeat (RocketMQ's channel expiry)."""
+consumer subscriptions. A client is known per connection, as RocketMQ's broker keeps a
+ClientChannelInfo per channel: a heartbeat or unregister touches only its own connection's
+entry, so no one can replace or remove another connection's client by sending its clientID.
+A client leaves on unregister, when its connection closes, or after two minutes without a
+heartbeat (RocketMQ's channel expiry)."""
 from __future__ import annotations
 
 import time
@@ -41,7 +44,7 @@ class ConsumerGroupView:
 class ClientTable:
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
         self._clock = clock_ms or (lambda: int(time.time() * 1000))
-        self._clients: dict[str, _Client] = {}
+        self._clients: dict[tuple[str, object], _Client] = {}  # (client id, connection) -> client
         # (group, topic) -> (expression, expression type) from the newest heartbeat
         self.subscriptions: dict[tuple[str, str], tuple[str, str]] = {}
 
@@ -66,21 +69,22 @@ class ClientTable:
             for sub in c.get("subscriptionDataSet") or []:
                 if isinstance(sub, dict) and sub.get("topic"):
                     self.subscriptions[(group, str(sub["topic"]))] = (str(sub.get("subString") or "*"), str(sub.get("expressionType") or "TAG"))
-        self._clients[client_id] = client
+        self._clients[(client_id, connection)] = client
         return sorted(client.consumer_groups)
 
-    def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
-        """The client leaves `groups` (None: all of them); gone once it is in none."""
-        client = self._clients.get(client_id)
+    def unregister(self, client_id: str, connection: object, groups: list[str] | None = None) -> None:
+        """The client on `connection` leaves `groups` (None: all of them); gone once it is in none."""
+        key = (client_id, connection)
+        client = self._clients.get(key)
         if client is None:
             return
         if groups is None:
-            del self._clients[client_id]
+            del self._clients[key]
             return
         client.producer_groups.difference_update(groups)
         client.consumer_groups.difference_update(groups)
         if not client.producer_groups and not client.consumer_groups:
-            del self._clients[client_id]
+            del self._clients[key]
 
     def topics_of(self, group: str) -> list[str]:
         """The topics `group` subscribes to, as its consumers' heartbeats said."""
@@ -89,15 +93,15 @@ class ClientTable:
     def connection_closed(self, connection: object) -> list[str]:
         """Forget the clients of a closed connection; the consumer groups they were in."""
         groups: set[str] = set()
-        for cid in [cid for cid, c in self._clients.items() if c.connection is connection]:
-            groups |= self._clients.pop(cid).consumer_groups
+        for key in [key for key, c in self._clients.items() if c.connection is connection]:
+            groups |= self._clients.pop(key).consumer_groups
         return sorted(groups)
 
     def consumer_groups_of(self, client_id: str, connection: object) -> set[str]:
         """The consumer groups `client_id` is in on `connection` (none when it is unknown there):
         what a heartbeat adds beyond these is a group it joins."""
-        client = self._clients.get(client_id)
-        return set(client.consumer_groups) if client is not None and client.connection is connection else set()
+        client = self._clients.get((client_id, connection))
+        return set(client.consumer_groups) if client is not None else set()
 
     def consumer_connections(self, group: str) -> list[object]:
         """The connection of each live consumer of `group` (where the broker tells them of changes)."""
@@ -107,7 +111,7 @@ class ClientTable:
     def producers(self, group: str) -> list[tuple[str, object, object]]:
         """(client id, connection, account) of each live client whose heartbeat named producer `group`."""
         now = self._clock()
-        return sorted(((cid, c.connection, c.account) for cid, c in self._clients.items()
+        return sorted(((c.client_id, c.connection, c.account) for c in self._clients.values()
                        if group in c.producer_groups and now - c.last_seen_ms <= EXPIRY_MS), key=lambda t: t[0])
 
     def consumer_group(self, group: str) -> ConsumerGroupView | None:
@@ -123,6 +127,6 @@ class ClientTable:
 
     def consumers(self, group: str) -> list[str]:
         now = self._clock()
-        for cid in [cid for cid, c in self._clients.items() if now - c.last_seen_ms > EXPIRY_MS]:
-            del self._clients[cid]
-        return sorted(cid for cid, c in self._clients.items() if group in c.consumer_groups)
+        for key in [key for key, c in self._clients.items() if now - c.last_seen_ms > EXPIRY_MS]:
+            del self._clients[key]
+        return sorted({c.client_id for c in self._clients.values() if group in c.consumer_groups})

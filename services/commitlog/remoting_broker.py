@@ -493,7 +493,7 @@ class RemotingBroker:
         if consumer:
             require(req, "query", self.clients.topics_of(consumer))
         left = consumer in self.clients.consumer_groups_of(req.text("clientID"), conn)
-        self.clients.unregister(req.text("clientID"), [g for g in (producer, consumer) if g])
+        self.clients.unregister(req.text("clientID"), conn, [g for g in (producer, consumer) if g])
         if left:
             self._notify_consumers(consumer)
         return req.response(codes.SUCCESS)

@@ -62,6 +62,20 @@ def test_client_table_groups_expiry_and_closed_connections() -> None:
         table.heartbeat({}, conn_a)
 
 
+def test_a_client_is_known_per_connection_so_its_id_cannot_be_taken_over() -> None:
+    """Review finding (issue 33, 4): a heartbeat or unregister naming another connection's
+    clientID touches only its own connection's entry."""
+    table = ClientTable(clock_ms=lambda: 0)
+    victim, attacker = object(), object()
+    table.heartbeat({"clientID": "10.0.0.7@123", "consumerDataSet": [{"groupName": "GA"}], "producerDataSet": [{"groupName": "PA"}]}, victim)
+    table.heartbeat({"clientID": "10.0.0.7@123", "producerDataSet": [{"groupName": "X"}]}, attacker)  # same id, producer data only
+    assert table.consumers("GA") == ["10.0.0.7@123"] and [p[1] for p in table.producers("PA")] == [victim]
+    table.unregister("10.0.0.7@123", attacker, ["PA", "GA"])
+    assert table.consumers("GA") == ["10.0.0.7@123"] and [p[1] for p in table.producers("PA")] == [victim]
+    table.unregister("10.0.0.7@123", victim, ["GA"])
+    assert table.consumers("GA") == [] and [p[1] for p in table.producers("PA")] == [victim]
+
+
 def test_client_table_says_who_joined_and_where_a_groups_consumers_are() -> None:
     """What the broker needs to tell a group's consumers that one joined or left (NOTIFY_CONSUMER_IDS_CHANGED)."""
     now = [0]
