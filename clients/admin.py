@@ -59,7 +59,9 @@ class AdminClient:
             topic=topic, begin_timestamp=begin, end_timestamp=end, tag_expression=tag_expression, oldest_first=oldest_first,
             max_num=max_num, continuation_token=continuation_token, broker_name=broker_name,
             queue_id=queue_id or 0, has_queue_id=queue_id is not None))
-        return QueryResult.from_proto(r.result)
+        result = QueryResult.from_proto(r.result)
+        result.expired = list(r.expired)
+        return result
 
     def search_offset(self, topic: str, broker_name: str, queue_id: int, timestamp: int, upper: bool = False) -> router_pb2.SearchOffsetResponse:
         """RocketMQ's searchOffset: the first queue offset stored at or after `timestamp`

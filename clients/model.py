@@ -87,6 +87,8 @@ class QueryResult:
     notes: list[str] = field(default_factory=list)
     next_token: str = ""
     raw: router_pb2.QueryResult | None = field(default=None, repr=False, compare=False)  # as the router sent it
+    # Browse pages: per broker, what of the window retention deleted (BrowseTopicResponse.expired).
+    expired: list[common_pb2.ExpiredRange] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, r: router_pb2.QueryResult) -> "QueryResult":

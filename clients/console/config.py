@@ -1,0 +1,40 @@
+"""Settings of quarry-console (flags, else environment, else defaults: services/settings.py's rule)."""
+from __future__ import annotations
+
+import argparse
+
+from quarry.formats.addresses import parse_router_addresses, split_host_port
+from quarry.services.settings import EnvArgumentParser
+
+DESCRIPTION = (
+    "Quarry Console: a web console over the routers' public gRPC API (search by id or key, topic browse, "
+    "message pages). TLS and ACL to the routers as every Quarry client: QUARRY_TLS_CA (set: TLS), "
+    "QUARRY_TLS_CLIENT_CERT/QUARRY_TLS_CLIENT_KEY (mutual TLS), QUARRY_TLS_SERVER_NAME, "
+    "QUARRY_ACCESS_KEY/QUARRY_SECRET_KEY (every call signed with that account)."
+)
+
+
+def _routers(text: str) -> str:
+    parse_router_addresses(text)  # ValueError names what is wrong
+    return text
+
+
+def _bind(text: str) -> str:
+    split_host_port(text)
+    return text
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="quarry-console", description=DESCRIPTION)
+    p.add_setting("--bind", "QUARRY_CONSOLE_BIND", "127.0.0.1:8080", "host:port the console's HTTP server listens on (port 0: any free port, logged)", _bind)
+    p.add_setting("--router", "QUARRY_CONSOLE_ROUTER", "127.0.0.1:9876", "router(s) to ask, host:port; several as 'a:9876;b:9876' (tried in turn)", _routers)
+    p.add_setting("--timeout-ms", "QUARRY_CONSOLE_TIMEOUT_MS", 10_000, "deadline of one call to a router", int, minimum=1)
+    p.add_setting("--histogram-slice-ms", "QUARRY_CONSOLE_HISTOGRAM_SLICE_MS", 1500,
+                  "longest time one histogram request counts before it answers with what it counted so far and a token to go on", int, minimum=1)
+    p.add_setting("--log-format", "QUARRY_LOG_FORMAT", "kv", "log line format: kv (key=value) or json", str.lower, ["kv", "json"])
+    p.add_setting("--log-level", "QUARRY_LOG_LEVEL", "INFO", "log level", str.upper, ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return build_parser().parse_args(argv)

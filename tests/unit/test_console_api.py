@@ -1,0 +1,349 @@
+"""quarry-console's JSON layer in process (clients/console/api.py) over a fake AdminClient:
+which kind the search box took, errors mapped once (400 naming the field, 404, 503, 403),
+incomplete answers carried with the brokers that did not answer and why, expired ranges named,
+the histogram's exact counts over sliced requests, and the HTTP server's routing of views,
+static files and downloads."""
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from quarry.clients.console.api import Api
+from quarry.clients.console.server import make_server
+from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
+from quarry.clients.model import QueryResult
+from quarry.formats import offset_msg_id
+from quarry.v1 import common_pb2, router_pb2
+
+NOW = 1_800_000_000_000
+OID = offset_msg_id.create("10.0.0.1", 10911, 4096)
+UID4 = "0A000001000A1B2C3D4E5F6071820001"  # 32 hex: decodes as an offsetMsgId with a port no broker has
+UID5 = "01" + "AB" * 16
+
+
+def msg(i: int, topic: str = "T", broker: str = "broker-a", tags: str = "TagA", ts: int | None = None, **kw: Any) -> common_pb2.StoredMessage:
+    return common_pb2.StoredMessage(topic=topic, body=f'{{"n": {i}}}'.encode(), keys=[f"k-{i}"], tags=tags, unique_key=kw.get("uid", ""),
+                                    queue_id=i % 4, queue_offset=i, store_timestamp=NOW - 100_000 + i if ts is None else ts,
+                                    offset_msg_id=kw.get("oid", f"{i:032X}"), broker_name=broker,
+                                    properties=[common_pb2.Property(name="TAGS", value=tags)])
+
+
+def result(messages: list[common_pb2.StoredMessage], failed: dict[str, str] | None = None, token: str = "", notes: list[str] | None = None,
+           complete: bool | None = None) -> QueryResult:
+    outcomes = [common_pb2.BrokerOutcome(broker_name="broker-a", answered=True)]
+    outcomes += [common_pb2.BrokerOutcome(broker_name=b, answered=False, error_code=why.split(":")[0], error_message=why.split(": ", 1)[1])
+                 for b, why in (failed or {}).items()]
+    raw = router_pb2.QueryResult(messages=messages, brokers=outcomes, complete=not failed if complete is None else complete,
+                                 next_continuation_token=token, notes=notes or [])
+    return QueryResult.from_proto(raw)
+
+
+class FakeAdmin:
+    router_addr = "127.0.0.1:9876"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.by_id: dict[str, QueryResult] = {}
+        self.by_uid: dict[tuple[str, str], QueryResult] = {}
+        self.by_key: Any = None
+        self.pages: dict[str, QueryResult] = {}  # browse token -> page
+        self.topic_list = ["T", "U"]
+        self.fail: Exception | None = None
+
+    def _log(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args))
+        if self.fail is not None:
+            raise self.fail
+
+    def query_by_id(self, oid: str) -> QueryResult:
+        self._log("query_by_id", oid)
+        if oid not in self.by_id:
+            raise NotFoundError("NOT_FOUND", f"no broker advertises the store host of {oid}")
+        return self.by_id[oid]
+
+    def query_by_unique_key(self, topic: str, uid: str, return_all: bool = False, begin: int = 0, end: int = 0) -> QueryResult:
+        self._log("query_by_unique_key", topic, uid, return_all, begin, end)
+        if (topic, uid) not in self.by_uid:
+            raise NotFoundError("NOT_FOUND", f"no message with unique key {uid} in topic {topic}")
+        return self.by_uid[(topic, uid)]
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int = 0, continuation_token: str = "") -> QueryResult:
+        self._log("query_by_key", topic, key, max_num, begin, end, continuation_token)
+        return self.by_key
+
+    def browse_topic(self, topic: str, begin: int = 0, end: int = 0, tag_expression: str = "", oldest_first: bool = False,
+                     max_num: int = 0, continuation_token: str = "", **kw: Any) -> QueryResult:
+        self._log("browse_topic", topic, begin, end, tag_expression, oldest_first, max_num, continuation_token)
+        return self.pages[continuation_token]
+
+    def query_by_offset(self, topic: str, broker: str, queue: int, offset: int) -> QueryResult:
+        self._log("query_by_offset", topic, broker, queue, offset)
+        return result([msg(offset, topic=topic, broker=broker)])
+
+    def track(self, topic: str, broker: str, queue: int, offset: int) -> list[common_pb2.GroupConsumeStatus]:
+        self._log("track", topic, broker, queue, offset)
+        return [common_pb2.GroupConsumeStatus(group="g1", state=common_pb2.CONSUME_STATE_CONSUMED, online=True, source="offset")]
+
+    def topics(self) -> list[str]:
+        self._log("topics")
+        return self.topic_list
+
+    def brokers(self) -> list[router_pb2.BrokerInfo]:
+        self._log("brokers")
+        return [router_pb2.BrokerInfo(broker_name="broker-a", missing=False), router_pb2.BrokerInfo(broker_name="broker-b", missing=True)]
+
+
+class Clock:
+    """time.monotonic for the histogram's slices: each call advances by `step` seconds."""
+
+    def __init__(self, step: float) -> None:
+        self.t, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+@pytest.fixture
+def admin() -> FakeAdmin:
+    return FakeAdmin()
+
+
+@pytest.fixture
+def api(admin: FakeAdmin) -> Api:
+    return Api(admin, clock=lambda: NOW / 1000)
+
+
+def get(api: Api, path: str, **params: Any) -> tuple[int, Any]:
+    r = api.handle(path, {k: str(v) for k, v in params.items()})
+    return r.status, r.body
+
+
+# ---- the search box ------------------------------------------------------------------------
+
+def test_an_offset_msg_id_is_read_as_one_and_says_so(api: Api, admin: FakeAdmin) -> None:
+    admin.by_id[OID] = result([msg(1, oid=OID)])
+    status, body = get(api, "/api/search", q=OID)
+    assert status == 200 and body["kind"] == "offsetMsgId"
+    assert "store host 10.0.0.1:10911, commit log offset 4096" in body["reading"]
+    assert [m["offsetMsgId"] for m in body["messages"]] == [OID]
+
+
+def test_a_32_hex_id_that_is_no_offset_msg_id_is_searched_as_a_unique_key_in_every_topic(api: Api, admin: FakeAdmin) -> None:
+    admin.by_uid[("U", UID4)] = result([msg(2, topic="U", uid=UID4)])
+    status, body = get(api, "/api/search", q=UID4)
+    assert status == 200 and body["kind"] == "uniqueKey"
+    assert body["tried"] and "not an offsetMsgId" in body["tried"][0]
+    assert body["searchedTopics"] == ["T", "U"] and [m["uniqueKey"] for m in body["messages"]] == [UID4]
+    assert body["complete"] is True
+
+
+def test_a_rocketmq5_message_id_with_a_topic_asks_only_that_topic(api: Api, admin: FakeAdmin) -> None:
+    admin.by_uid[("T", UID5)] = result([msg(3, uid=UID5)])
+    status, body = get(api, "/api/search", q=UID5, topic="T")
+    assert status == 200 and body["kind"] == "uniqueKeyV5"
+    assert [c for c in admin.calls if c[0] == "query_by_unique_key"] == [("query_by_unique_key", ("T", UID5, True, 0, 0))]
+    assert not any(c[0] == "query_by_id" for c in admin.calls)  # 34 characters are never an offsetMsgId
+
+
+def test_a_key_needs_a_topic_and_the_error_names_the_field(api: Api) -> None:
+    status, body = get(api, "/api/search", q="order-1001")
+    assert status == 400 and body["field"] == "topic" and "needs a topic" in body["error"]
+    status, body = get(api, "/api/search", q="")
+    assert status == 400 and body["field"] == "q"
+    status, body = get(api, "/api/search", q="order-1", topic="bad topic!")
+    assert status == 400 and body["field"] == "topic" and "must match" in body["error"]
+
+
+def test_a_key_search_is_paged_with_the_routers_token_and_says_what_did_not_answer(api: Api, admin: FakeAdmin) -> None:
+    admin.by_key = result([msg(i) for i in range(3)], failed={"broker-b": "UNAVAILABLE: connection refused"}, token="t2")
+    status, body = get(api, "/api/search", q="k-1", topic="T", token="t1", pageSize=3)
+    assert status == 200 and body["kind"] == "key"
+    assert admin.calls[-1] == ("query_by_key", ("T", "k-1", 3, 0, 0, "t1"))
+    assert body["complete"] is False and body["nextToken"] == "t2" and body["retryToken"] == "t1"
+    assert body["failedBrokers"] == [{"broker": "broker-b", "code": "UNAVAILABLE", "message": "connection refused"}]
+
+
+def test_a_unique_key_search_where_a_topic_failed_is_incomplete_naming_it(api: Api, admin: FakeAdmin) -> None:
+    original = admin.query_by_unique_key
+
+    def flaky(topic: str, uid: str, **kw: Any) -> QueryResult:
+        if topic == "U":
+            raise UnavailableError("UNAVAILABLE", "no broker holding U answered: broker-b (UNAVAILABLE)")
+        return original(topic, uid, **kw)
+
+    admin.query_by_unique_key = flaky  # type: ignore[method-assign]
+    status, body = get(api, "/api/search", q=UID5)
+    assert status == 200 and body["complete"] is False and body["messages"] == []
+    assert body["failedBrokers"][0]["topic"] == "U" and "broker-b" in body["failedBrokers"][0]["message"]
+
+
+# ---- errors, mapped once -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("error, status", [
+    (UnavailableError("UNAVAILABLE", "no router answered: 127.0.0.1:9876 (UNAVAILABLE: failed to connect)"), 503),
+    (QuarryError("PERMISSION_DENIED", "account ops may not query T"), 403),
+    (QuarryError("UNAUTHENTICATED", "unknown or missing access key"), 401),
+    (NotFoundError("NOT_FOUND", "no route for topic T"), 404),
+])
+def test_router_errors_map_to_one_status_each(api: Api, admin: FakeAdmin, error: Exception, status: int) -> None:
+    admin.fail = error
+    code, body = get(api, "/api/browse", topic="T")
+    assert code == status and error.message in body["error"]  # type: ignore[attr-defined]
+    if status == 503:
+        assert "127.0.0.1:9876" in body["error"] and body["routers"] == "127.0.0.1:9876"
+
+
+def test_the_routers_invalid_argument_is_read_back_to_the_consoles_field(api: Api, admin: FakeAdmin) -> None:
+    admin.fail = InvalidArgumentError("INVALID_ARGUMENT", "continuation_token: does not belong to this browse")
+    status, body = get(api, "/api/browse", topic="T", begin=1, end=2, token="zzz")
+    assert status == 400 and body["field"] == "token"
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"topic": "T", "begin": "x"}, "begin"), ({"topic": "T", "begin": "5", "end": "4"}, "end"), ({"topic": "T", "pageSize": "1025"}, "pageSize"),
+    ({"topic": "T", "order": "sideways"}, "order"), ({"topic": "T", "tags": "A || *"}, "tags"), ({}, "topic"),
+])
+def test_bad_browse_input_is_400_naming_the_field(api: Api, params: dict[str, str], field: str) -> None:
+    status, body = api.handle("/api/browse", params).status, api.handle("/api/browse", params).body
+    assert status == 400 and body["field"] == field, body
+
+
+def test_an_unknown_endpoint_is_404(api: Api) -> None:
+    assert get(api, "/api/nope")[0] == 404
+
+
+# ---- browse ------------------------------------------------------------------------------------
+
+def test_a_browse_page_carries_failed_brokers_expired_ranges_and_a_retry_token(api: Api, admin: FakeAdmin) -> None:
+    page = result([msg(1)], failed={"broker-b": "DEADLINE_EXCEEDED: no answer in 1000 ms"}, token="next", notes=["broker broker-a: messages gone"])
+    page.expired = [common_pb2.ExpiredRange(broker_name="broker-a", from_physical_offset=0, to_physical_offset=4096, stored_at_or_before=NOW - 5,
+                                            queues=[common_pb2.ExpiredQueueRange(topic="T", queue_id=0, from_queue_offset=0, to_queue_offset=7)])]
+    admin.pages["tok"] = page
+    status, body = get(api, "/api/browse", topic="T", begin=1, end=NOW, tags="TagA || TagB", order="oldest", pageSize=10, token="tok")
+    assert status == 200 and body["complete"] is False
+    assert admin.calls[-1] == ("browse_topic", ("T", 1, NOW, "TagA || TagB", True, 10, "tok"))
+    assert body["failedBrokers"] == [{"broker": "broker-b", "code": "DEADLINE_EXCEEDED", "message": "no answer in 1000 ms"}]
+    assert body["retryToken"] == "tok" and body["nextToken"] == "next"
+    assert body["expired"] == [{"broker": "broker-a", "fromPhysicalOffset": 0, "toPhysicalOffset": 4096, "storedAtOrBefore": NOW - 5,
+                                "queues": [{"topic": "T", "queueId": 0, "fromQueueOffset": 0, "toQueueOffset": 7}]}]
+    m = body["messages"][0]
+    assert m["bodyPreview"] == '{"n": 1}' and "bodyBase64" not in m and m["keys"] == ["k-1"]
+
+
+def test_without_begin_the_window_starts_at_the_oldest_message_and_end_is_fixed_at_now(api: Api, admin: FakeAdmin) -> None:
+    admin.pages[""] = result([msg(5, ts=NOW - 777)])
+    status, body = get(api, "/api/browse", topic="T")
+    assert status == 200 and body["window"] == {"begin": NOW - 777, "end": NOW}
+    assert admin.calls[0] == ("browse_topic", ("T", 0, NOW, "", True, 1, ""))  # the oldest message, one
+    assert any("oldest message" in n for n in body["notes"])
+
+
+# ---- histogram ------------------------------------------------------------------------------
+
+def test_the_histogram_counts_every_message_across_slices(admin: FakeAdmin) -> None:
+    begin, end = NOW - 1000, NOW - 1  # 1,000 ms in 10 buckets of 100 ms
+    stamps = [begin + i * 7 for i in range(143)]
+    pages = [stamps[:50], stamps[50:100], stamps[100:]]
+    for i, chunk in enumerate(pages):
+        admin.pages["" if i == 0 else f"p{i}"] = result([msg(j, ts=t) for j, t in enumerate(chunk)], token=f"p{i + 1}" if i < 2 else "")
+    api = Api(admin, histogram_slice_s=0.5, clock=lambda: NOW / 1000, monotonic=Clock(1.0))  # one page per slice
+    totals, token, requests = [0] * 10, "", 0
+    while True:
+        status, h = get(api, "/api/histogram", topic="T", begin=begin, end=end, buckets=10, token=token)
+        assert status == 200 and h["bucketMs"] == 100 and h["sampled"] is False
+        totals = [a + b for a, b in zip(totals, h["counts"])]
+        requests += 1
+        if h["done"]:
+            break
+        token = h["nextToken"]
+    assert requests == 3 and sum(totals) == 143
+    assert totals == [sum(1 for t in stamps if begin + b * 100 <= t < begin + (b + 1) * 100) for b in range(10)]
+    assert h["edges"][0] == begin and h["edges"][-1] == end + 1
+
+
+def test_the_histogram_stops_at_a_broker_that_did_not_answer(admin: FakeAdmin) -> None:
+    admin.pages[""] = result([msg(1, ts=NOW - 10)], token="p1")
+    admin.pages["p1"] = result([msg(2, ts=NOW - 5)], failed={"broker-b": "UNAVAILABLE: down"}, token="p2")
+    api = Api(admin, clock=lambda: NOW / 1000, monotonic=Clock(0.0))
+    status, h = get(api, "/api/histogram", topic="T", begin=NOW - 1000, end=NOW)
+    assert status == 200 and h["counted"] == 1 and h["done"] is False and h["complete"] is False
+    assert h["retryToken"] == "p1" and h["nextToken"] == "" and h["failedBrokers"][0]["broker"] == "broker-b"
+
+
+def test_the_histogram_needs_its_window(api: Api) -> None:
+    status, body = get(api, "/api/histogram", topic="T", end=NOW)
+    assert status == 400 and body["field"] == "begin"
+
+
+# ---- message, track, cluster -----------------------------------------------------------------
+
+def test_a_message_by_position_has_every_field_and_its_body(api: Api, admin: FakeAdmin) -> None:
+    status, body = get(api, "/api/message", topic="T", broker="broker-b", queue=2, offset=9)
+    assert status == 200 and admin.calls[-1] == ("query_by_offset", ("T", "broker-b", 2, 9))
+    m = body["message"]
+    for name in ("topic", "flag", "properties", "keys", "tags", "uniqueKey", "queueId", "queueOffset", "commitLogOffset", "storeSize", "sysFlag",
+                 "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset", "bodyCrc", "offsetMsgId",
+                 "brokerName", "scheduled", "deliverTimestamp", "realTopic", "bodyBase64"):
+        assert name in m, name
+    assert body["stored"]["broker"] == "broker-b" and body["stored"]["queueOffset"] == 9
+    assert get(api, "/api/message", topic="T", queue=2, offset=9)[1]["field"] == "broker"
+    assert get(api, "/api/message", id="XYZ")[1]["field"] == "id"
+
+
+def test_the_body_downloads_as_bytes(api: Api) -> None:
+    r = api.handle("/api/body", {"topic": "T", "broker": "broker-a", "queue": "0", "offset": "4"})
+    assert r.status == 200 and r.body == b'{"n": 4}' and "attachment" in r.headers["Content-Disposition"]
+
+
+def test_track_and_cluster(api: Api) -> None:
+    status, body = get(api, "/api/track", topic="T", broker="broker-a", queue=0, offset=1)
+    assert status == 200 and body["groups"][0]["group"] == "g1" and body["groups"][0]["state"] == "CONSUMED"
+    status, body = get(api, "/api/cluster")
+    assert status == 200 and [b["missing"] for b in body["brokers"]] == [False, True]
+
+
+# ---- the HTTP server ----------------------------------------------------------------------------
+
+@pytest.fixture
+def server(admin: FakeAdmin) -> Iterator[str]:
+    srv = make_server("127.0.0.1:0", admin)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def fetch(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_every_view_path_serves_the_page_and_static_files_their_types(server: str) -> None:
+    for view in ("/", "/search?q=x", "/browse?topic=T", "/message?id=1", "/cluster"):
+        status, headers, body = fetch(server + view)
+        assert status == 200 and headers["Content-Type"].startswith("text/html") and b"/static/app.js" in body
+    status, headers, _ = fetch(server + "/static/app.js")
+    assert status == 200 and "javascript" in headers["Content-Type"]
+    assert fetch(server + "/static/../api.py")[0] == 404
+    assert fetch(server + "/nowhere")[0] == 404
+
+
+def test_the_api_over_http_answers_json_with_the_mapped_status(server: str, admin: FakeAdmin) -> None:
+    status, headers, body = fetch(server + "/api/search?q=order-1")
+    assert status == 400 and headers["Content-Type"].startswith("application/json") and json.loads(body)["field"] == "topic"
+    admin.fail = UnavailableError("UNAVAILABLE", "failed to connect to all addresses")
+    assert fetch(server + "/api/topics")[0] == 503
+    admin.fail = None
+    status, headers, body = fetch(server + "/api/body?topic=T&broker=broker-a&queue=0&offset=3")
+    assert status == 200 and body == b'{"n": 3}' and headers["Content-Type"] == "application/octet-stream"
