@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Iterator, Mapping
 
 from quarry.services.log import log_event
 from quarry.services.rmq5 import telemetry
+from quarry.services.security import Account
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
 from quarry.services.rmq5.contract import Code, service, v2
 from quarry.services.rmq5.sessions import Sessions
@@ -83,12 +84,14 @@ def telemetry_refusal(auth: Authenticator, md: Mapping[str, str]) -> service.Tel
 
 async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: telemetry.ServerPolicy, commands: AsyncIterator[service.TelemetryCommand],
                            context: Any, closing: asyncio.Event,
-                           outboxes: dict[str, asyncio.Queue[service.TelemetryCommand]] | None = None) -> AsyncIterator[service.TelemetryCommand]:
+                           outboxes: "dict[asyncio.Queue[service.TelemetryCommand], tuple[str, Account | None]] | None" = None) -> AsyncIterator[service.TelemetryCommand]:
     """One Telemetry stream: refused (then ended) when the caller is not let in, else each
     client command answered until the client closes its side or `closing` is set (the
     server is stopping). A task on the event loop: open streams hold no thread. With
     `outboxes`, the stream's queue of server-initiated commands (a transaction check) is kept
-    there under the client id while the stream is open; what is put on it is written out."""
+    there, with its client id and the account that opened it, while the stream is open (each
+    stream its own: another stream with the same client id takes nothing over); what is put on
+    it is written out."""
     md = metadata(context)
     refusal = telemetry_refusal(auth, md)
     if refusal is not None:
@@ -99,7 +102,7 @@ async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: tele
     stopping = asyncio.ensure_future(closing.wait())
     outbox: asyncio.Queue[service.TelemetryCommand] = asyncio.Queue()
     if outboxes is not None and client_id:
-        outboxes[client_id] = outbox
+        outboxes[outbox] = (client_id, auth.caller(md, "Telemetry"))
     nxt: asyncio.Future[service.TelemetryCommand | None] | None = None
     sending = asyncio.ensure_future(outbox.get())
     try:
@@ -124,8 +127,10 @@ async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: tele
     finally:
         stopping.cancel()
         sending.cancel()
-        if outboxes is not None and outboxes.get(client_id) is outbox:
-            del outboxes[client_id]
+        if nxt is not None:
+            nxt.cancel()  # (a read of the client's commands left running would outlive the stream)
+        if outboxes is not None:
+            outboxes.pop(outbox, None)
 
 
 async def _next(reader: AsyncIterator[service.TelemetryCommand]) -> service.TelemetryCommand | None:

@@ -15,6 +15,7 @@ from quarry.formats.record import Record
 from quarry.services.log import log_event
 from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.assignment import RouterAssignments
+from quarry.services.security import Account
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.consume import Consumption, check_group
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
@@ -43,7 +44,8 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         self.transactions = core.transactions  # one per store: every door resolves a half once
         self.consumption = Consumption(core, policy.consumer_max_attempts)
         self.assignments = RouterAssignments(routers)
-        self.outboxes: dict[str, asyncio.Queue[service.TelemetryCommand]] = {}  # client id -> its open Telemetry stream's queue
+        # Each open Telemetry stream's queue -> (its client id, the account that opened it)
+        self.outboxes: dict[asyncio.Queue[service.TelemetryCommand], tuple[str, Account | None]] = {}
         self._closing = asyncio.Event()
 
     def close(self) -> None:
@@ -159,7 +161,11 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         RecoverOrphanedTransactionCommand on the Telemetry stream of one live producer that
         publishes the half's topic (RocketMQ 5's producer group of a topic is the topic);
         False when none is connected here."""
-        for client_id, outbox in list(self.outboxes.items()):
+        for outbox, (client_id, account) in list(self.outboxes.items()):
+            # The half goes only to a stream whose account may publish its topic (what a
+            # client announces in its settings is its own word, not a permission).
+            if account is not None and not account.allows("publish", [request.real_topic]):
+                continue
             session = self.sessions.get(client_id)
             settings = session.settings if session is not None else None
             if settings is None or settings.WhichOneof("pub_sub") != "publishing":
