@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 import time
 from typing import Any, AsyncIterator
 
@@ -158,10 +159,12 @@ class Consumption:
         self.groups = core.store.consumer_groups
         self.max_attempts = max_attempts
         self._reviver: asyncio.Future[None] | None = None  # started on the loop at the first receive
-        # Exhausted messages found against messages dead-lettered: dead-lettering that stops says so.
-        self.dead_lettering = Progress("dead-lettering", unit="messages")
-        self._exhausted_found = 0
-        self._dead_lettered = 0
+        # Rounds that found exhausted messages against rounds that dead-lettered them all: one
+        # that fails leaves the loop behind until a later round succeeds (it is found again after
+        # its hold), and a stop in between says so. Rounds run on worker threads: counted under a lock.
+        self.dead_lettering = Progress("dead-lettering", unit="rounds")
+        self._rounds = 0
+        self._rounds_lock = threading.Lock()
 
     def _store_host(self) -> str:
         host = self.store.config.store_host
@@ -231,9 +234,11 @@ class Consumption:
             out.extend(r.deliveries)
             dead.extend((qid, rec, p) for rec, p in r.to_dead_letter)
         self.groups.sync()
-        self._found_exhausted(len(dead))
-        for qid, rec, p in dead:
-            self._dead_letter(group, topic, qid, rec, p.attempt)
+        if dead:
+            round_ = self._round_begins()
+            for qid, rec, p in dead:
+                self._dead_letter(group, topic, qid, rec, p.attempt)
+            self._round_done(round_)
         if out or dead:
             self._commit_offsets(group, topic, {q for q, _, _ in dead} | {d.record.queue_id for d in out})
         return out
@@ -257,10 +262,15 @@ class Consumption:
                 failing = ""
                 self.dead_lettering.block("")
 
-    def _found_exhausted(self, n: int) -> None:
-        if n:
-            self._exhausted_found += n
-            self.dead_lettering.input(self._exhausted_found)
+    def _round_begins(self) -> int:
+        with self._rounds_lock:
+            self._rounds += 1
+            self.dead_lettering.input(self._rounds)
+            return self._rounds
+
+    def _round_done(self, round_: int) -> None:
+        with self._rounds_lock:
+            self.dead_lettering.advanced(max(self.dead_lettering.position, round_))
 
     def _revive_once(self) -> None:
         now = int(time.time() * 1000)
@@ -270,9 +280,10 @@ class Consumption:
                 if not exhausted:
                     continue
                 self.groups.sync()
-                self._found_exhausted(len(exhausted))
+                round_ = self._round_begins()
                 for record, p in exhausted:
                     self._dead_letter(group, topic, qid, record, p.attempt)
+                self._round_done(round_)
                 self._commit_offsets(group, topic, {qid})
 
     def _dead_letter(self, group: str, topic: str, queue_id: int, record: Record, attempts: int) -> None:
@@ -285,8 +296,6 @@ class Consumption:
         pop.mark_dead(self.groups, group, topic, queue_id, record.queue_offset, int(time.time() * 1000))
         self.groups.sync()
         log_event(log, "dead-lettered", group=group, topic=topic, queue=queue_id, offset=record.queue_offset, attempts=attempts, dlq=dlq)
-        self._dead_lettered += 1
-        self.dead_lettering.advanced(self._dead_lettered)
 
     def _commit_offsets(self, group: str, topic: str, queues: set[int]) -> None:
         """The group's consumer offsets (shared with the remoting path): all below is done."""
