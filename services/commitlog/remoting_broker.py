@@ -185,7 +185,7 @@ class RemotingBroker:
         if req.integer("tranStateTableOffset", half.queue_offset) != half.queue_offset:
             raise RemotingError(codes.SYSTEM_ERROR, f"header field tranStateTableOffset: {req.text('tranStateTableOffset')} is not the half message's queue offset ({half.queue_offset})")
         try:
-            transactions.claim(half)
+            await asyncio.to_thread(transactions.claim, half)  # (its first use reads the op records: off the loop)
         except AlreadyResolved as exc:
             raise RemotingError(codes.SYSTEM_ERROR, str(exc)) from None
         try:

@@ -99,7 +99,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
             self.auth.check(client_calls.metadata(context), "EndTransaction", "publish", [request.topic.name])
             if request.resolution not in (v2.TransactionResolution.COMMIT, v2.TransactionResolution.ROLLBACK):
                 raise RmqError(Code.BAD_REQUEST, "resolution: must be COMMIT or ROLLBACK")
-            half = claim(self.transactions, request)
+            half = await asyncio.to_thread(claim, self.transactions, request)  # (reads, and on first use the op records: off the loop)
             commit = request.resolution == v2.TransactionResolution.COMMIT
             await self.core.sending.append_flushed(Transactions.resolution(half, commit), rpc="rmq5.EndTransaction", same_topic=False)
         except Exception as exc:  # never an unanswered call; a failed resolution frees the half for a retry
