@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup gen run test check bench lint release-contract clean node-sdk node-clients java-clients go-clients
+.PHONY: setup gen run test check bench lint release-contract clean node-sdk node-clients java-clients go-clients rocketmq-broker console-browser
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,17 @@ $(JAVA_STAMP): tests/java/pom.xml $(shell find tests/java/src -name '*.java' 2>/
 
 java-clients: $(JAVA_STAMP)
 
+# Apache RocketMQ's own NameServer and broker (4.9.7: Maven Central's last 4.x broker), run by
+# the tests that follow a live broker's store (tests/e2e/rocketmq_broker.py); a pom of its own
+# (tests/java/broker/pom.xml), jars copied to tests/java/broker/target/dependency.
+BROKER_STAMP := tests/java/broker/target/.built
+$(BROKER_STAMP): tests/java/broker/pom.xml
+	@command -v mvn >/dev/null || (echo "rocketmq-broker: Maven (mvn) and a JDK 17 are needed" >&2; exit 1)
+	mvn -q -B -Dstyle.color=never -f tests/java/broker/pom.xml package
+	touch $(BROKER_STAMP)
+
+rocketmq-broker: $(BROKER_STAMP)
+
 # Apache RocketMQ's Go client (rocketmq-client-go/v2, exactly as tests/go/go.mod and go.sum pin
 # it) and the e2e tests' driver, built into tests/go/bin/ (ignored). The Go module proxy (or the
 # module cache, offline once fetched) supplies the modules.
@@ -61,8 +72,19 @@ $(GO_DRIVER): tests/go/go.mod tests/go/go.sum $(shell find tests/go -name '*.go'
 
 go-clients: $(GO_DRIVER)
 
+# quarry-console's browser tests (tests/e2e/test_console_browser.py): Debian's Chromium
+# (scripts/ensure_chromium.sh) and Playwright's driver, playwright-core exactly as
+# tests/console/package-lock.json pins it (no browser download: the tests use /usr/bin/chromium).
+CONSOLE_STAMP := tests/console/node_modules/.installed
+$(CONSOLE_STAMP): tests/console/package.json tests/console/package-lock.json scripts/ensure_chromium.sh
+	bash scripts/ensure_chromium.sh
+	cd tests/console && npm ci --no-audit --no-fund --loglevel=error
+	touch $(CONSOLE_STAMP)
+
+console-browser: $(CONSOLE_STAMP)
+
 # The whole suite: unit, contract (protos, golden vectors, buf), e2e (real processes).
-test: setup node-sdk node-clients java-clients go-clients
+test: setup node-sdk node-clients java-clients go-clients rocketmq-broker console-browser
 	$(PY) -m pytest -q
 
 # The inner loop's fast lane: unit and contract tests (in process, no services started).

@@ -221,10 +221,11 @@ class Follower:
         """The writer's ConsumeQueue files: new units and files, deleted files (under the lock:
         the follower's dispatch and the refresh both change a queue)."""
         with self.state.lock:
+            low = self.state.segments.min_offset  # the writer deleted what lies below
             for cq in list(self.state.cqs.queues.values()):
                 refresh = getattr(cq, "refresh", None)
                 if refresh is not None:
-                    refresh()
+                    refresh(low)
 
     # -- the writer's log cut back -------------------------------------------------------------
     def _check_served(self) -> bool:

@@ -15,6 +15,11 @@ When the writer's recovery cuts its log back (`truncate_from_phy`), its files ke
 units past the cut until it writes over them (RocketMQ's truncateDirtyLogicFiles only moves
 its positions): from the first such unit on, a file's unit is handed out only once it agrees
 with the record the follower read again there.
+
+When the writer's CommitLog expires, its files of a queue go only once every unit in them
+points below the log's new minimum (RocketMQ keeps a queue's newest file): the queue's minimum
+is then the first unit still pointing into the log, as RocketMQ's correctMinOffset finds it,
+not the start of its oldest file (`phy_floor`).
 """
 from __future__ import annotations
 
@@ -91,13 +96,19 @@ class FollowedConsumeQueue:
         # handed out only where it agrees with the follower's own (in memory): None trusts the files.
         self.verify_from: int | None = None
         self._retired: list[int] = []  # descriptors of deleted files, closed one refresh later
+        # The writer's CommitLog minimum as last told (its older files expired), and the first
+        # queue offset whose unit points at or past it: units below it point at deleted records.
+        self.phy_floor = 0
+        self.expired_below = 0
 
     # -- what readers see ---------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
         if self.files.fds:
-            return self.files.min_offset
-        return self.memory.min_offset if self.memory.units else self.seen
+            low = self.files.min_offset
+        else:
+            low = self.memory.min_offset if self.memory.units else self.seen
+        return max(low, min(self.expired_below, self.max_offset))
 
     @property
     def max_offset(self) -> int:
@@ -124,9 +135,10 @@ class FollowedConsumeQueue:
         if skip < n:
             self.memory.write_units(queue_offset + skip, units[skip * CQ_UNIT_SIZE:])
 
-    def refresh(self) -> None:
+    def refresh(self, phy_floor: int = 0) -> None:
         """Pick up the writer's new files and units, let go of deleted files, read a file
-        written again under its name anew, and drop the memory units the files now hold."""
+        written again under its name anew, and drop the memory units the files now hold;
+        `phy_floor`: the CommitLog's minimum now (the queue's minimum moves past units below it)."""
         for fd in self._retired:
             os.close(fd)
         self._retired = []
@@ -147,6 +159,26 @@ class FollowedConsumeQueue:
         self._scan_forward()
         if self.memory.units and self.memory.min_offset < files.max_offset:
             self._keep_memory_from(min(files.max_offset, self.memory.max_offset))
+        self._raise_floor(phy_floor)
+
+    def _raise_floor(self, phy_offset: int) -> None:
+        """Move the queue's minimum past the units pointing below the CommitLog's minimum
+        (one unit read when nothing moved; a bisection when it did)."""
+        self.phy_floor = max(self.phy_floor, phy_offset)
+        if not self.phy_floor:
+            return
+        end = max(self.files.max_offset, self.memory.max_offset)
+        low = self.min_offset
+        if low >= end:
+            return
+        source = self.files if low < self.files.max_offset else self.memory
+        first = source.read_units(low, 1)
+        if first and first[0][0] >= self.phy_floor:
+            return
+        first = self._first_pointing_at(self.phy_floor, end)
+        if self.files.max_offset <= first < self.memory.min_offset:
+            first = self.memory.min_offset  # memory units the expiry let go of (drop_below_phy): below too
+        self.expired_below = max(self.expired_below, first)
 
     def _keep_memory_from(self, queue_offset: int) -> None:
         """Forget memory units below queue_offset. A new object replaces the old one (one
@@ -189,6 +221,7 @@ class FollowedConsumeQueue:
             first += 1
         if first > mem.min_offset:
             self._keep_memory_from(first)
+        self._raise_floor(phy_offset)
 
     def _agrees(self, queue_offset: int, unit: tuple[int, int, int]) -> bool:
         """Whether a unit of the writer's files may be handed out: one below a cut of its log,

@@ -379,3 +379,42 @@ def test_the_writers_queue_units_past_a_cut_are_handed_out_only_once_written_aga
     assert cq.files.max_offset == 5 and not cq.memory.units  # the files agree: memory let go
     assert [u[0] for u in cq.read_units(0, 10)] == [0, 100, 200, 260, 380]
     cq.close()
+
+
+def test_a_queues_minimum_moves_past_units_pointing_below_the_expired_commitlog(tmp_path: Path) -> None:
+    """RocketMQ keeps a queue's file while any unit in it points into the CommitLog (its newest
+    file always): after the log's oldest files expire, the queue's minimum is its first unit still
+    pointing into the log (the broker's correctMinOffset), not the start of its oldest file, so
+    an offset below it is answered as out of the valid range. A real broker showed it: a queue of
+    229 units in one 300-unit file said 'valid range is [0, 229)' after expiry."""
+    from quarry.formats.consume_queue import encode_unit
+    from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
+
+    d = tmp_path / "consumequeue" / "T" / "0"
+    d.mkdir(parents=True)
+    (d / "00000000000000000000").write_bytes(b"".join(encode_unit(100 * i, 10, 0) for i in range(6)) + bytes(40))
+    cq = FollowedConsumeQueue(d, 8)
+    for i in range(7):
+        cq.write_units(i, encode_unit(100 * i, 10, 0))  # 0..5 in the file, 6 in memory
+    assert (cq.min_offset, cq.max_offset) == (0, 7)
+    cq.drop_below_phy(250)  # the CommitLog below 250 expired; the queue's file stays
+    assert (cq.min_offset, cq.max_offset) == (3, 7)
+    assert [u[0] for u in cq.read_units(cq.min_offset, 10)] == [300, 400, 500, 600]
+    cq.refresh(250)
+    assert cq.min_offset == 3  # stays moved
+    cq.drop_below_phy(550)  # every unit expired but the last of the file and the one in memory
+    assert (cq.min_offset, cq.max_offset) == (6, 7)
+    cq.drop_below_phy(650)  # and that one too: an empty queue at its end
+    assert (cq.min_offset, cq.max_offset) == (7, 7) and cq.read_units(7, 10) == []
+    cq.close()
+
+    # A queue first looked at after the expiry (the follower started late, or the queue is new):
+    # its first refresh is told the CommitLog's minimum.
+    late = FollowedConsumeQueue(d, 8)
+    for i in range(6):
+        late.write_units(i, encode_unit(100 * i, 10, 0))
+    late.refresh(250)
+    assert (late.min_offset, late.max_offset) == (3, 6)
+    late.refresh(1000)  # everything expired: an empty queue at its end
+    assert (late.min_offset, late.max_offset) == (6, 6) and late.read_units(6, 10) == []
+    late.close()

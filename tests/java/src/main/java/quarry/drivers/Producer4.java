@@ -35,8 +35,11 @@ import org.apache.rocketmq.remoting.RPCHook;
  *  "accessKey": "ak", "secretKey": "sk",    (optional: every request signed by AclClientRPCHook)
  *  "sends": [{"mode": "sync|async|oneway|batch", "messages": [
  *     {"topic": "T", "tags": "TagA", "keys": ["k1", "k2"], "props": {"p": "v"}, "delayLevel": 1,
- *      "body": "text" | "randomBytes": 4194304, "seed": 7}]}]}
+ *      "body": "text" | "randomBytes": 4194304, "seed": 7}], "pauseMs": 0}]}
  * </pre>
+ *
+ * "pauseMs" (sync sends): a pause after each send, to pace a load. Each result carries
+ * "ackMs", the wall-clock time (epoch ms) the acknowledgement arrived.
  *
  * Prints one JSON line per message sent ({"send", "index", "mode", "status", "msgId",
  * "offsetMsgId", "brokerName", "queueId", "queueOffset", "keys", "tags", "bodyLength",
@@ -72,7 +75,7 @@ public final class Producer4 {
                     msgs.add(message(specs.getJSONObject(i)));
                 }
                 try {
-                    run(producer, s, mode, msgs, timeoutMs);
+                    run(producer, s, mode, msgs, timeoutMs, send.getLongValue("pauseMs"));
                 } catch (Exception e) {
                     for (int i = 0; i < msgs.size(); i++) {
                         error(s, i, mode, e);
@@ -87,7 +90,7 @@ public final class Producer4 {
         System.exit(0);
     }
 
-    private static void run(DefaultMQProducer producer, int s, String mode, List<Message> msgs, long timeoutMs) throws Exception {
+    private static void run(DefaultMQProducer producer, int s, String mode, List<Message> msgs, long timeoutMs, long pauseMs) throws Exception {
         switch (mode) {
             case "sync":
                 for (int i = 0; i < msgs.size(); i++) {
@@ -95,6 +98,9 @@ public final class Producer4 {
                         result(s, i, mode, msgs.get(i), producer.send(msgs.get(i)));
                     } catch (Exception e) {
                         error(s, i, mode, e);
+                    }
+                    if (pauseMs > 0) {
+                        Thread.sleep(pauseMs);
                     }
                 }
                 break;
@@ -130,6 +136,7 @@ public final class Producer4 {
                 break;
             case "batch": {
                 SendResult r = producer.send(msgs);
+                long ackMs = System.currentTimeMillis();
                 String[] ids = r.getMsgId() == null ? new String[0] : r.getMsgId().split(",");
                 String[] offsetIds = r.getOffsetMsgId() == null ? new String[0] : r.getOffsetMsgId().split(",");
                 for (int i = 0; i < msgs.size(); i++) {
@@ -142,6 +149,7 @@ public final class Producer4 {
                     line.put("brokerName", r.getMessageQueue().getBrokerName());
                     line.put("queueId", r.getMessageQueue().getQueueId());
                     line.put("queueOffset", r.getQueueOffset() + i);
+                    line.put("ackMs", ackMs);
                     emit(line);
                 }
                 break;
@@ -241,6 +249,7 @@ public final class Producer4 {
     }
 
     private static synchronized void result(int s, int i, String mode, Message msg, SendResult r) {
+        long ackMs = System.currentTimeMillis();
         Map<String, Object> line = describe(s, i, mode, msg);
         if (r == null) {
             line.put("status", null);
@@ -254,6 +263,7 @@ public final class Producer4 {
             line.put("queueId", r.getMessageQueue().getQueueId());
             line.put("queueOffset", r.getQueueOffset());
         }
+        line.put("ackMs", ackMs);
         emit(line);
     }
 
