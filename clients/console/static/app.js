@@ -143,7 +143,7 @@ function messageTable(messages, id) {
       class: "msg-row", "data-offset-msg-id": m.offsetMsgId, "data-unique-key": m.uniqueKey, "data-keys": m.keys.join(" "),
       "data-tags": m.tags, "data-broker": m.brokerName, "data-queue": m.queueId, "data-queue-offset": m.queueOffset, "data-store-ms": m.storeTimestamp,
     },
-      el("td", { class: "mono" }, el("a", { href: messageHref(m), class: "msg-link" }, fmtTime(m.storeTimestamp))),
+      el("td", { class: "mono time" }, el("a", { href: messageHref(m), class: "msg-link" }, fmtTime(m.storeTimestamp))),
       el("td", {}, m.topic),
       el("td", { class: "mono" }, m.keys.join(" ")),
       el("td", {}, m.tags ? el("span", { class: "tag" }, m.tags) : ""),
@@ -186,7 +186,7 @@ async function searchView(gen) {
     const query = { q, topic: p.get("topic") || "", begin: p.get("begin") || "", end: p.get("end") || "", token: p.get("token") || "" };
     const a = await api("/api/search", query);
     if (gen !== generation) return;
-    const retry = a.retryToken ? viewUrl("/search", { ...query, token: a.retryToken }) : null;
+    const retry = a.failedBrokers.length ? viewUrl("/search", { ...query, token: a.retryToken }) : null; // this page again
     honesty(a, retry);
     out.append(el("div", { class: "kind", id: "search-kind", "data-kind": a.kind },
       "Took it as ", el("b", {}, KIND_WORDS[a.kind] || a.kind), `: ${a.reading}.`,
@@ -246,7 +246,7 @@ async function browseView(gen) {
       form.querySelector("[name=end]").value = toLocalInput(end);
     }
     const base = { topic, begin, end, tags, order, pageSize };
-    honesty(a, a.retryToken ? viewUrl("/browse", { ...base, token: a.retryToken, page }) : null);
+    honesty(a, a.failedBrokers.length ? viewUrl("/browse", { ...base, token: a.retryToken, page: page > 1 ? page : "" }) : null); // this page again
     out.append(el("p", { id: "browse-summary", "data-count": a.messages.length, "data-page": page },
       `Page ${page}: ${a.messages.length} message${a.messages.length === 1 ? "" : "s"} of ${topic}${tags && tags !== "*" ? " with tags " + tags : ""}, ` +
       `stored ${fmtTime(a.window.begin)} to ${fmtTime(a.window.end)} (${zoneName()}), ${order} first` + (a.nextToken ? "; more follow." : "; the end of the window.")));

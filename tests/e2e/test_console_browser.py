@@ -1,0 +1,213 @@
+"""quarry-console in a real browser (issue 37): Debian's Chromium driven headless by Playwright's
+own driver (tests/console/drive.mjs, playwright-core pinned in tests/console/package-lock.json,
+the system browser: no browser download), against a real cluster started here (a router, two
+brokers, 10,000 messages and one sent with the RocketMQ 5 SDK) and a quarry-console process.
+
+Search by each id kind and by key; browse three pages of a topic with a tag filter, every
+message once; the histogram's counts equal the browse, and a drag zooms the window; the
+message page; a pasted link reproduces the view; a killed broker shows the banner naming it
+(last: it stops a broker). Screenshots of each page go to build/console-screenshots/ (ignored).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from quarry.clients.admin import AdminClient
+from quarry.clients.producer import Producer
+from scripts.console_process import ConsoleProcess
+from scripts.launcher import LocalCluster
+from tests.e2e.conftest import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "tests" / "console" / "drive.mjs"
+PLAYWRIGHT = ROOT / "tests" / "console" / "node_modules" / "playwright-core" / "package.json"
+CHROMIUM = os.environ.get("QUARRY_CHROMIUM", "/usr/bin/chromium")
+SHOTS = ROOT / "build" / "console-screenshots"
+TOPIC = "ConsoleOrders"
+MESSAGES, BATCH = 10_000, 100
+PAGE = 1000  # TagA is a quarter of the topic: 2,500 messages, three pages
+
+
+def _tools() -> None:
+    """The browser tests need node, Playwright's driver and Debian's Chromium: fail naming the one missing."""
+    if shutil.which("node") is None:
+        pytest.fail("node (Node.js) not found: the console's browser tests drive Chromium with Playwright from node")
+    if not PLAYWRIGHT.exists():
+        pytest.fail(f"playwright-core not installed at {PLAYWRIGHT.parent}: run `make console-browser` (npm ci in tests/console)")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} not found: run `make console-browser` (scripts/ensure_chromium.sh installs Debian's chromium)")
+
+
+def drive(console: ConsoleProcess, *steps: dict[str, Any], timeout_s: float = 240) -> list[dict[str, Any]]:
+    scenario = {"base": console.url, "shots": str(SHOTS), "steps": list(steps)}
+    done = subprocess.run(["node", str(DRIVER), json.dumps(scenario)], capture_output=True, text=True, timeout=timeout_s, cwd=DRIVER.parent)
+    assert done.returncode == 0, f"drive.mjs failed ({done.returncode}):\n{done.stderr[-4000:]}\nconsole log:\n{console.log_tail(40)}"
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["errors"] == [], f"errors in the page: {out['errors']}"
+    return list(out["results"])
+
+
+class World:
+    cluster: LocalCluster
+    console: ConsoleProcess
+    sent: list[Any]  # SendResults, in order
+    tags: list[str]
+    v5_id: str
+    browse_pages: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    _tools()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    root = tmp_path_factory.mktemp("console")
+    w = World()
+    w.cluster = LocalCluster(root=root / "cluster")
+    w.cluster.start_router()
+    try:
+        w.cluster.add_broker("broker-a", "127.0.0.71")
+        w.cluster.add_broker("broker-b", "127.0.0.72")
+        assert w.cluster.router is not None
+        router = w.cluster.router.address
+        w.sent, w.tags = [], []
+        with Producer(router) as producer:
+            for b in range(MESSAGES // BATCH):
+                tag = ("TagA", "TagB", "TagC", "TagB")[b % 4]
+                n0 = b * BATCH
+                bodies = [json.dumps({"order": n, "customer": f"c-{n % 97}", "note": "paid"}).encode() for n in range(n0, n0 + BATCH)]
+                w.sent += producer.send_batch(TOPIC, bodies, keys=[[f"order-{n}", f"customer-{n % 97}"] for n in range(n0, n0 + BATCH)], tags=tag)
+                w.tags += [tag] * BATCH
+        w.v5_id = _send_with_rocketmq5_sdk(router)
+        w.cluster.wait_indexed()
+        with AdminClient(router) as admin:  # the 5.x message is found by the router before the page asks for it
+            wait_until(lambda: admin.query_by_unique_key(TOPIC, w.v5_id).messages, what="the RocketMQ 5 message indexed")
+        w.console = ConsoleProcess(router, root / "logs" / "console.log").start()
+        try:
+            yield w
+        finally:
+            w.console.stop()
+    finally:
+        w.cluster.stop()
+
+
+def _send_with_rocketmq5_sdk(router: str) -> str:
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer as Rmq5Producer
+
+    producer = Rmq5Producer(ClientConfiguration(router, Credentials(), request_timeout=5), (TOPIC,))
+    producer.startup()
+    try:
+        m = Message()
+        m.topic, m.body, m.tag, m.keys = TOPIC, b'{"order": "rmq5-1", "note": "sent with the RocketMQ 5 SDK"}', "TagV5", "order-rmq5-1"
+        return str(producer.send(m).message_id)
+    finally:
+        producer.shutdown()
+
+
+def _q(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def test_the_search_box_takes_each_id_kind_and_a_key_and_says_which(world: World) -> None:
+    one = world.sent[1234]
+    steps = [
+        {"do": "search", "q": one.offset_msg_id, "shot": "search-offsetmsgid"},
+        {"do": "search", "q": one.msg_id},  # a 4.x unique key, no topic: every topic searched
+        {"do": "search", "q": world.v5_id, "topic": TOPIC, "shot": "search"},
+        {"do": "search", "q": "order-4321", "topic": TOPIC},
+        {"do": "search", "q": "order-4321"},  # a key without a topic: 400 naming the field
+    ]
+    by_id, by_uid, by_v5, by_key, no_topic = drive(world.console, *steps)
+    assert by_id["kind"] == "offsetMsgId" and [r["offsetMsgId"] for r in by_id["rows"]] == [one.offset_msg_id]
+    assert by_uid["kind"] == "uniqueKey" and [r["uniqueKey"] for r in by_uid["rows"]] == [one.msg_id]
+    assert by_v5["kind"] == "uniqueKeyV5" and [r["uniqueKey"] for r in by_v5["rows"]] == [world.v5_id]
+    assert by_v5["rows"][0]["keys"] == "order-rmq5-1"
+    assert by_key["kind"] == "key" and [r["offsetMsgId"] for r in by_key["rows"]] == [world.sent[4321].offset_msg_id]
+    assert _q(by_key["url"]) == {"q": "order-4321", "topic": TOPIC}  # the URL holds the query
+    assert [b["kind"] for b in no_topic["banners"]] == ["error"] and "(topic)" in no_topic["banners"][0]["text"]
+    # times to the millisecond, the zone shown
+    assert "UTC" in by_id["zone"] and len(by_id["rows"][0]["time"]) == len("2026-01-01 00:00:00.000")
+
+
+def test_three_pages_of_a_tag_filtered_browse_hold_every_message_once_and_the_histogram_counts_them(world: World) -> None:
+    (browse,) = drive(world.console, {"do": "browse", "path": f"/browse?topic={TOPIC}&tags=TagA&order=oldest&pageSize={PAGE}", "pages": 5,
+                                      "zoom": True, "shot": "browse"})
+    pages = browse["pages"]
+    world.browse_pages = pages
+    assert [len(p["rows"]) for p in pages] == [1000, 1000, 500]
+    rows = [r for p in pages for r in p["rows"]]
+    ids = [r["offsetMsgId"] for r in rows]
+    expected = {s.offset_msg_id for s, tag in zip(world.sent, world.tags) if tag == "TagA"}
+    assert len(ids) == len(set(ids)) == 2500 and set(ids) == expected
+    assert {r["tags"] for r in rows} == {"TagA"}
+    assert [r["storeMs"] for r in rows] == sorted(r["storeMs"] for r in rows)  # oldest first
+    assert all(p["banners"] == [] or all(b["kind"] == "note" for b in p["banners"]) for p in pages)
+    first = _q(pages[0]["url"])  # the window the console fixed is in the URL, the same on every page
+    assert all(_q(p["url"])["begin"] == first["begin"] and _q(p["url"])["end"] == first["end"] for p in pages)
+    # the histogram: exact, and each interval holds the browse's messages of that interval
+    h = browse["histogram"]
+    assert h["done"] == "true" and h["total"] == 2500 and "not sampled" in h["status"]
+    assert sum(b["count"] for b in h["bars"]) == 2500
+    assert [b["count"] for b in h["bars"]] == [sum(1 for r in rows if b["from"] <= r["storeMs"] <= b["to"]) for b in h["bars"]]
+    # drag to zoom: the window becomes the dragged part, its count the browse's messages there
+    zoom = browse["zoom"]
+    z = _q(zoom["url"])
+    lo, hi = int(z["begin"]), int(z["end"])
+    assert int(first["begin"]) < lo < hi < int(first["end"])
+    inside = [r for r in rows if lo <= r["storeMs"] <= hi]
+    assert zoom["total"] == len(inside) and {r["offsetMsgId"] for r in zoom["rows"]} <= {r["offsetMsgId"] for r in inside}
+
+
+def test_a_pasted_link_reproduces_the_view(world: World) -> None:
+    page2 = world.browse_pages[1]
+    one = world.sent[77]
+    pasted, searched = drive(world.console, {"do": "paste", "url": page2["url"], "table": "browse-table", "path": "browse"},
+                             {"do": "paste", "url": f"{world.console.url}/search?q={one.msg_id}&topic={TOPIC}", "table": "search-table"})
+    assert pasted["url"] == page2["url"] and [r["offsetMsgId"] for r in pasted["rows"]] == [r["offsetMsgId"] for r in page2["rows"]]
+    assert [r["offsetMsgId"] for r in searched["rows"]] == [one.offset_msg_id]
+
+
+def test_the_message_page_shows_every_field_the_body_three_ways_and_where_it_is_stored(world: World) -> None:
+    one = world.sent[2000]  # TagA (batch 20)
+    with AdminClient(world.console.router) as admin:
+        m = admin.query_by_id(one.offset_msg_id).messages[0]
+    path = f"/message?topic={TOPIC}&broker={m.broker_name}&queue={m.queue_id}&offset={m.queue_offset}"
+    (page,) = drive(world.console, {"do": "message", "path": path, "shot": "message"})
+    f = page["fields"]
+    assert f["offsetMsgId"] == one.offset_msg_id and f["uniqueKey"] == one.msg_id and f["tags"] == "TagA"
+    assert f["keys"] == "order-2000 customer-60" and f["queueOffset"] == str(m.queue_offset) and f["brokerName"] == m.broker_name
+    assert f["storeTimestamp"].endswith(f"({m.store_timestamp})")
+    assert page["properties"]["UNIQ_KEY"] == one.msg_id and page["properties"]["TAGS"] == "TagA"
+    assert json.loads(page["body"]["text"]) == {"order": 2000, "customer": "c-60", "note": "paid"}
+    assert '\n  "order": 2000' in page["body"]["json"]  # pretty
+    assert page["body"]["hex"].startswith("00000000  7b 22 6f 72")
+    assert base64.b64decode(page["downloaded"]) == m.body
+    assert f"broker {m.broker_name}" in page["stored"] and f"queue {m.queue_id} at queue offset {m.queue_offset}" in page["stored"]
+
+
+def test_the_cluster_page_lists_the_brokers(world: World) -> None:
+    (page,) = drive(world.console, {"do": "view", "path": "/cluster", "wait": "#brokers", "shot": "cluster"})
+    assert page["banners"] == []
+
+
+def test_a_killed_broker_shows_the_banner_naming_it(world: World) -> None:
+    """Last: it stops broker-b for good."""
+    broker = world.cluster.brokers["broker-b"]
+    broker.commitlog.kill()
+    broker.indexer.kill()
+    first = _q(world.browse_pages[0]["url"])
+    path = f"/browse?topic={TOPIC}&tags=TagA&order=oldest&pageSize={PAGE}&begin={first['begin']}&end={first['end']}"
+    (page,) = drive(world.console, {"do": "view", "path": path, "wait": "#browse-summary", "table": "browse-table", "shot": "browse-incomplete"})
+    incomplete = [b for b in page["banners"] if b["kind"] == "incomplete"]
+    assert len(incomplete) == 1 and incomplete[0]["brokers"] == "broker-b", page["banners"]
+    assert "broker-b did not answer" in incomplete[0]["text"] and "Retry this page" in incomplete[0]["text"]
+    assert {r["broker"] for r in page["rows"]} <= {"broker-a"}
