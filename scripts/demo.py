@@ -9,16 +9,20 @@ a terminal. Otherwise (CI, a pipe) or with --once it stops at once and says so."
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from quarry.clients.cli import main as quarry
 from quarry.clients.producer import Producer
+from scripts.console_process import ConsoleProcess
 from scripts.launcher import LocalCluster
 
 TOPIC = "DemoTopic"
@@ -87,12 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     serve = "--once" not in args and (bool(os.environ.get("QUARRY_DEMO_HOLD")) or (sys.stdin.isatty() and sys.stdout.isatty()))
     with tempfile.TemporaryDirectory(prefix="quarry-demo-") as tmp:
         cluster = LocalCluster(root=Path(tmp), commitlog_args=["--segment-size", str(64 << 20)], indexer_args=["--hash-slots", "100003", "--index-num", "400000"])
+        console: ConsoleProcess | None = None
         try:
             router = cluster.start_router().address
             for name, host in (("broker-a", "127.0.0.1"), ("broker-b", "127.0.0.2")):
                 b = cluster.add_broker(name, host)
                 print(f"{name}: commitlog {b.commitlog.address}, indexer {b.indexer.address}")
-            print(f"router: {router}\n")
+            print(f"router: {router}")
+            console = _start_console(router, Path(tmp))
+            print(f"console: {console.url}/  (quarry-console: search, browse, message pages in a browser)\n")
             with Producer(router) as producer:
                 first = producer.send(TOPIC, b"order 1001 paid", keys=["order-1001", "customer-42"], tags="paid")
                 second = producer.send(TOPIC, b"order 1002 paid", keys=["order-1002", "customer-42"], tags="paid")
@@ -117,14 +124,41 @@ def main(argv: list[str] | None = None) -> int:
             if not ok:
                 print("FAILED: a message was not found as sent", file=sys.stderr)
                 return 1
-            print("OK: every message was found by id, key and unique key")
+            print(f"$ curl '{console.url}/api/search?q={first.offset_msg_id}'  (what the console's search box asks)")
+            found = _console_search(console.url, first.offset_msg_id)
+            print(found + "\n")
+            if first.offset_msg_id not in found:
+                print("FAILED: the console did not find the message", file=sys.stderr)
+                return 1
+            print("OK: every message was found by id, key and unique key, and by the console")
             if serve:
+                print(f"Quarry Console: {console.url}/search?q={first.offset_msg_id}")
                 _serve_until_stopped(router)
             else:
                 print("Not a terminal (or --once): the cluster stops now. Run `make run` in a terminal to keep it serving.")
         finally:
+            if console is not None:
+                console.stop()
             cluster.stop()
     return 0
+
+
+def _start_console(router: str, root: Path) -> ConsoleProcess:
+    """quarry-console beside the cluster: on port 8080 when it is free (QUARRY_CONSOLE_PORT
+    chooses another), else on any free port; its address is printed."""
+    wanted = int(os.environ.get("QUARRY_CONSOLE_PORT", "8080"))
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", wanted))
+    except OSError:
+        wanted = 0
+    return ConsoleProcess(router, root / "logs" / "console.log", port=wanted).start()
+
+
+def _console_search(url: str, query: str) -> str:
+    with urllib.request.urlopen(f"{url}/api/search?q={query}", timeout=20) as r:
+        answer = json.load(r)
+    return f"took it as {answer['kind']}: {answer['reading']}; found {[m['offsetMsgId'] for m in answer['messages']]}"
 
 
 if __name__ == "__main__":
