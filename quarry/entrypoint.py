@@ -1,4 +1,4 @@
-"""Container entry point: `python -m quarry.entrypoint router|commitlog|indexer|probe|cli [args]`.
+"""Container entry point: `python -m quarry.entrypoint router|commitlog|indexer|probe|cli|console|console-probe [args]`.
 
 Above both the services and the clients (it starts either), so it lives at the package root:
 quarry.services never imports the client package."""
@@ -12,6 +12,8 @@ COMMANDS = {
     "indexer": "quarry.services.indexer.__main__",
     "probe": "quarry.services.probe",
     "cli": "quarry.clients.cli",
+    "console": "quarry.clients.console.__main__",
+    "console-probe": "quarry.clients.console.probe",
 }
 
 

@@ -45,9 +45,9 @@ def test_a_broken_compose_file_fails_validation(tmp_path: Path) -> None:
 def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> None:
     cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
     services = cfg["services"]
-    assert set(services) == {"router", "router-2", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b"}
-    # routers, and the commitlogs' gRPC port for the RocketMQ 5 SDKs' sends
-    assert sorted(s for s, v in services.items() if v.get("ports")) == ["commitlog-a", "commitlog-b", "router", "router-2"]
+    assert set(services) == {"router", "router-2", "commitlog-a", "indexer-a", "commitlog-b", "indexer-b", "console"}
+    # routers, the commitlogs' gRPC port for the RocketMQ 5 SDKs' sends, and the console
+    assert sorted(s for s, v in services.items() if v.get("ports")) == ["commitlog-a", "commitlog-b", "console", "router", "router-2"]
     for b, port in (("a", "10911"), ("b", "10912")):
         (published,) = services[f"commitlog-{b}"]["ports"]
         assert (published["published"], published["target"]) == (port, 10911)
@@ -58,7 +58,7 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
     assert {(s, p["published"], p["target"]) for s in ("router", "router-2") for p in services[s]["ports"]} == {
         ("router", "9876", 9876), ("router-2", "9877", 9876), ("router", "9878", 9877), ("router-2", "9879", 9877)}
     for name, svc in services.items():
-        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "quarry.entrypoint", "probe"], name
+        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "quarry.entrypoint", "console-probe" if name == "console" else "probe"], name
         assert svc.get("restart") == "unless-stopped", name
         for dep in (svc.get("depends_on") or {}).values():
             assert dep["condition"] == "service_healthy", name
@@ -81,11 +81,11 @@ def test_dockerfile_entry_point_and_probe_are_the_ones_compose_uses() -> None:
     cfg = json.loads(compose_config(REPO / "compose.yaml").stdout)
     for name, svc in cfg["services"].items():
         assert svc["healthcheck"]["test"][1:4] == entry, name
-        assert svc["command"][0] in ("router", "commitlog", "indexer"), name
+        assert svc["command"][0] in ("router", "commitlog", "indexer", "console"), name
     # The commands the compose file runs exist in the entry point, and the probe module answers --help.
     from quarry.entrypoint import COMMANDS
 
-    assert {"router", "commitlog", "indexer", "probe"} <= set(COMMANDS)
+    assert {"router", "commitlog", "indexer", "probe", "console", "console-probe"} <= set(COMMANDS)
     probe = subprocess.run([sys.executable, "-m", "quarry.entrypoint", "probe", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert probe.returncode == 0 and "--addr" in probe.stdout
 

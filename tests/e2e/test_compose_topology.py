@@ -24,7 +24,7 @@ from tests.e2e.conftest import wait_until
 from tests.e2e.pki import make_pki
 
 
-IPS = [f"127.0.1.{i + 10}" for i in range(6)]  # one loopback address per compose service
+IPS = [f"127.0.1.{i + 10}" for i in range(7)]  # one loopback address per compose service
 
 
 def _topology(overlays: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> dict:
@@ -71,7 +71,7 @@ class Topology:
         cmd = [sys.executable, "-m", "quarry.entrypoint", *svc["command"]]
         self.procs[name] = subprocess.Popen(cmd, env=env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         probe = [self.rewrite(name, a) for a in svc["healthcheck"]["test"][1:]]
-        assert probe[:4] == ["python", "-m", "quarry.entrypoint", "probe"]
+        assert probe[:4] == ["python", "-m", "quarry.entrypoint", "console-probe" if name == "console" else "probe"]
         probe[0] = sys.executable
 
         def healthy() -> bool:
@@ -135,10 +135,16 @@ def test_compose_topology_sends_finds_and_reports_a_lost_broker(topology: Topolo
             assert admin.query_by_unique_key("ComposeTopic", s.msg_id).messages[0].offset_msg_id == s.offset_msg_id
 
         port = int(topology.services["router"]["environment"]["QUARRY_METRICS_PORT"])
-        for name in topology.services:
+        for name in set(topology.services) - {"console"}:  # the console has no metrics port
             body = urllib.request.urlopen(f"http://{topology.ips[name]}:{port}/metrics", timeout=5).read().decode()
             assert "quarry_" in body, name
         assert "quarry_commitlog_sent_messages_total" in urllib.request.urlopen(f"http://{topology.ips['commitlog-a']}:{port}/metrics", timeout=5).read().decode()
+
+        # The console (a client of both routers, TLS to them in the TLS overlay) finds a message.
+        console = topology.address("console", int(topology.services["console"]["ports"][0]["target"]))
+        url = f"http://{console}/api/search?q={sent[0].offset_msg_id}"
+        answer = json.load(urllib.request.urlopen(url, timeout=30))
+        assert answer["kind"] == "offsetMsgId" and [m["uniqueKey"] for m in answer["messages"]] == [sent[0].msg_id]
 
         # The second router knows both brokers too and answers the same query on its own.
         router_2 = topology.address("router-2", int(topology.services["router-2"]["ports"][0]["target"]))
