@@ -25,7 +25,7 @@ from tests import dockerfile
 from tests.vectors import REPO_ROOT
 
 DEV_SITE = sysconfig.get_paths()["purelib"]
-SCRIPTS = ("quarry", "quarry-router", "quarry-commitlog", "quarry-indexer", "quarry-pipeline")
+SCRIPTS = ("quarry", "quarry-router", "quarry-commitlog", "quarry-indexer", "quarry-pipeline", "quarry-console")
 HINT = "import quarry.services, not services"
 
 
@@ -77,6 +77,8 @@ def test_only_quarry_is_a_top_level_package(installed: FreshVenv) -> None:
     for sub in ("formats", "services/commitlog", "services/indexer", "services/query", "clients", "pipeline", "v1"):
         assert (installed.site / "quarry" / sub / "__init__.py").is_file(), sub
     assert list((installed.site / "quarry" / "v1").glob("*_pb2_grpc.py")), "the build generates quarry.v1"
+    for page in ("index.html", "app.js", "app.css"):  # quarry-console's pages ship as package data
+        assert (installed.site / "quarry" / "clients" / "console" / "static" / page).is_file(), page
 
 
 def test_installed_modules_come_from_site_packages_not_the_source_tree(installed: FreshVenv, tmp_path: Path) -> None:
