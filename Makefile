@@ -51,13 +51,15 @@ $(JAVA_STAMP): tests/java/pom.xml $(shell find tests/java/src -name '*.java' 2>/
 
 java-clients: $(JAVA_STAMP)
 
-# Apache RocketMQ's own NameServer and broker (4.9.7: Maven Central's last 4.x broker), run by
-# the tests that follow a live broker's store (tests/e2e/rocketmq_broker.py); a pom of its own
-# (tests/java/broker/pom.xml), jars copied to tests/java/broker/target/dependency.
+# Apache RocketMQ's own NameServer and broker (4.9.7: Maven Central's last 4.x broker; and
+# 5.3.3), run by the tests that follow a live broker's store (tests/e2e/rocketmq_broker.py); a
+# pom of its own each (tests/java/broker/pom.xml, tests/java/broker5/pom.xml), jars copied to
+# their target/dependency.
 BROKER_STAMP := tests/java/broker/target/.built
-$(BROKER_STAMP): tests/java/broker/pom.xml
+$(BROKER_STAMP): tests/java/broker/pom.xml tests/java/broker5/pom.xml
 	@command -v mvn >/dev/null || (echo "rocketmq-broker: Maven (mvn) and a JDK 17 are needed" >&2; exit 1)
 	mvn -q -B -Dstyle.color=never -f tests/java/broker/pom.xml package
+	mvn -q -B -Dstyle.color=never -f tests/java/broker5/pom.xml package
 	touch $(BROKER_STAMP)
 
 rocketmq-broker: $(BROKER_STAMP)

@@ -1,11 +1,11 @@
 """Apache RocketMQ's own NameServer and broker in the e2e tests (issue 36): the jars `make
 rocketmq-broker` resolves from Maven Central (tests/java/broker/pom.xml: rocketmq-namesrv and
-rocketmq-broker 4.9.7, the 4.x line's last broker there), each in its own JVM with a small heap
-on its own loopback address, its store, its ROCKETMQ_HOME (conf/, logs/) and its user.home in a
-temporary folder.
+rocketmq-broker 4.9.7, the 4.x line's last broker there; tests/java/broker5/pom.xml: 5.3.3),
+each in its own JVM with a small heap on its own loopback address, its store, its ROCKETMQ_HOME
+(conf/, logs/) and its user.home in a temporary folder (5.x logs under user.home/logs/rocketmqlogs).
 
-`RocketMQ` starts them and waits until they serve (the NameServer's port accepts; the broker
-printed "boot success", which it prints once it registered with the NameServer), stops them
+`RocketMQ` starts them and waits until they serve (each printed "boot success", the broker's
+port accepts and the NameServer routes topics to it: GET_ROUTEINFO_BY_TOPIC), stops them
 cleanly (SIGTERM: the broker's shutdown hook flushes and removes its `abort` file) or kills the
 broker (SIGKILL: the next start runs its abnormal recovery), and says what its own logs hold at
 WARN and above (`log_problems`).
@@ -27,8 +27,9 @@ import pytest
 
 from tests.e2e.java import java_binary
 
-BROKER_DIR = Path(__file__).resolve().parent.parent / "java" / "broker"
-BROKER_JARS = BROKER_DIR / "target" / "dependency"
+JAVA_DIR = Path(__file__).resolve().parent.parent / "java"
+# The brokers Maven Central has, each from a pom of its own (their client jars would clash).
+POMS = {"4.9.7": JAVA_DIR / "broker", "5.3.3": JAVA_DIR / "broker5"}
 VERSION = "4.9.7"
 
 # A small heap (RocketMQ's scripts give the broker 8 GB). On JDK 17 the broker needs two
@@ -57,11 +58,13 @@ KIB = 1024
 MIB = 1024 * KIB
 
 
-def classpath() -> str:
-    jars = sorted(BROKER_JARS.glob("*.jar")) if BROKER_JARS.is_dir() else []
-    if not any(j.name == f"rocketmq-broker-{VERSION}.jar" for j in jars):
-        pytest.fail(f"Apache RocketMQ's broker {VERSION} is not built ({BROKER_JARS} has no rocketmq-broker-{VERSION}.jar): "
-                    "run `make rocketmq-broker` (Maven resolves tests/java/broker/pom.xml; `make test` runs it)", pytrace=False)
+def classpath(version: str = VERSION) -> str:
+    jars_dir = POMS[version] / "target" / "dependency"
+    jars = sorted(jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
+    if not any(j.name == f"rocketmq-broker-{version}.jar" for j in jars):
+        pytest.fail(f"Apache RocketMQ's broker {version} is not built ({jars_dir} has no rocketmq-broker-{version}.jar): run "
+                    f"`make rocketmq-broker` (Maven resolves {POMS[version].relative_to(JAVA_DIR.parent.parent)}/pom.xml; `make test` runs it)",
+                    pytrace=False)
     return os.pathsep.join(map(str, jars))
 
 
@@ -99,6 +102,7 @@ class RocketMQ:
     namesrv: "subprocess.Popen[bytes] | None" = None
     broker: "subprocess.Popen[bytes] | None" = None
     starts: int = 0
+    version: str = VERSION
 
     def __post_init__(self) -> None:
         self.home = self.root / "rocketmq-home"
@@ -157,7 +161,7 @@ class RocketMQ:
 
     def _java(self, main: str, args: list[str], log: Path) -> "subprocess.Popen[bytes]":
         cmd = [java_binary(), *JVM_FLAGS, f"-Duser.home={self.root}", f"-Drocketmq.home.dir={self.home}",
-               f"-Drocketmq.client.logRoot={self.logs}", "-cp", classpath(), main, *args]
+               f"-Drocketmq.client.logRoot={self.logs}", "-cp", classpath(self.version), main, *args]
         env = {k: v for k, v in os.environ.items() if k not in ("NAMESRV_ADDR",)}
         env["ROCKETMQ_HOME"] = str(self.home)
         out = open(log, "ab")
@@ -185,9 +189,28 @@ class RocketMQ:
         self.starts += 1
         log = self.logs / f"broker-{self.starts}.out"
         self.broker = self._java("org.apache.rocketmq.broker.BrokerStartup", ["-c", str(conf)], log)
-        # "boot success" is printed once the broker started and registered with the NameServer.
         _wait(lambda: log.exists() and b"boot success" in log.read_bytes(), timeout_s, "RocketMQ's broker", self.broker, log)
         _wait(lambda: _port_open(self.host, self.broker_port), timeout_s, "RocketMQ's broker port", self.broker, log)
+        # 4.9 registers with the NameServer before it prints "boot success"; 5.3 may do it with
+        # its first periodic registration, 10 s later: producers find no route until then.
+        _wait(self.routed, timeout_s, "RocketMQ's broker registered with its NameServer", self.broker, log)
+
+    def routed(self) -> bool:
+        """Whether the NameServer routes the auto-create topic (TBW102) to this broker."""
+        import asyncio
+
+        from quarry.services.remoting import codes
+        from quarry.services.remoting.client import RemotingClient
+
+        async def ask() -> bool:
+            async with RemotingClient(self.namesrv_addr) as client:
+                answer = await client.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}, timeout_s=5)
+                return answer.code == codes.SUCCESS and self.broker_addr.encode() in answer.body
+
+        try:
+            return asyncio.run(ask())
+        except (OSError, asyncio.TimeoutError, ConnectionError):
+            return False
 
     def stop_broker(self, timeout_s: float = 30) -> int:
         """SIGTERM: the broker's shutdown hook flushes its files and removes `abort` (a clean stop)."""
@@ -208,7 +231,7 @@ class RocketMQ:
     def log_problems(self) -> list[str]:
         """Lines of its own logs at WARN or ERROR, or naming an exception."""
         found = []
-        for path in sorted(self.logs.glob("*")):
+        for path in sorted([*self.logs.glob("*"), *(self.root / "logs" / "rocketmqlogs").glob("*.log")]):
             if not path.is_file():
                 continue
             for line in path.read_text(errors="replace").splitlines():

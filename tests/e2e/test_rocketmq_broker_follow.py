@@ -151,10 +151,10 @@ def _watch_read_only(world: World, stop: threading.Event) -> None:
                 world.violations.append(f"a Quarry process holds a lock: {line}")
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    root = tmp_path_factory.mktemp("rocketmq")
-    rmq = RocketMQ(root / "rocketmq", HOST, broker_name=BROKER, namesrv_port=free_port(HOST), broker_port=_broker_ports(HOST),
+def make_world(tmp_path_factory: pytest.TempPathFactory, version: str, host: str, quarry_hosts: dict[str, str]) -> Iterator[World]:
+    """The broker of `version` on `host`, the two Quarry clusters on theirs, the read-only watch."""
+    root = tmp_path_factory.mktemp(f"rocketmq-{version}")
+    rmq = RocketMQ(root / "rocketmq", host, broker_name=BROKER, namesrv_port=free_port(host), broker_port=_broker_ports(host), version=version,
                    settings={"maxHashSlotNum": HASH_SLOTS, "maxIndexNum": INDEX_NUM, "mappedFileSizeConsumeQueue": CQ_UNITS * 20})
     clusters: dict[str, LocalCluster] = {}
     stop = threading.Event()
@@ -164,12 +164,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         follow = ["--store-dir", str(rmq.store), "--follow", "true", "--follow-interval-ms", "100", "--store-host", rmq.broker_addr,
                   "--cq-units-per-file", str(CQ_UNITS), "--broker-name", BROKER]
         own = clusters["own"] = LocalCluster(root=root / "quarry-own")
-        own.start_router(host=QUARRY_HOSTS["own"])
-        own.add_broker(BROKER, QUARRY_HOSTS["own"], commitlog_args=follow,
+        own.start_router(host=quarry_hosts["own"])
+        own.add_broker(BROKER, quarry_hosts["own"], commitlog_args=follow,
                        indexer_args=["--flush-interval-ms", "100", "--hash-slots", "10007", "--index-num", "200000"])
         theirs = clusters["brokers-index"] = LocalCluster(root=root / "quarry-brokers-index")
-        theirs.start_router(host=QUARRY_HOSTS["brokers-index"])
-        theirs.add_broker(BROKER, QUARRY_HOSTS["brokers-index"], commitlog_args=follow,
+        theirs.start_router(host=quarry_hosts["brokers-index"])
+        theirs.add_broker(BROKER, quarry_hosts["brokers-index"], commitlog_args=follow,
                           indexer_args=["--index-dir", str(rmq.store), "--follow-index", "true", "--follow-interval-ms", "100",
                                         "--hash-slots", str(HASH_SLOTS), "--index-num", str(INDEX_NUM)])
         w = World(rmq, clusters, root)
@@ -183,6 +183,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         for c in clusters.values():
             c.stop()
         rmq.stop()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    yield from make_world(tmp_path_factory, "4.9.7", HOST, QUARRY_HOSTS)
 
 
 # -- sending ------------------------------------------------------------------------------------
@@ -339,8 +344,8 @@ def test_every_acknowledged_message_is_found_four_ways(world: World) -> None:
             acked.append(m)
             for f in finders.values():
                 f.add(m)
-    load.wait()
-    assert len(acked) == len(paced), "the broker did not acknowledge every paced send"
+    lines = load.wait()
+    assert len(acked) == len(paced), f"the broker acknowledged {len(acked)} of {len(paced)} paced sends: {[x for x in lines if 'error' in x][:3]}"
     for f in finders.values():
         f.finish()
     for name, f in finders.items():
@@ -468,6 +473,13 @@ def _paced_load(world: World, first: int, count: int, group: str, pause_ms: int 
                                                      "sends": [{"mode": "sync", "messages": msgs, "pauseMs": pause_ms}]}, world.root / "drivers")
 
 
+def _all_acknowledged(load: DriverStream, count: int) -> list[Sent]:
+    lines = load.wait()
+    acked = [m for line in lines if "send" in line and (m := _acknowledged(line)) is not None]
+    assert len(acked) == count, f"{len(acked)} of {count} sends acknowledged: {[line for line in lines if 'error' in line][:3]}"
+    return acked
+
+
 def _cut_reports(world: World, name: str) -> list[str]:
     st = world.commitlog_status(name)
     return [c for c in [*st.corruption, *st.problems] if "cut back" in c]
@@ -525,25 +537,28 @@ def test_crash_losing_the_brokers_tail_is_cut_back_once(world: World) -> None:
     past that point, says so once, never serves a lost message again, and follows the records
     the broker writes over the same offsets and queue offsets."""
     load = _paced_load(world, 6000, 40, "PG_lost", pause_ms=5)
-    acked = [m for line in load.wait() if "send" in line and (m := _acknowledged(line)) is not None]
-    assert len(acked) == 40
-    end = _broker_log_end(world)
-    wait_until(lambda: all(world.commitlog_status(n).max_offset == end for n in world.clusters), timeout_s=FOUND_WITHIN_S,
-               what="Quarry at the broker's end")
+    acked = _all_acknowledged(load, 40)
     _find_all(world, acked, "before the crash")
     world.rmq.kill_broker()
+    end = _broker_log_end(world)  # Quarry has served every record there before any is lost
+    wait_until(lambda: all(world.commitlog_status(n).max_offset == end for n in world.clusters), timeout_s=FOUND_WITHIN_S,
+               what="Quarry at the broker's end")
 
     lost = acked[-15:]
     cut = _offset(lost[0])
     records_lost = _zero_from(world.rmq.store / "commitlog", cut)
-    assert records_lost == 15  # nothing but the last acknowledged records lay past the cut
+    assert records_lost >= 15  # the last acknowledged records (4.9.7: them alone; 5.3.3 writes records of its own between)
     for name in world.clusters:
         wait_until(lambda: world.commitlog_status(name).max_offset == cut, timeout_s=FOUND_WITHIN_S, what=f"{name}: the end cut back")
     world.rmq.start_broker()
     after = _paced_load(world, 7000, 30, "PG_after_cut", pause_ms=5)
-    new = [m for line in after.wait() if "send" in line and (m := _acknowledged(line)) is not None]
-    assert len(new) == 30
-    assert _offset(new[0]) == cut  # the broker wrote on from the cut
+    new = _all_acknowledged(after, 30)
+    # The broker wrote on from the cut (5.3 writes a record of its own there first, 4.9 the first send).
+    from quarry.formats.segment_walk import walk_segments
+
+    first_after = next(walk_segments(world.rmq.store / "commitlog", from_offset=cut))
+    assert first_after.physical_offset == cut and _offset(new[0]) >= cut
+    print(f"lost tail: cut at {cut}, {records_lost} records lost; first record written again there: {first_after.topic}")
     reused = {(m.queue_id, m.queue_offset) for m in new} & {(m.queue_id, m.queue_offset) for m in lost}
     assert reused  # and handed out the lost messages' queue offsets again
     _find_all(world, new + acked[:-15], "after the cut")
@@ -600,8 +615,7 @@ def test_clean_stop_and_start_is_followed(world: World) -> None:
     _find_all(world, _sample(world.sent, 25), "the broker stopped")
     world.rmq.start_broker()
     load = _paced_load(world, 8000, 30, "PG_restart", pause_ms=5)
-    new = [m for line in load.wait() if "send" in line and (m := _acknowledged(line)) is not None]
-    assert len(new) == 30
+    new = _all_acknowledged(load, 30)
     _find_all(world, new, "after a clean restart")
     world.sent.extend(new)
     for name in world.clusters:
@@ -632,11 +646,13 @@ def test_quarry_never_wrote_locked_or_created_anything_and_the_broker_never_noti
     assert world.watched_descriptors > 0
     assert not world.violations, world.violations[:5]
     store = world.rmq.store
+    # What RocketMQ 4.9 and 5.x keep there (5.x adds its timer wheel and log, compaction's
+    # checkpoint and .bak copies).
     rocketmq_names = re.compile(r"^(commitlog(/\d{20})?|consumequeue(/[^/]+(/\d+(/\d{20})?)?)?|index(/\d{17})?|config(/[\w.]+)?"
-                                r"|checkpoint|abort|lock)$")
+                                r"|checkpoint(\.bak)?|abort(\.bak)?|lock|timerwheel|timerlog(/\d{20})?|compaction(/[\w.-]+)?)$")
     strangers = [str(p.relative_to(store)) for p in store.rglob("*") if not rocketmq_names.match(str(p.relative_to(store)))]
     assert not strangers, strangers
-    assert world.rmq.stop_broker() in (0, 143)
+    world.rmq.kill_broker()  # nothing writes there any more (a clean stop takes 5.3.3 12 s)
     before = tree_snapshot(store)
     kept = [m for m in world.sent if m.offset_msg_id and m.kind == "sync"][-20:]
     _find_all(world, kept, "the broker stopped for good")
@@ -647,7 +663,7 @@ def test_quarry_never_wrote_locked_or_created_anything_and_the_broker_never_noti
     # RocketMQ 4.9.7's own transaction check service logs ERROR ("Get message from store return
     # null ... RMQ_SYS_TRANS_OP_HALF_TOPIC") when the op queue it walks has no message at its
     # offset: a broker no Quarry follows logs it too after a restart. Nothing else is allowed.
-    own_noise = [line for line in problems if "[TransactionalMessageCheckService] RocketmqTransaction" in line]
+    own_noise = [line for line in problems if "TransactionalMessageCheckService" in line and "RMQ_SYS_TRANS_" in line]
     assert [line for line in problems if line not in own_noise] == []
     print(f"the broker's logs: {len(problems)} ERROR lines, all its transaction check's: "
           + "; ".join(sorted({line.split(" - ", 1)[-1][:100] for line in own_noise})))
