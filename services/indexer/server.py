@@ -129,6 +129,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
                     msg.broker_name = self.broker_name
                     found[msg.commit_log_offset] = msg
             response.unreadable_entries = len(got.not_found) + len(got.damaged)
+            response.gone_offsets.extend(got.not_found)
             response.damaged_offsets.extend(got.damaged)
         # Newest index entry first, as the offsets came. The index answers by hash: a record of
         # another topic or key with the same hash never leaves (formats.index_keys.answers_key).

@@ -61,6 +61,13 @@ class Answer:
                 shown = ", ".join(str(x) for x in offsets[:5]) + (", …" if len(offsets) > 5 else "")
                 self.notes.append(f"{o.key}: {len(offsets)} index entr{'y' if len(offsets) == 1 else 'ies'} under this key point at "
                                   f"damaged records (physical offsets {shown}); a match may be among them (see the broker's store status)")
+            gone = sorted(o.value.gone) if o.ok and isinstance(o.value, Scan) else []
+            if gone:
+                # The index answers by hash: a gone record may have been another key's, so this
+                # is said, not counted against completeness.
+                self.notes.append(f"{o.key}: {len(gone)} index entr{'y' if len(gone) == 1 else 'ies'} under this key point at records the "
+                                  f"log no longer holds (physical offsets {gone[0]}..{gone[-1]}): expired (or cut), so messages of this key "
+                                  f"stored there may be gone")
         return self
 
 
@@ -73,6 +80,7 @@ class Scan:
     skipped: int = 0
     more_below: int = 0
     damaged: list[int] = field(default_factory=list)  # candidate records the commitlog found damaged
+    gone: list[int] = field(default_factory=list)  # candidates the log no longer holds (expired, or cut)
 
     def __len__(self) -> int:
         return len(self.matched)
@@ -396,9 +404,9 @@ class Queries:
             while True:
                 response = await stub.QueryMessage(request, timeout=timeout_s)
                 if direct:
-                    messages, damaged = await self._read_records(broker, commitlog, response.physical_offsets, begin, end, timeout_s)
+                    messages, damaged, gone = await self._read_records(broker, commitlog, response.physical_offsets, begin, end, timeout_s)
                 else:
-                    messages, damaged = response.messages, response.damaged_offsets
+                    messages, damaged, gone = response.messages, response.damaged_offsets, response.gone_offsets
                 scan.skipped += response.collisions_filtered  # (what the indexer already left out)
                 for msg in messages:
                     msg.broker_name = broker.name
@@ -407,6 +415,7 @@ class Queries:
                     else:
                         scan.skipped += 1
                 scan.damaged.extend(damaged)
+                scan.gone.extend(gone)
                 scan.more_below = response.next_before_phy_offset
                 # Collisions do not count toward the page: read on while the index has more.
                 if not scan.more_below or len(scan.matched) >= want:
@@ -417,18 +426,18 @@ class Queries:
 
     @staticmethod
     async def _read_records(broker: Broker, stub: Any, offsets: Sequence[int], begin: int, end: int,
-                            timeout_s: float) -> tuple[list[common_pb2.StoredMessage], Sequence[int]]:
+                            timeout_s: float) -> tuple[list[common_pb2.StoredMessage], Sequence[int], Sequence[int]]:
         """The records at the offsets an indexer answered, read from the broker's commitlog, and
-        the offsets found damaged. Records stored outside [begin, end] (the index holds whole
+        the offsets found damaged, and those the log no longer holds. Records stored outside [begin, end] (the index holds whole
         seconds) are dropped here, as the indexer drops them when it reads: not collisions."""
         if not offsets:
-            return [], ()
+            return [], (), ()
         try:
             got = await stub.GetMessages(commitlog_pb2.GetMessagesRequest(physical_offsets=offsets), timeout=timeout_s)
         except grpc.RpcError as exc:
             # Never an empty success when the messages cannot be read (the indexer's own words).
             raise BrokerError("UNAVAILABLE", f"commitlog of {broker.name} did not answer: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
-        return [m for m in got.messages if begin <= m.store_timestamp <= end], got.damaged
+        return [m for m in got.messages if begin <= m.store_timestamp <= end], got.damaged, got.not_found
 
 
 def _check_queue_position(topic: str, queue_id: int, queue_offset: int) -> None:

@@ -13,7 +13,7 @@ import pytest
 from quarry.formats import offset_msg_id
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
-from scripts.launcher import ServiceProcess, free_port
+from tests.e2e.acl_broker import acl_broker
 from tests.collisions import colliding_key
 from tests.e2e import mqadmin
 from tests.e2e.conftest import wait_until
@@ -30,25 +30,8 @@ SECRETS = {a["access_key"]: a["secret_key"] for a in ACCOUNTS}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("acl-holes")
-    (root / "acl.json").write_text(json.dumps({"accounts": ACCOUNTS}))
-    # Every process checks calls against the accounts; Quarry's own calls (the indexer's Tail,
-    # the broker's key queries to its indexer) are signed as admin.
-    env = {"QUARRY_ACL_FILE": str(root / "acl.json"), "QUARRY_ACCESS_KEY": "admin", "QUARRY_SECRET_KEY": "admin-secret-1"}
-    cl_addr, ix_addr = f"{HOST}:{free_port(HOST)}", f"{HOST}:{free_port(HOST)}"
-    procs = [
-        ServiceProcess("commitlog", cl_addr, ["--store-dir", str(root / "store"), "--indexer-addr", ix_addr, "--flush-interval-ms", "20"],
-                       root / "commitlog.log", env=env),
-        ServiceProcess("indexer", ix_addr, ["--index-dir", str(root / "index"), "--commitlog", cl_addr, "--flush-interval-ms", "20"],
-                       root / "indexer.log", env=env),
-    ]
-    try:
-        for p in procs:
-            p.start()
-        yield procs[0].remoting_address
-    finally:
-        for p in reversed(procs):
-            p.stop()
+    with acl_broker(tmp_path_factory.mktemp("acl-holes"), HOST, ACCOUNTS) as address:
+        yield address
 
 
 def run(coro: Any) -> Any:

@@ -17,7 +17,7 @@ import pytest
 from quarry.formats import offset_msg_id
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
-from scripts.launcher import ServiceProcess, free_port
+from tests.e2e.acl_broker import acl_broker
 from tests.e2e import mqadmin
 
 HOST = "127.0.0.103"
@@ -31,23 +31,8 @@ SECRETS = {a["access_key"]: a["secret_key"] for a in ACCOUNTS}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("group-requests")
-    (root / "acl.json").write_text(json.dumps({"accounts": ACCOUNTS}))
-    env = {"QUARRY_ACL_FILE": str(root / "acl.json"), "QUARRY_ACCESS_KEY": "admin", "QUARRY_SECRET_KEY": "admin-secret-1"}
-    cl_addr, ix_addr = f"{HOST}:{free_port(HOST)}", f"{HOST}:{free_port(HOST)}"
-    procs = [
-        ServiceProcess("commitlog", cl_addr, ["--store-dir", str(root / "store"), "--indexer-addr", ix_addr, "--flush-interval-ms", "20"],
-                       root / "commitlog.log", env=env),
-        ServiceProcess("indexer", ix_addr, ["--index-dir", str(root / "index"), "--commitlog", cl_addr, "--flush-interval-ms", "20"],
-                       root / "indexer.log", env=env),
-    ]
-    try:
-        for p in procs:
-            p.start()
-        yield procs[0].remoting_address
-    finally:
-        for p in reversed(procs):
-            p.stop()
+    with acl_broker(tmp_path_factory.mktemp("group-requests"), HOST, ACCOUNTS) as address:
+        yield address
 
 
 def run(coro: Any) -> Any:

@@ -622,12 +622,6 @@ def test_clean_stop_and_start_is_followed(world: World) -> None:
         assert _cut_reports(world, name) == reports[name], name  # nothing new: the earlier cut, still said once
 
 
-
-@pytest.mark.xfail(strict=True, reason="key and unique-key answers do not name the range that expired: an index entry whose record "
-                   "lies below the CommitLog's minimum is dropped silently (the commitlog's GetMessages lists it in not_found, the "
-                   "indexer counts it in unreadable_entries, the router's by-key/by-unique-key answers ignore both), so a key whose "
-                   "messages expired answers 'no messages', complete, with no note (as RocketMQ's own broker does); only by "
-                   "offsetMsgId (OUT_OF_RANGE: below the minimum) and by queue offset (the valid range) is the gone range named")
 def test_key_answers_name_the_expired_range(world: World) -> None:
     assert world.expired, "runs after test_files_the_broker_expires_leave_honest_answers"
     for name in world.clusters:
