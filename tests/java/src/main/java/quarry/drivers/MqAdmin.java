@@ -35,6 +35,23 @@ public final class MqAdmin {
         System.exit(0);
     }
 
+    /**
+     * MQAdminStartup keeps its sub-commands in a static list that main0 only appends to, and finds
+     * the first match: a second command of a kind would reuse the first's object, and some keep
+     * the DefaultMQAdminExt they shut down (QueryMsgByUniqueKeySubCommand: every later query then
+     * waits out its latch and finds nothing). Emptied before each command, as a fresh mqadmin
+     * process starts.
+     */
+    static void freshSubCommands() {
+        try {
+            java.lang.reflect.Field f = MQAdminStartup.class.getDeclaredField("subCommandList");
+            f.setAccessible(true);
+            ((List<?>) f.get(null)).clear();
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
     /** One mqadmin command with System.out and System.err captured: {"args", "out", "err", "ms", "hung"}. */
     static synchronized Map<String, Object> run(List<String> args, long deadlineMs, String threadName) throws InterruptedException {
         PrintStream realOut = System.out;
@@ -45,6 +62,7 @@ public final class MqAdmin {
         PrintStream e = new PrintStream(err, true, StandardCharsets.UTF_8);
         System.setOut(o);
         System.setErr(e);
+        freshSubCommands();
         long start = System.nanoTime();
         Thread t = new Thread(() -> MQAdminStartup.main(args.toArray(new String[0])), threadName);
         t.setDaemon(true);

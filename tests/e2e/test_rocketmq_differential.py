@@ -1,0 +1,323 @@
+"""RocketMQ and Quarry answering the same key queries over the same messages (issue 36, part 2).
+
+One real NameServer and broker (Apache RocketMQ 4.9.7, tests/e2e/rocketmq_broker.py) stores
+what RocketMQ 4.9.8's DefaultMQProducer sends (tests/java: Producer4); one Quarry cluster
+follows that broker's store read-only with Quarry's own index. Then, for every key and every
+unique key (msgId) sent, three answers:
+
+* the real mqadmin 4.9.8 (`queryMsgByKey`, `queryMsgByUniqueKey -a`) with `-n` the broker's
+  NameServer;
+* the broker's raw QUERY_MESSAGE answer, before mqadmin's filter (tests/e2e/mqadmin.py sends
+  the request exactly as mqadmin does), to show what the broker itself returned;
+* Quarry's router (AdminClient), every page (continuation tokens).
+
+The keys and the collisions are generated (tests/collisions.py), not hand-picked:
+
+* the same key strings in two topics (no collision: RocketMQ and Quarry agree);
+* keys of topic A whose index name `A#key` has the same Java hash as a key of topic B
+  (`B#key`), and as a unique key of a message of topic B: the broker's IndexFile keeps hashes
+  only, so it returns topic B's record for topic A's query, and mqadmin drops it again (its
+  filter: the key among the record's KEYS, the msgId equal to the unique key);
+* a message of topic B carrying both its own key and that colliding key of topic A: the broker
+  returns it for topic A's key, with the key in its KEYS; mqadmin 4.9.8 drops it only because its
+  filter also compares the topic (clients before 4.9.5 showed it: they compared the KEYS alone);
+* a key with 70 messages, and topic B keys colliding with it: the broker answers at most 64
+  entries (maxMsgsNumBatch) counted before any filter, so mqadmin shows 64 of 70, or fewer when
+  colliding entries take some of the 64.
+
+What RocketMQ answers is predicted from the messages sent (the IndexFile's hash-only match,
+newest first, 64 at most, then mqadmin's filter) and checked against both the broker's raw
+answer and mqadmin's printout; Quarry's answer is checked against the truth (every message of
+that topic with that key). Where they differ the test prints a table: the key, RocketMQ's
+answer, Quarry's, and why Quarry's is right.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from quarry.clients.admin import AdminClient
+from quarry.clients.errors import NotFoundError
+from quarry.formats.java_hash import java_string_hash
+from quarry.services.remoting import codes
+from quarry.services.remoting.client import RemotingClient
+from scripts.launcher import LocalCluster, free_port
+from tests.collisions import colliding_key
+from tests.e2e import java
+from tests.e2e import mqadmin as mqadmin_py
+from tests.e2e.conftest import wait_until
+from tests.e2e.rocketmq_broker import RocketMQ
+from tests.e2e.test_rocketmq_broker_follow import _broker_ports
+
+HOST, QUARRY_HOST = "127.0.0.131", "127.0.0.132"
+BROKER = "broker-a"
+TA, TB = "DiffTopicA", "DiffTopicB"
+MANY = 70  # messages with one key: more than mqadmin's (and the broker's) 64
+CAP = 64  # QueryMsgByKeySubCommand's maxNum, and the broker's maxMsgsNumBatch
+UNIQUE_CAP = 32  # queryMessageByUniqKey's maxNum
+PLAIN = 6
+
+
+@dataclass
+class Sent:
+    topic: str
+    keys: list[str]
+    msg_id: str  # UNIQ_KEY
+    offset_msg_id: str
+    offset: int  # in the CommitLog
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass
+class World:
+    rmq: RocketMQ
+    quarry: LocalCluster
+    root: Path
+    sent: list[Sent]
+    roles: dict[str, tuple[str, str]]  # (topic, key) -> why it was generated
+
+
+def _send(rmq: RocketMQ, messages: list[dict[str, Any]], work: Path, group: str) -> list[Sent]:
+    from quarry.formats.offset_msg_id import decode
+
+    plan = {"namesrv": rmq.namesrv_addr, "group": group, "timeoutMs": 5000, "sends": [{"mode": "sync", "messages": messages}]}
+    lines = [x for x in java.run_driver("quarry.drivers.Producer4", plan, work_dir=work) if "send" in x]
+    assert len(lines) == len(messages) and all(x.get("status") == "SEND_OK" for x in lines), [x for x in lines if x.get("status") != "SEND_OK"][:3]
+    return [Sent(x["topic"], x["keys"].split(" "), x["msgId"], x["offsetMsgId"], decode(x["offsetMsgId"]).offset, int(x["queueId"]),
+                 int(x["queueOffset"])) for x in lines]
+
+
+def _msg(topic: str, keys: list[str], n: int) -> dict[str, Any]:
+    return {"topic": topic, "tags": "TagD", "keys": keys, "body": f"differential {topic} {n}"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("rocketmq-differential")
+    rmq = RocketMQ(root / "rocketmq", HOST, broker_name=BROKER, namesrv_port=free_port(HOST), broker_port=_broker_ports(HOST))
+    quarry = LocalCluster(root=root / "quarry")
+    try:
+        rmq.start()
+        quarry.start_router(host=QUARRY_HOST)
+        quarry.add_broker(BROKER, QUARRY_HOST,
+                          commitlog_args=["--store-dir", str(rmq.store), "--follow", "true", "--follow-interval-ms", "100",
+                                          "--store-host", rmq.broker_addr, "--cq-units-per-file", "300", "--broker-name", BROKER],
+                          indexer_args=["--flush-interval-ms", "100", "--hash-slots", "10007", "--index-num", "200000"])
+        roles: dict[str, tuple[str, str]] = {}
+        msgs: list[dict[str, Any]] = []
+        # The same key strings in both topics: `A#k0` and `B#k0` hash apart; nobody errs.
+        for n in range(PLAIN):
+            msgs.append(_msg(TA, [f"k{n}", f"pair{n % 3}"], n))
+        for n in range(PLAIN // 2):
+            msgs.append(_msg(TB, [f"k{n}"], n))
+        # Topic A keys colliding with topic B's keys (generated: same Java hash of the index name).
+        for n in range(2):
+            k = colliding_key(TA, f"{TB}#k{n}")
+            roles[k] = ("cross-topic key collision", f"{TA}#{k} hashes as {TB}#k{n}")
+            msgs.append(_msg(TA, [k], 100 + n))
+        # A topic B message carrying its own key and the topic A key its own collides with.
+        kx = colliding_key(TA, f"{TB}#x0")
+        roles[kx] = ("cross-topic collision, other topic's KEYS hold the key", f"{TA}#{kx} hashes as {TB}#x0")
+        msgs.append(_msg(TA, [kx], 200))
+        msgs.append(_msg(TB, ["x0", kx], 201))
+        # More than 64 messages with one key, then topic B keys colliding with it (newest entries).
+        roles["many"] = ("more than 64 messages", f"{MANY} messages")
+        for n in range(MANY):
+            msgs.append(_msg(TA, ["many"], 300 + n))
+        kc = colliding_key(TB, f"{TA}#many")
+        roles[kc] = ("collides with a >64 key", f"{TB}#{kc} hashes as {TA}#many")
+        for n in range(4):
+            msgs.append(_msg(TB, [kc], 400 + n))
+        sent = _send(rmq, msgs, root / "drivers", "PG_diff_1")
+        # Unique keys collide too: topic A keys whose `A#key` hashes as topic B's `B#<msgId>`.
+        second = []
+        for s in [s for s in sent if s.topic == TB][:2]:
+            k = colliding_key(TA, f"{TB}#{s.msg_id}")
+            roles[k] = ("collides with a unique key", f"{TA}#{k} hashes as {TB}#{s.msg_id}")
+            roles[s.msg_id] = ("unique key collided by a key", f"{TB}#{s.msg_id} hashes as {TA}#{k}")
+            second.append(_msg(TA, [k], 500 + len(second)))
+        sent += _send(rmq, second, root / "drivers", "PG_diff_2")
+        last = sent[-1]
+        wait_until(lambda: _broker_raw(rmq.broker_addr, last.topic, last.msg_id, True), timeout_s=30,
+                   what="the broker's index holds the last message")
+        assert quarry.router is not None
+        with AdminClient(quarry.router.address) as admin:
+            wait_until(lambda: _quarry_unique(admin, last.topic, last.msg_id) == {last.offset_msg_id}, timeout_s=30,
+                       what="Quarry finds the last message")
+        yield World(rmq, quarry, root, sent, roles)
+    finally:
+        quarry.stop()
+        rmq.stop()
+
+
+# -- what each side answers -----------------------------------------------------------------------
+def _broker_raw(addr: str, topic: str, key: str, unique: bool) -> list[Any]:
+    """The broker's own QUERY_MESSAGE answer as mqadmin requests it (MQClientAPIImpl.queryMessage:
+    maxNum 64, or 32 for a unique key, over [0, Long.MAX_VALUE]), its records before any filter.
+    (The one broker's address directly: RocketMQ's NameServer routes in fastjson's {0:"addr"}.)"""
+    async def ask() -> list[Any]:
+        async with RemotingClient(addr) as broker:
+            req = broker.request(codes.QUERY_MESSAGE, {"topic": topic, "key": key, "maxNum": UNIQUE_CAP if unique else CAP,
+                                                       "beginTimestamp": 0, "endTimestamp": mqadmin_py.LONG_MAX})
+            req.ext_fields[codes.UNIQUE_KEY_QUERY_FLAG] = "true" if unique else "false"
+            resp = await broker.invoke(req)
+        return mqadmin_py.decodes(resp.body) if resp.code == codes.SUCCESS else []
+    return asyncio.run(asyncio.wait_for(ask(), 30))
+
+
+def _quarry_keys(admin: AdminClient, topic: str, key: str) -> list[Any]:
+    """Every page of Quarry's key answer."""
+    try:
+        r = admin.query_by_key(topic, key, max_num=CAP)
+    except NotFoundError:
+        return []
+    pages = 1
+    while r.next_token:
+        r = r.extended(admin.query_by_key(topic, key, max_num=CAP, continuation_token=r.next_token))
+        pages += 1
+        assert pages < 20
+    return list(r.messages)
+
+
+def _quarry_unique(admin: AdminClient, topic: str, msg_id: str) -> set[str]:
+    try:
+        return {m.offset_msg_id for m in admin.query_by_unique_key(topic, msg_id, return_all=True).messages}
+    except NotFoundError:
+        return set()
+
+
+def _index_hash(name: str) -> int:
+    """IndexService.indexKeyHashMethod: abs(String.hashCode()), 0 for Integer.MIN_VALUE."""
+    h = java_string_hash(name)
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return 0 if h == -(1 << 31) else abs(h)
+
+
+def _predicted(world: World, topic: str, key: str, unique: bool) -> tuple[list[Sent], list[Sent]]:
+    """RocketMQ's answer from the messages sent: the broker's (the IndexFile's entries whose hash
+    is that of `topic#key`, newest first, at most 64 (32 for a unique key), whatever their topic
+    or key), then mqadmin 4.9.8's filter (MQAdminImpl.queryMessage: the key among KEYS and the
+    topic equal; for a unique key the msgId equal, the topic unchecked)."""
+    want = _index_hash(f"{topic}#{key}")
+    entries = []
+    for s in world.sent:
+        for name in [*(f"{s.topic}#{k}" for k in s.keys), f"{s.topic}#{s.msg_id}"]:
+            if _index_hash(name) == want:
+                entries.append(s)
+    entries.sort(key=lambda s: -s.offset)
+    broker = entries[:UNIQUE_CAP if unique else CAP]
+    shown = [s for s in broker if (s.msg_id == key if unique else key in s.keys and s.topic == topic)]
+    return broker, shown
+
+
+def _truth(world: World, topic: str, key: str, unique: bool) -> list[Sent]:
+    return [s for s in world.sent if s.topic == topic and (s.msg_id == key if unique else key in s.keys)]
+
+
+@pytest.fixture(scope="module")
+def answers(world: World) -> dict[tuple[str, str, bool], dict[str, Any]]:
+    """For every (topic, key) and (topic, msgId) sent: mqadmin's printout, the broker's raw
+    answer and Quarry's."""
+    queries: list[tuple[str, str, bool]] = []
+    for s in world.sent:
+        queries += [(s.topic, k, False) for k in s.keys if (s.topic, k, False) not in queries]
+        queries.append((s.topic, s.msg_id, True))
+    ns = world.rmq.namesrv_addr
+    commands = [["queryMsgByUniqueKey", "-n", ns, "-t", t, "-i", k, "-a"] if u else ["queryMsgByKey", "-n", ns, "-t", t, "-k", k]
+                for t, k, u in queries]
+    printed = java.mqadmin(commands, work_dir=world.root / "mqadmin", timeout_s=240)
+    print(f"mqadmin: {len(printed)} commands, {sum(p['ms'] for p in printed) / 1000:.1f} s")
+    for s in world.sent:
+        Path("/tmp/rocketmq/msgbodys", s.msg_id).unlink(missing_ok=True)
+    from quarry.formats.offset_msg_id import decode
+
+    out: dict[tuple[str, str, bool], dict[str, Any]] = {}
+    assert world.quarry.router is not None
+    with AdminClient(world.quarry.router.address) as admin:
+        for q, p in zip(queries, printed):
+            topic, key, unique = q
+            raw = _broker_raw(world.rmq.broker_addr, topic, key, unique)
+            quarry = ({decode(x).offset for x in _quarry_unique(admin, topic, key)} if unique else
+                      {m.unique_key for m in _quarry_keys(admin, topic, key)})
+            out[q] = {"printed": p, "raw": raw, "quarry": quarry}
+    return out
+
+
+def _mqadmin_ids(p: dict[str, Any], unique: bool) -> list[Any]:
+    """queryMsgByKey's rows (#Message ID: the UNIQ_KEY); queryMsgByUniqueKey's CommitLog Offset lines."""
+    assert not p["hung"] and "Exception" not in p["out"] + p["err"], (p["args"], p["err"][-2000:])
+    if unique:
+        return [int(x) for x in re.findall(r"^CommitLog Offset:\s+(\d+)", p["out"], re.M)]
+    return [row[0] for row in (line.split() for line in p["out"].splitlines()[1:]) if len(row) == 3]
+
+
+def test_every_key_and_unique_key_rocketmq_and_quarry(world: World, answers: dict[tuple[str, str, bool], dict[str, Any]]) -> None:
+    """RocketMQ's answers are what its index and mqadmin's filter predict; Quarry's are the
+    truth; they are the same set wherever RocketMQ's is right, and the table says why where not."""
+    differ: list[tuple[str, str, str, str, str, str]] = []
+    for (topic, key, unique), a in answers.items():
+        broker_pred, shown_pred = _predicted(world, topic, key, unique)
+        truth = _truth(world, topic, key, unique)
+        # The broker returned exactly the records its IndexFile's hash match predicts (any topic).
+        assert sorted(r.unique_key for r in a["raw"]) == sorted(s.msg_id for s in broker_pred), (topic, key, unique)
+        # mqadmin printed exactly those its filter keeps.
+        printed = _mqadmin_ids(a["printed"], unique)
+        want_printed = [s.offset if unique else s.msg_id for s in shown_pred]
+        assert sorted(printed) == sorted(want_printed), (topic, key, unique, a["printed"]["out"][-2000:])
+        # Quarry: every message of that topic with that key, nothing else.
+        truth_ids = {s.offset if unique else s.msg_id for s in truth}
+        assert a["quarry"] == truth_ids, (topic, key, unique)
+        if set(printed) != truth_ids:
+            others = [s for s in shown_pred if s.topic != topic]
+            why = (f"mqadmin's filter kept {len(others)} message(s) of topic {others[0].topic} (its KEYS hold the key; the topic is never checked)"
+                   if others else f"the broker answers {len(broker_pred)} entries at most ({len(broker_pred) - len(shown_pred)} of them "
+                   f"other names' hash collisions), counted before mqadmin's filter: {len(truth) - len(shown_pred)} messages never shown")
+            differ.append((topic, key, "uniq" if unique else "key", f"{len(printed)} ({len(others)} foreign)", f"{len(truth_ids)} of {len(truth)}", why))
+        elif len(a["raw"]) != len(printed):
+            foreign = [r for r in a["raw"] if r.topic != topic]
+            differ.append((topic, key, "uniq" if unique else "key", f"{len(printed)} (right after filter)", f"{len(truth_ids)}",
+                           f"the broker returned {len(a['raw'])} records, {len(foreign)} of another topic (hash collision): "
+                           "mqadmin dropped them; Quarry never returned them"))
+    print(f"\n{len(answers)} queries ({sum(1 for q in answers if not q[2])} keys, {sum(1 for q in answers if q[2])} unique keys) "
+          f"over {len(world.sent)} messages; where RocketMQ's answer differs from Quarry's or needed mqadmin's filter:")
+    print(f"{'topic':<11} {'key':<30} {'kind':<4} {'mqadmin':<22} {'Quarry':<8} why Quarry's is right")
+    for row in differ:
+        print(f"{row[0]:<11} {row[1]:<30} {row[2]:<4} {row[3]:<22} {row[4]:<8} {row[5]}")
+    # The generated cases each showed what they were made for.
+    by_key = {(r[0], r[1]): r for r in differ}
+    assert by_key[(TA, "many")][3].startswith(f"{CAP - 4} ") and by_key[(TA, "many")][4] == f"{MANY} of {MANY}", by_key[(TA, "many")]
+    for k in [colliding_key(TA, f"{TB}#x0"), *(colliding_key(TA, f"{TB}#k{n}") for n in range(2))]:
+        assert "another topic" in by_key[(TA, k)][5], by_key.get((TA, k))
+    unique_collided = [s for s in world.sent if s.topic == TB][:2]
+    for s in unique_collided:
+        assert "another topic" in by_key[(TB, s.msg_id)][5], by_key.get((TB, s.msg_id))
+    # Keys no collision touched: RocketMQ (through mqadmin) and Quarry give the same set.
+    same = [q for q in answers if (q[0], q[1]) not in by_key]
+    assert len(same) >= len(world.sent)
+
+
+def test_quarry_pages_past_64_where_mqadmin_stops(world: World, answers: dict[tuple[str, str, bool], dict[str, Any]]) -> None:
+    """mqadmin's queryMsgByKey shows the broker's newest 64 entries less the colliding ones;
+    Quarry's router pages every one of the 70 (continuation tokens), and says how many
+    colliding entries it dropped."""
+    many = answers[(TA, "many", False)]
+    shown = _mqadmin_ids(many["printed"], False)
+    all_many = {s.msg_id for s in _truth(world, TA, "many", False)}
+    assert len(all_many) == MANY and set(shown) < all_many and len(shown) == CAP - 4
+    assert many["quarry"] == all_many
+    # The ones mqadmin never shows are the oldest: the broker walks its IndexFile newest first.
+    missing = all_many - set(shown)
+    oldest = {s.msg_id for s in sorted(_truth(world, TA, "many", False), key=lambda s: s.offset)[:len(missing)]}
+    assert missing == oldest
+    assert world.quarry.router is not None
+    with AdminClient(world.quarry.router.address) as admin:
+        first = admin.query_by_key(TA, "many", max_num=CAP)
+        assert len(first.messages) <= CAP and first.next_token, "a first page, and a token for the rest"
+        kc = colliding_key(TB, f"{TA}#many")
+        assert {m.topic for m in _quarry_keys(admin, TB, kc)} == {TB}
