@@ -7,8 +7,9 @@ unique key (msgId) sent, three answers:
 
 * the real mqadmin 4.9.8 (`queryMsgByKey`, `queryMsgByUniqueKey -a`) with `-n` the broker's
   NameServer;
-* the broker's raw QUERY_MESSAGE answer, before mqadmin's filter (tests/e2e/mqadmin.py sends
-  the request exactly as mqadmin does), to show what the broker itself returned;
+* the broker's raw QUERY_MESSAGE answer, before mqadmin's filter (the request as mqadmin's
+  MQClientAPIImpl.queryMessage sends it, records decoded by tests/e2e/mqadmin.py), to show what
+  the broker itself returned;
 * Quarry's router (AdminClient), every page (continuation tokens).
 
 The keys and the collisions are generated (tests/collisions.py), not hand-picked:
@@ -20,7 +21,7 @@ The keys and the collisions are generated (tests/collisions.py), not hand-picked
   filter: the key among the record's KEYS, the msgId equal to the unique key);
 * a message of topic B carrying both its own key and that colliding key of topic A: the broker
   returns it for topic A's key, with the key in its KEYS; mqadmin 4.9.8 drops it only because its
-  filter also compares the topic (clients before 4.9.5 showed it: they compared the KEYS alone);
+  filter also compares the topic (the broker never does);
 * a key with 70 messages, and topic B keys colliding with it: the broker answers at most 64
   entries (maxMsgsNumBatch) counted before any filter, so mqadmin shows 64 of 70, or fewer when
   colliding entries take some of the 64 (here 60);
