@@ -82,7 +82,9 @@ class RemotingBroker:
         self._opaques = itertools.count(1)  # requests this broker sends clients
         self._pulled = metrics.PULLED_MESSAGES.labels()
         self.pull_rates = PullRates()  # per group and topic: GET_CONSUME_STATS' consumeTps
-        self.runtime = RuntimeInfo(self.store, metrics.SENT_MESSAGES.total, metrics.PULLED_MESSAGES.total, quarry_version())
+        self._pulls_found, self._pulls_missed = [0], [0]  # pull requests that handed messages, and those that did not
+        self.runtime = RuntimeInfo(self.store, metrics.SENT_MESSAGES.total, metrics.PULLED_MESSAGES.total, quarry_version(),
+                                   found_total=lambda: self._pulls_found[0], missed_total=lambda: self._pulls_missed[0])
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -286,6 +288,12 @@ class RemotingBroker:
             raise RemotingError(codes.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
 
     async def pull(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """PULL_MESSAGE, counted as found or missed (RocketMQ's getFoundTps / getMissTps)."""
+        response = await self._pull(req, conn)
+        (self._pulls_found if response.code == codes.SUCCESS else self._pulls_missed)[0] += 1
+        return response
+
+    async def _pull(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, topic = req.text("consumerGroup"), req.text("topic")
         queue_id = req.integer("queueId", lo=0, hi=_I32[1])
         offset = req.integer("queueOffset", lo=0)

@@ -96,16 +96,19 @@ def runtime_text(ms: int) -> str:
 
 class RuntimeInfo:
     def __init__(self, store: CommitLogStore, put_total: Callable[[], float], get_total: Callable[[], float],
-                 version: str = "", wall_ms: Callable[[], int] | None = None) -> None:
+                 version: str = "", wall_ms: Callable[[], int] | None = None,
+                 found_total: Callable[[], float] = lambda: 0, missed_total: Callable[[], float] = lambda: 0) -> None:
         self.store = store
         self._wall = wall_ms or (lambda: int(time.time() * 1000))
         self.boot_ms = self._wall()
         self.version = version
         self.put, self.get = RateSampler(put_total), RateSampler(get_total)
+        # Pull requests that found messages and those that did not (RocketMQ's getFoundTps, getMissTps).
+        self.found, self.missed = RateSampler(found_total), RateSampler(missed_total)
         self.put_days, self.get_days = DailyTotals(put_total), DailyTotals(get_total)
 
     def sample(self) -> None:
-        for s in (self.put, self.get):
+        for s in (self.put, self.get, self.found, self.missed):
             s.sample()
         for d in (self.put_days, self.get_days):
             d.roll()
@@ -134,6 +137,8 @@ class RuntimeInfo:
             "brokerVersionDesc": VERSION_DESC, "brokerVersion": str(VERSION),
             "bootTimestamp": str(self.boot_ms), "runtime": runtime_text(now - self.boot_ms),
             "putTps": self.put.rates_text(), "getTransferedTps": self.get.rates_text(),
+            "getFoundTps": self.found.rates_text(), "getMissTps": self.missed.rates_text(),
+            "getTotalTps": " ".join(f"{self.found.rate(w) + self.missed.rate(w):.2f}" for w in WINDOWS_S),
             "msgPutTotalTodayNow": str(int(self.put.total())), "msgPutTotalTodayMorning": str(self.put_days.today_morning),
             "msgPutTotalYesterdayMorning": str(self.put_days.yesterday_morning),
             "msgGetTotalTodayNow": str(int(self.get.total())), "msgGetTotalTodayMorning": str(self.get_days.today_morning),

@@ -42,3 +42,27 @@ def test_daily_totals_roll_at_local_midnight_as_rocketmqs_broker_stats() -> None
 def test_rocketmqs_number_formats() -> None:
     assert [human_bytes(n) for n in (512, 1536, 5 << 30)] == ["512 B", "1.5 KiB", "5.0 GiB"]
     assert runtime_text(((2 * 24 + 3) * 3600 + 4 * 60 + 5) * 1000 + 999) == "[ 2 days, 3 hours, 4 minutes, 5 seconds ]"
+
+
+def test_pull_requests_found_and_missed_give_rocketmqs_get_tps_keys(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """getFoundTps, getMissTps and getTotalTps (rocketmq-dashboard reads getTotalTps) from the
+    pull requests that handed messages and those that did not."""
+    from quarry.services.commitlog import runtime_info
+    from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+
+    store = CommitLogStore(StoreConfig(store_dir=tmp_path / "s", segment_size=4096))
+    found, missed, now = [0], [0], [0.0]
+    try:
+        info = runtime_info.RuntimeInfo(store, lambda: 0, lambda: 0, found_total=lambda: found[0], missed_total=lambda: missed[0])
+        for s in (info.found, info.missed):
+            s._clock = lambda: now[0]
+        for _ in range(11):  # 10 s of samples: 3 found and 1 missed pull a second
+            info.sample()
+            now[0] += 1.0
+            found[0] += 3
+            missed[0] += 1
+        table = info.table()
+        assert table["getFoundTps"].split()[0] == "3.00" and table["getMissTps"].split()[0] == "1.00"
+        assert table["getTotalTps"].split() == ["4.00", "0.00", "0.00"]
+    finally:
+        store.close()
