@@ -22,8 +22,9 @@ def _parsers() -> list[tuple[str, Callable[[], Any]]]:
     from quarry.services.commitlog.config import build_parser as commitlog
     from quarry.services.indexer.config import build_parser as indexer
     from quarry.services.query.config import build_parser as router
+    from quarry.clients.console.config import build_parser as console
 
-    return [("commitlog", commitlog), ("indexer", indexer), ("router", router)]
+    return [("commitlog", commitlog), ("indexer", indexer), ("router", router), ("console", console)]
 
 
 @contextmanager
