@@ -668,7 +668,11 @@ def test_quarry_never_wrote_locked_or_created_anything_and_the_broker_never_noti
     # RocketMQ 4.9.7's own transaction check service logs ERROR ("Get message from store return
     # null ... RMQ_SYS_TRANS_OP_HALF_TOPIC") when the op queue it walks has no message at its
     # offset: a broker no Quarry follows logs it too after a restart. Nothing else is allowed.
-    own_noise = [line for line in problems if "TransactionalMessageCheckService" in line and "RMQ_SYS_TRANS_" in line]
+    # On a loaded machine a broker's heartbeat to its own NameServer can fail once ("Failed to
+    # register current broker to name server", then "register broker failed"): between the broker
+    # and its NameServer, which Quarry is not on; the next heartbeat registers it.
+    own_noise = [line for line in problems if ("TransactionalMessageCheckService" in line and "RMQ_SYS_TRANS_" in line)
+                 or "Failed to register current broker to name server" in line or "register broker failed" in line]
     assert [line for line in problems if line not in own_noise] == []
     print(f"the broker's logs: {len(problems)} ERROR lines, all its transaction check's: "
           + "; ".join(sorted({line.split(" - ", 1)[-1][:100] for line in own_noise})))
