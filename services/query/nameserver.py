@@ -18,7 +18,7 @@ class NameServer:
     def handlers(self) -> dict[int, Handler]:
         return {
             codes.GET_ROUTEINFO_BY_TOPIC: self.route, codes.GET_BROKER_CLUSTER_INFO: self.cluster_info,
-            codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+            codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list, codes.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.system_topic_list,
             codes.GET_KV_CONFIG: self.no_kv_config, codes.GET_KV_CONFIG_BY_VALUE: self.no_kv_config,
         }
 
@@ -42,6 +42,14 @@ class NameServer:
 
     async def topic_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         return req.response(codes.SUCCESS, body=topic_list(self.registry.topics()))
+
+    async def system_topic_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS as RocketMQ's NameServer answers it: every cluster name and
+        broker name (each is a topic a broker keeps for itself), and a broker's address to ask for
+        the rest (rocketmq-dashboard's topic page asks this first)."""
+        brokers = self._remoting_brokers()
+        names = {b.cluster_name for b in brokers} | {b.name for b in brokers}
+        return req.response(codes.SUCCESS, body=topic_list(sorted(names), brokers[0].remoting_addr if brokers else ""))
 
     async def no_kv_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         return req.response(codes.QUERY_NOT_FOUND, "No config item, Namespace: " + req.ext_fields.get("namespace", ""))

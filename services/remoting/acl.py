@@ -63,7 +63,7 @@ PERMISSIONS: dict[int, Need] = {
     codes.GET_CONSUME_STATS: Need("query", group="consumerGroup",
                                   elsewhere="the header's topic, else each topic the group holds offsets for, read by the broker"),
     codes.GET_CONSUMER_CONNECTION_LIST: Need("query", group="consumerGroup", elsewhere="the topics the group's live consumers subscribe to"),
-    codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Need("query"),
+    codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Need("query"), codes.GET_SYSTEM_TOPIC_LIST_FROM_NS: Need("query"),
     codes.UPDATE_AND_CREATE_TOPIC: Need("admin", "topic"),
 }
 # Requests a valid signature opens: a client's bookkeeping, which names nothing it could read.

@@ -48,8 +48,9 @@ def cluster_info(brokers: list[RouteBroker]) -> bytes:
     })
 
 
-def topic_list(topics: list[str]) -> bytes:
-    return _json({"topicList": sorted(topics)})
+def topic_list(topics: list[str], broker_addr: str = "") -> bytes:
+    """TopicList; `broker_addr` set as the NameServer's system topic list sets it (a broker to ask)."""
+    return _json({"topicList": sorted(topics), **({"brokerAddr": broker_addr} if broker_addr else {})})
 
 
 def group_list(groups: list[str]) -> bytes:

@@ -90,6 +90,19 @@ def test_nameserver_routes_carry_remoting_addresses_cluster_and_topics(cluster: 
     assert missing.code == codes.TOPIC_NOT_EXIST and "NoSuchTopic" in (missing.remark or "")
 
 
+def test_the_system_topic_list_names_clusters_and_brokers_and_a_broker_to_ask(cluster: LocalCluster) -> None:
+    """GET_SYSTEM_TOPIC_LIST_FROM_NS as RocketMQ's NameServer answers it (rocketmq-dashboard's topic
+    page asks it first): every cluster and broker name, and one broker's address."""
+    async def ask() -> Any:
+        async with RemotingClient(ns(cluster)) as n:
+            return await n.call(codes.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+    answer = run(ask())
+    assert answer.code == codes.SUCCESS, answer.remark
+    body = json.loads(answer.body)
+    assert body["topicList"] == ["DefaultCluster", "broker-a", "broker-b"]
+    assert body["brokerAddr"] in {broker_addr(cluster, "broker-a"), broker_addr(cluster, "broker-b")}
+
+
 def _batch_body(items: list[tuple[bytes, str]]) -> bytes:
     """MessageBatch.encode(): per message TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY, PROPERTIES."""
     out = b""
