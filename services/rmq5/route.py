@@ -46,6 +46,8 @@ def send_targets(registry: BrokerRegistry, topic: str) -> list[tuple[Broker, int
 
 
 def query_route(registry: BrokerRegistry, resource: v2.Resource) -> list[v2.MessageQueue]:
+    if resource.resource_namespace:
+        raise RmqError(Code.BAD_REQUEST, f"topic.resource_namespace: namespaces are not supported (got {resource.resource_namespace!r})")
     try:
         validate_topic(resource.name, "topic.name")
     except TopicError as exc:

@@ -38,8 +38,6 @@ class RouterMessagingServicer(service_grpc.MessagingServiceServicer):
         try:
             # As RocketMQ's ACL: a route is shown to producers and consumers (PUB or SUB).
             self.auth.check(client_calls.metadata(context), "QueryRoute", ("publish", "query"), [request.topic.name])
-            if request.topic.resource_namespace:
-                raise RmqError(Code.BAD_REQUEST, f"topic.resource_namespace: namespaces are not supported (got {request.topic.resource_namespace!r})")
             queues = query_route(self.registry, request.topic)
         except RmqError as exc:
             return service.QueryRouteResponse(status=status_of(exc))
@@ -52,8 +50,6 @@ class RouterMessagingServicer(service_grpc.MessagingServiceServicer):
         try:
             self.auth.check(client_calls.metadata(context), "QueryAssignment", "query", [request.topic.name])
             check_group(request.group)
-            if request.topic.resource_namespace:
-                raise RmqError(Code.BAD_REQUEST, f"topic.resource_namespace: namespaces are not supported (got {request.topic.resource_namespace!r})")
             queues = query_route(self.registry, request.topic)
         except RmqError as exc:
             return service.QueryAssignmentResponse(status=status_of(exc))

@@ -9,8 +9,6 @@ back or discarded is found under the topic or pulled."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,7 +20,8 @@ from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
 from scripts.launcher import LocalCluster
 from tests.e2e import java, mqadmin
-from tests.e2e.conftest import run_quarry, wait_until
+from tests.e2e.conftest import wait_until
+from tests.e2e.test_java_producer import messages, quarry  # (the CLI as the producer test reads it)
 
 TOPIC, GROUP = "JavaTxTopic", "PG_quarry_java_tx"
 BROKERS = {"broker-a": "127.0.0.87", "broker-b": "127.0.0.88"}
@@ -65,14 +64,6 @@ def run(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {"sends": sends, "checks": checks}
 
 
-def quarry(c: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    assert c.router is not None
-    return run_quarry(c.router.address, "--json", *args)
-
-
-def messages(run: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
-    assert run.returncode in (0, 1), f"quarry exited {run.returncode}: {run.stderr[-2000:]}"
-    return json.loads(run.stdout).get("messages", []) if run.stdout.strip() else []
 
 
 def found_by_key(c: LocalCluster, key: str, topic: str = TOPIC) -> list[dict[str, Any]]:
