@@ -21,11 +21,13 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2,
 class AdminClient:
     """Queries through the router; raises NotFoundError / InvalidArgumentError / UnavailableError."""
 
-    def __init__(self, router_addr: str, timeout_s: float = 10.0) -> None:
-        """`router_addr`: host:port, or several routers as 'a:9876;b:9876' (tried in turn)."""
+    def __init__(self, router_addr: str, timeout_s: float = 10.0, account: tuple[str, str] | None = None) -> None:
+        """`router_addr`: host:port, or several routers as 'a:9876;b:9876' (tried in turn);
+        `account`: (access key, secret key) signing every call instead of QUARRY_ACCESS_KEY's."""
         self.router_addr = router_addr
         self.timeout_s = timeout_s
-        self._routers = RouterPool(router_addr, options=[("grpc.max_receive_message_length", 128 << 20)])
+        self.account = account
+        self._routers = RouterPool(router_addr, options=[("grpc.max_receive_message_length", 128 << 20)], account=account)
 
     def _call(self, method: str, request: Any) -> Any:
         try:
@@ -85,7 +87,7 @@ class AdminClient:
         return list(self._call("ListTopics", router_pb2.ListTopicsRequest()).topics)
 
     def broker_status(self, commitlog_addr: str) -> commitlog_pb2.GetStoreStatusResponse:
-        with open_channel(commitlog_addr) as ch:
+        with open_channel(commitlog_addr, account=self.account) as ch:
             stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
             try:
                 return stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=self.timeout_s)

@@ -43,9 +43,11 @@ class NoRouterAnswered(grpc.RpcError):
 class RouterPool:
     """Channels to every router of a list; `call` fails over when a router cannot be reached."""
 
-    def __init__(self, addresses: str | list[str], options: list[tuple[str, Any]] | None = None) -> None:
+    def __init__(self, addresses: str | list[str], options: list[tuple[str, Any]] | None = None, account: tuple[str, str] | None = None) -> None:
+        """`account`: (access key, secret key) to sign with instead of the environment's."""
         self.addresses = parse_router_addresses(addresses) if isinstance(addresses, str) else list(addresses)
         self._options = options
+        self._account = account
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._preferred = 0
@@ -54,7 +56,7 @@ class RouterPool:
         with self._lock:
             ch = self._channels.get(address)
             if ch is None:
-                ch = self._channels[address] = open_channel(address, options=self._options)
+                ch = self._channels[address] = open_channel(address, options=self._options, account=self._account)
             return ch
 
     def call(self, fn: Callable[[router_pb2_grpc.QueryRouterServiceStub], T]) -> T:

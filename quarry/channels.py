@@ -96,11 +96,13 @@ def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None)
     return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
 
 
-def open_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
-    """A channel to `address` with the deployment's TLS and ACL settings (see module doc)."""
+def open_channel(address: str, options: list[tuple[str, Any]] | None = None, account: tuple[str, str] | None = None) -> grpc.Channel:
+    """A channel to `address` with the deployment's TLS and ACL settings (see module doc);
+    `account` (access key, secret key) signs its calls instead of the environment's: a
+    console signing as the operator who logged in."""
     opts = list(options or [])
     _keepalive(opts)
     creds = _credentials(opts)
     channel = grpc.secure_channel(address, creds, options=opts) if creds is not None else grpc.insecure_channel(address, options=opts)
-    account = _account()
+    account = account or _account()
     return grpc.intercept_channel(channel, SigningInterceptor(*account)) if account else channel

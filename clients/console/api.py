@@ -169,7 +169,8 @@ def result_json(result: QueryResult, **extra: Any) -> dict[str, Any]:
     return out
 
 
-def _error(exc: Exception, routers: str) -> Response:
+def error_response(exc: Exception, routers: str) -> Response:
+    """The one mapping of an error to the console's status codes (the API's and the login's)."""
     if isinstance(exc, BadInput):
         return Response(400, {"error": exc.message, "field": exc.field})
     if isinstance(exc, InvalidArgumentError):
@@ -212,7 +213,7 @@ class Api:
         try:
             return route(params)
         except (BadInput, QuarryError) as exc:
-            return _error(exc, self.admin.router_addr)
+            return error_response(exc, self.admin.router_addr)
 
     # -- what the console talks to
     def info(self, params: dict[str, str]) -> Response:

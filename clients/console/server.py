@@ -4,6 +4,11 @@
 Every view is one page (static/index.html) whose script reads the view and its query from the
 URL (/search?q=…, /browse?topic=…&begin=…, /message?topic=…&broker=…, /cluster), so a link
 pasted elsewhere shows the same answer. Stops cleanly on SIGTERM/SIGINT.
+
+An operator who logs in (POST /api/login, JSON) gets a session cookie and every /api/ call of
+that browser is signed with their account (sessions.py); without one, calls are signed with
+the process's own account (QUARRY_ACCESS_KEY), if any. With a certificate and key the console
+serves HTTPS only, its cookie marked Secure.
 """
 from __future__ import annotations
 
@@ -12,20 +17,26 @@ import logging
 import mimetypes
 import signal
 import socket
+import ssl
+import sys
 import threading
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qsl, urlsplit
 
+from quarry.channels import signs_calls
 from quarry.clients.admin import AdminClient
 from quarry.clients.console.api import Api, Response
+from quarry.clients.console.sessions import COOKIE, Session, Sessions
 from quarry.formats.addresses import format_host_port, split_host_port
 from quarry.services.log import configure_logging, log_event
 
 log = logging.getLogger("quarry.console")
 
-VIEWS = ("/", "/search", "/browse", "/message", "/cluster")
+VIEWS = ("/", "/search", "/browse", "/message", "/cluster", "/login")
+MAX_POST_BYTES = 16 * 1024
 STATIC = resources.files("quarry.clients.console") / "static"
 
 
@@ -38,7 +49,10 @@ def _static(name: str) -> bytes | None:
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "quarry-console"
+    timeout = 60  # a connection that sends nothing (or never finishes its TLS handshake) ends
     api: Api  # set on the class made by make_server
+    sessions: Sessions
+    secure: bool
 
     def log_message(self, format: str, *args: Any) -> None:  # one event per request, as every Quarry process logs
         log_event(log, "request", logging.DEBUG, client=self.client_address[0], line=format % args)
@@ -65,13 +79,90 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        origin = self.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc != self.headers.get("Host", ""):  # another site's page posting here
+            self._reply(Response(403, {"error": f"Origin {origin} is not this console"}))
+            return
+        if path in ("/api/login", "/api/logout"):
+            self._access(path)
+            return
+        self._reply(Response(404, {"error": f"no such endpoint for POST: {path}"}))
+
+    def _session(self) -> tuple[Session | None, str]:
+        """The browser's session, and the cookie's value when it names one that ended."""
+        try:
+            morsel = SimpleCookie(self.headers.get("Cookie", "")).get(COOKIE)
+        except CookieError:
+            return None, ""
+        if morsel is None or not morsel.value:
+            return None, ""
+        session = self.sessions.get(morsel.value)
+        return session, "" if session is not None else morsel.value
+
+    def _cookie(self, value: str, max_age: int | None = None) -> str:
+        return (f"{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict" + (f"; Max-Age={max_age}" if max_age is not None else "")
+                + ("; Secure" if self.secure else ""))
+
+    def _ended(self) -> Response:
+        return Response(401, {"error": "your console session ended (logged out, idle too long, or the console restarted): log in again",
+                              "code": "SESSION_ENDED"}, {"Set-Cookie": self._cookie("", 0)})
+
+    def _access(self, path: str) -> None:
+        """/api/login and /api/logout: JSON from the console's own page only (a form of another
+        site can send neither JSON nor this origin; the cookie is SameSite=Strict too)."""
+        if self.headers.get_content_type() != "application/json":
+            self._reply(Response(415, {"error": "Content-Type: must be application/json"}))
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_POST_BYTES:
+            self._reply(Response(413, {"error": f"Content-Length: must be 0..{MAX_POST_BYTES}"}))
+            return
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._reply(Response(400, {"error": "the body must be a JSON object", "field": ""}))
+            return
+        if path == "/api/logout":
+            try:
+                sid = SimpleCookie(self.headers.get("Cookie", "")).get(COOKIE)
+            except CookieError:
+                sid = None
+            if sid is not None:
+                self.sessions.logout(sid.value)
+            self._reply(Response(200, {"loggedIn": False}, {"Set-Cookie": self._cookie("", 0)}))
+            return
+        response, sid = self.sessions.login(body)
+        if sid is not None:
+            response.headers["Set-Cookie"] = self._cookie(sid)
+        log_event(log, "login", logging.INFO if sid else logging.WARNING, client=self.client_address[0],
+                  access_key=body.get("accessKey") if isinstance(body.get("accessKey"), str) else "-", status=response.status)
+        self._reply(response)
+
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         path = url.path
+        if path == "/api/session":
+            session, ended = self._session()
+            body = {"loggedIn": session is not None, "accessKey": session.access_key if session else "", "sessionEnded": bool(ended),
+                    "https": self.secure, "processAccount": signs_calls()}
+            self._reply(Response(200, body, {"Set-Cookie": self._cookie("", 0)} if ended else {}))
+            return
         if path.startswith("/api/"):
             params = dict(parse_qsl(url.query, keep_blank_values=True))
+            session, ended = self._session()
+            if ended and path != "/api/info":
+                self._reply(self._ended())
+                return
+            api = session.api if session is not None else self.api
             try:
-                response = self.api.handle(path, params)
+                response = api.handle(path, params)
             except Exception as exc:  # a bug, not an answer: say so once, keep serving
                 log_event(log, "request failed", logging.ERROR, path=path, error=repr(exc))
                 response = Response(500, {"error": f"console error: {exc!r}"})
@@ -95,29 +186,64 @@ class Handler(BaseHTTPRequestHandler):
         self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
 
-def make_server(bind: str, admin: Any, histogram_slice_s: float = 1.5) -> ThreadingHTTPServer:
+def _connection_failed(server: Any, request: Any, client_address: Any) -> None:
+    """A connection that broke (a client speaking plain HTTP to the HTTPS port, a failed
+    handshake, a reset): one event, not a traceback on stderr."""
+    log_event(log, "connection failed", logging.DEBUG, client=client_address[0], error=repr(sys.exc_info()[1]))
+
+
+def make_server(bind: str, admin: Any, histogram_slice_s: float = 1.5, tls: ssl.SSLContext | None = None,
+                session_idle_s: float = 3600, make_admin: Callable[[tuple[str, str]], Any] | None = None) -> ThreadingHTTPServer:
+    """`make_admin(account)`: the client of a logged-in operator (by default an AdminClient of
+    the same routers signing with that account)."""
     host, port = split_host_port(bind)
-    handler = type("ConsoleHandler", (Handler,), {"api": Api(admin, histogram_slice_s=histogram_slice_s)})
-    server_class = type("ConsoleServer", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
+    if make_admin is None:
+        def make_admin(account: tuple[str, str]) -> Any:
+            return AdminClient(admin.router_addr, timeout_s=admin.timeout_s, account=account)
+    new_admin = make_admin
+    sessions = Sessions(lambda account: Api(new_admin(account), histogram_slice_s=histogram_slice_s), session_idle_s)
+    handler = type("ConsoleHandler", (Handler,), {"api": Api(admin, histogram_slice_s=histogram_slice_s), "sessions": sessions,
+                                                  "secure": tls is not None})
+    server_class = type("ConsoleServer", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                                                  "handle_error": _connection_failed})
     server = server_class((host, port), handler)
     server.daemon_threads = True
+    if tls is not None:
+        # The handshake runs on the connection's own thread (its first read), not in accept().
+        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     return server
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """The console's HTTPS context; OSError/ssl.SSLError when the files cannot be used."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def serve(args: Any) -> int:
     configure_logging(args.log_format, args.log_level)
-    from quarry.services.settings import cannot_listen
+    from quarry.services.settings import cannot_listen, named
 
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = tls_context(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            err = f"{named('--tls-cert')} / {named('--tls-key')}: cannot serve HTTPS with {args.tls_cert} and {args.tls_key}: {exc}"
+            log_event(log, "refusing to start", logging.CRITICAL, reason=err)
+            return 2
     admin = AdminClient(args.router, timeout_s=args.timeout_ms / 1000)
     try:
-        server = make_server(args.bind, admin, args.histogram_slice_ms / 1000)
+        server = make_server(args.bind, admin, args.histogram_slice_ms / 1000, tls, args.session_idle_minutes * 60)
     except OSError as exc:
         err = cannot_listen("--bind", args.bind, exc.strerror or str(exc))
         log_event(log, "refusing to start", logging.CRITICAL, reason=str(err))
         return 2
     host, port = server.server_address[:2]
     address = format_host_port(str(host), port)
-    log_event(log, "console listening", url=f"http://{address}/", routers=args.router)
+    log_event(log, "console listening", url=f"{'https' if tls else 'http'}://{address}/", routers=args.router)
     stop = threading.Event()
 
     def _stop(signum: int, frame: Any) -> None:
@@ -130,6 +256,7 @@ def serve(args: Any) -> int:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+        server.RequestHandlerClass.sessions.close()  # type: ignore[attr-defined]
         admin.close()
         log_event(log, "console stopped")
     return 0

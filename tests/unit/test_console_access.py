@@ -1,0 +1,236 @@
+"""quarry-console's access in process: logging in with an account (the routers asked once,
+their refusal shown in their words), the session cookie (HttpOnly, SameSite=Strict, Secure over
+HTTPS) and every later call signed with that browser's account, logout and idle expiry, secrets
+never in answers or logs, refusals distinct from empty answers, other sites' posts refused, and
+the console's own HTTPS."""
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quarry.clients.console.api import Api
+from quarry.clients.console.config import parse_args
+from quarry.clients.console.server import make_server, tls_context
+from quarry.clients.console.sessions import COOKIE, Sessions
+from quarry.clients.errors import QuarryError
+from quarry.clients.model import QueryResult
+from quarry.v1 import router_pb2
+from tests.e2e.pki import make_pki
+
+SECRET = "s3cret-never-shown"
+ACCOUNTS = {"ops": SECRET, "reader": "reader-secret"}  # what the fake routers accept
+READABLE = {"ops": {"T", "U"}, "reader": {"T"}}  # topics each may query; "reader" may not list
+
+
+class FakeRouters:
+    """An AdminClient as the routers answer one account (None: unsigned calls)."""
+
+    router_addr = "127.0.0.1:9876"
+    timeout_s = 5.0
+
+    def __init__(self, account: tuple[str, str] | None) -> None:
+        self.account = account
+        self.closed = False
+
+    def _check(self, topic: str = "*") -> None:
+        if self.account is None:
+            raise QuarryError("UNAUTHENTICATED", "unknown or missing access key")
+        key, secret = self.account
+        if key not in ACCOUNTS:
+            raise QuarryError("UNAUTHENTICATED", "unknown or missing access key")
+        if ACCOUNTS[key] != secret:
+            raise QuarryError("UNAUTHENTICATED", "bad signature (not made by this key for this method and request)")
+        if topic == "*" and key != "ops" or topic != "*" and topic not in READABLE[key]:
+            raise QuarryError("PERMISSION_DENIED", f"access key {key} lacks query permission on {topic}")
+
+    def topics(self) -> list[str]:
+        self._check()
+        return ["T", "U"]
+
+    def browse_topic(self, topic: str, *args: Any, **kwargs: Any) -> QueryResult:
+        self._check(topic)
+        result = QueryResult.from_proto(router_pb2.QueryResult(complete=True))
+        result.expired = []
+        return result
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Console:
+    def __init__(self, tls: ssl.SSLContext | None = None, client_ctx: ssl.SSLContext | None = None) -> None:
+        self.made: list[FakeRouters] = []
+
+        def make_admin(account: tuple[str, str]) -> FakeRouters:
+            self.made.append(FakeRouters(account))
+            return self.made[-1]
+
+        self.server = make_server("127.0.0.1:0", FakeRouters(None), tls=tls, make_admin=make_admin)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        scheme = "https" if tls else "http"
+        self.base = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
+        self.ctx = client_ctx
+
+    def request(self, path: str, body: Any = None, cookie: str = "", headers: dict[str, str] | None = None,
+                content_type: str = "application/json") -> tuple[int, dict[str, Any], dict[str, str]]:
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        req = urllib.request.Request(self.base + path, data=data, method="POST" if data is not None else "GET")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        if cookie:
+            req.add_header("Cookie", f"{COOKIE}={cookie}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=self.ctx) as r:
+                return r.status, json.loads(r.read()), dict(r.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read()), dict(exc.headers)
+
+    def login(self, key: str, secret: str) -> tuple[int, dict[str, Any], str]:
+        status, body, headers = self.request("/api/login", {"accessKey": key, "secretKey": secret})
+        cookie = headers.get("Set-Cookie", "")
+        sid = cookie.split(";", 1)[0].split("=", 1)[1] if cookie else ""
+        return status, body, sid
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def console() -> Iterator[Console]:
+    c = Console()
+    yield c
+    c.close()
+
+
+def test_without_a_login_calls_go_unsigned_and_the_routers_refusal_is_a_401_in_their_words(console: Console) -> None:
+    status, body, _ = console.request("/api/topics")
+    assert status == 401 and body == {"error": "unknown or missing access key", "code": "UNAUTHENTICATED"}
+    status, body, _ = console.request("/api/session")
+    assert status == 200 and body["loggedIn"] is False and body["https"] is False
+
+
+def test_login_sets_a_strict_httponly_cookie_and_later_calls_sign_with_that_account(console: Console, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    status, body, headers = console.request("/api/login", {"accessKey": "ops", "secretKey": SECRET})
+    assert status == 200 and body["loggedIn"] and body["accessKey"] == "ops", body
+    cookie = headers["Set-Cookie"]
+    attrs = [a.strip() for a in cookie.split(";")]
+    assert "HttpOnly" in attrs and "SameSite=Strict" in attrs and "Path=/" in attrs and "Secure" not in attrs  # plain HTTP here
+    sid = attrs[0].split("=", 1)[1]
+    assert len(sid) >= 40 and SECRET not in cookie
+    assert console.made[-1].account == ("ops", SECRET)
+    status, body, _ = console.request("/api/topics", cookie=sid)
+    assert status == 200 and body["topics"] == ["T", "U"]
+    status, body, _ = console.request("/api/session", cookie=sid)
+    assert body["loggedIn"] and body["accessKey"] == "ops" and SECRET not in json.dumps(body)
+    assert all(SECRET not in r.getMessage() for r in caplog.records)  # nor in any log line
+
+
+def test_a_refused_login_says_the_routers_words_and_sets_no_cookie(console: Console) -> None:
+    status, body, headers = console.request("/api/login", {"accessKey": "ops", "secretKey": "wrong"})
+    assert status == 401 and "bad signature" in body["error"] and body["code"] == "UNAUTHENTICATED"
+    assert "Set-Cookie" not in headers and console.made[-1].closed
+    status, body, _ = console.request("/api/login", {"accessKey": "nobody", "secretKey": "x"})
+    assert status == 401 and body["error"] == "unknown or missing access key"
+
+
+@pytest.mark.parametrize("body,field", [({"accessKey": "ops"}, "secretKey"), ({"secretKey": "x"}, "accessKey"),
+                                        ({"accessKey": "o ps", "secretKey": "x"}, "accessKey"), ({"accessKey": "ops", "secretKey": 5}, "secretKey")])
+def test_bad_login_input_is_a_400_naming_the_field(console: Console, body: dict[str, Any], field: str) -> None:
+    status, answer, _ = console.request("/api/login", body)
+    assert status == 400 and answer["field"] == field, answer
+
+
+def test_an_account_that_may_not_list_topics_logs_in_and_its_refusals_are_403s_not_empty_answers(console: Console) -> None:
+    status, body, sid = console.login("reader", "reader-secret")
+    assert status == 200 and "may not list every topic" in body["note"] and "lacks query permission on *" in body["note"]
+    status, body, _ = console.request("/api/topics", cookie=sid)
+    assert status == 403 and body == {"error": "access key reader lacks query permission on *", "code": "PERMISSION_DENIED"}
+    status, body, _ = console.request("/api/browse?topic=U&begin=1&end=2", cookie=sid)
+    assert status == 403 and body["error"] == "access key reader lacks query permission on U"
+    status, body, _ = console.request("/api/browse?topic=T&begin=1&end=2", cookie=sid)
+    assert status == 200 and body["messages"] == [] and body["complete"]  # an empty answer is a 200
+
+
+def test_sessions_are_per_browser(console: Console) -> None:
+    _, _, ops = console.login("ops", SECRET)
+    _, _, reader = console.login("reader", "reader-secret")
+    assert console.request("/api/topics", cookie=ops)[0] == 200
+    assert console.request("/api/topics", cookie=reader)[0] == 403
+    assert console.request("/api/topics")[0] == 401
+
+
+def test_logout_ends_the_session_and_its_cookie(console: Console) -> None:
+    _, _, sid = console.login("ops", SECRET)
+    status, body, headers = console.request("/api/logout", {}, cookie=sid)
+    assert status == 200 and body == {"loggedIn": False} and "Max-Age=0" in headers["Set-Cookie"]
+    assert console.made[-1].closed
+    status, body, headers = console.request("/api/topics", cookie=sid)
+    assert status == 401 and body["code"] == "SESSION_ENDED" and "Max-Age=0" in headers["Set-Cookie"]
+    status, body, _ = console.request("/api/session", cookie=sid)
+    assert body["loggedIn"] is False and body["sessionEnded"] is True
+
+
+def test_posts_from_another_site_or_not_json_are_refused(console: Console) -> None:
+    status, body, _ = console.request("/api/login", {"accessKey": "ops", "secretKey": SECRET}, headers={"Origin": "https://evil.example"})
+    assert status == 403 and "evil.example" in body["error"]
+    status, body, _ = console.request("/api/login", b"accessKey=ops&secretKey=x", content_type="application/x-www-form-urlencoded")
+    assert status == 415 and "application/json" in body["error"]
+    assert console.made == []  # the routers were never asked
+    status, _, _ = console.request("/api/login", {"accessKey": "ops", "secretKey": SECRET}, headers={"Origin": console.base})
+    assert status == 200
+
+
+def test_an_idle_session_ends() -> None:
+    now = [100.0]
+    sessions = Sessions(lambda account: Api(FakeRouters(account)), idle_s=60, monotonic=lambda: now[0])
+    response, sid = sessions.login({"accessKey": "ops", "secretKey": SECRET})
+    assert response.status == 200 and sid is not None
+    now[0] += 59
+    session = sessions.get(sid)
+    assert session is not None and session.access_key == "ops"
+    now[0] += 59  # used 59 s ago: still there
+    assert sessions.get(sid) is not None
+    admin = session.api.admin
+    now[0] += 61
+    assert sessions.get(sid) is None and admin.closed
+
+
+def test_the_console_serves_https_with_the_given_certificate_and_marks_its_cookie_secure(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki", ["127.0.0.1"])
+    client = ssl.create_default_context(cafile=pki["ca"])
+    c = Console(tls_context(pki["server_cert"], pki["server_key"]), client)
+    try:
+        status, body, _ = c.request("/api/session")
+        assert status == 200 and body["https"] is True
+        status, _, headers = c.request("/api/login", {"accessKey": "ops", "secretKey": SECRET})
+        assert status == 200 and "Secure" in [a.strip() for a in headers["Set-Cookie"].split(";")]
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):  # not the CA's: refused by the client
+            urllib.request.urlopen(c.base + "/healthz", timeout=10, context=ssl.create_default_context())
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP to the HTTPS port gets no page
+            urllib.request.urlopen(c.base.replace("https", "http") + "/healthz", timeout=10)
+    finally:
+        c.close()
+
+
+def test_tls_cert_and_key_come_together(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--tls-cert", "/x/cert.pem"])
+    assert "--tls-cert [env QUARRY_CONSOLE_TLS_CERT] and --tls-key [env QUARRY_CONSOLE_TLS_KEY]: set both" in capsys.readouterr().err
+    monkeypatch.setenv("QUARRY_CONSOLE_TLS_CERT", "/x/cert.pem")
+    monkeypatch.setenv("QUARRY_CONSOLE_TLS_KEY", "/x/key.pem")
+    args = parse_args([])
+    assert (args.tls_cert, args.tls_key) == ("/x/cert.pem", "/x/key.pem")
