@@ -30,6 +30,8 @@ from quarry.formats.record import (
     SYSFLAG_TRANSACTION_ROLLBACK, Record,
 )
 from quarry.services.commitlog import metrics
+from quarry.services.commitlog.broker_settings import BrokerSettings
+from quarry.services.commitlog.broker_stats import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, group_key
 from quarry.services.commitlog.client_table import ClientTable
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.errors import StoreError
@@ -41,6 +43,7 @@ from quarry.services.commitlog.send_back import DLQ_QUEUES, copy_for, dead_lette
 from quarry.services.commitlog.browse import search_offset_by_time
 from quarry.services.commitlog.runtime_info import RuntimeInfo, quarry_version
 from quarry.services.commitlog.store import Appended
+from quarry.services.commitlog.subscription_groups import group_configs, known_groups
 from quarry.services.commitlog.transactions import AlreadyResolved, NotAHalf, Transactions, as_half
 from quarry.services.commitlog.transaction_check import CheckRequest, as_sent
 from quarry.services.remoting import bodies, codes
@@ -67,7 +70,7 @@ class RemotingBroker:
     """Request handlers of one broker; `handlers()` is what the RemotingServer serves."""
 
     def __init__(self, servicer: Any, offsets: ConsumerOffsets, appended: FlushSignal, stopping: threading.Event,
-                 indexer_addr: str = "", retry_queues: int = 1) -> None:
+                 indexer_addr: str = "", retry_queues: int = 1, settings: BrokerSettings | None = None) -> None:
         self.servicer = servicer  # CommitLogServicer: its store and its send path
         self.store = servicer.store
         self.offsets = offsets
@@ -82,6 +85,8 @@ class RemotingBroker:
         self._opaques = itertools.count(1)  # requests this broker sends clients
         self._pulled = metrics.PULLED_MESSAGES.labels()
         self.pull_rates = PullRates()  # per group and topic: GET_CONSUME_STATS' consumeTps
+        self.stats = servicer.sending.stats  # VIEW_BROKER_STATS_DATA's counters (broker_stats.py): puts counted by the send path
+        self.settings = settings or BrokerSettings()  # GET_BROKER_CONFIG's (broker_settings.py)
         self._pulls_found, self._pulls_missed = [0], [0]  # pull requests that handed messages, and those that did not
         self.runtime = RuntimeInfo(self.store, metrics.SENT_MESSAGES.total, metrics.PULLED_MESSAGES.total, quarry_version(),
                                    found_total=lambda: self._pulls_found[0], missed_total=lambda: self._pulls_missed[0])
@@ -100,6 +105,8 @@ class RemotingBroker:
             codes.GET_CONSUME_STATS: self.consume_stats, codes.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             codes.CONSUMER_SEND_MSG_BACK: self.send_back, codes.LOCK_BATCH_MQ: self.lock_queues, codes.UNLOCK_BATCH_MQ: self.unlock_queues,
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
+            codes.GET_TOPIC_CONFIG: self.topic_config, codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.subscription_groups,
+            codes.GET_BROKER_CONFIG: self.broker_config, codes.VIEW_BROKER_STATS_DATA: self.stats_data,
         }
 
     def close(self) -> None:
@@ -335,6 +342,9 @@ class RemotingBroker:
         handed = sum(1 for _, seg in segments if seg is not None)
         self._pulled[0] += handed
         self.pull_rates.add(group, topic, handed)
+        key = group_key(topic, group)
+        self.stats.add(GROUP_GET_NUMS, key, handed)
+        self.stats.add(GROUP_GET_SIZE, key, len(body))
         return req.response(codes.SUCCESS, None, fields, body)
 
     async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -399,6 +409,51 @@ class RemotingBroker:
             lo, hi = self._queue_bounds(topic, queue_id)
             table[self._mq_key(topic, queue_id)] = {"lastUpdateTimestamp": self._store_time_at(topic, queue_id, hi - 1), "maxOffset": hi, "minOffset": lo}
         return req.response(codes.SUCCESS, body=('{"offsetTable":' + _mq_map(table) + "}").encode())
+
+    # -- admin reads: a topic's config, the groups known, the broker's settings and stats ---------
+    async def topic_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_TOPIC_CONFIG (RocketMQ 5's; rocketmq-tools 5 asks it before a topic's stats): the
+        topic's TopicConfig as a TopicConfigAndQueueMapping, with no mapping (Quarry has no
+        static topics). One queue count for reading and writing, read-write, tags filter."""
+        topic = req.text("topic")
+        queues = self.store.topics.get(topic)
+        if queues is None:
+            raise RemotingError(codes.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        return req.response(codes.SUCCESS, body=bodies.topic_config(topic, queues))
+
+    async def subscription_groups(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (mqadmin getConsumerConfig, the dashboard's consumer
+        page): every group this broker knows (subscription_groups.py) with its settings."""
+        groups = known_groups((g for _, g, _, _ in self.offsets.entries()), (g for g, _ in list(self.clients.subscriptions)),
+                              (g for g, _, _ in self.store.consumer_groups.all()))
+        table = {c.group_name: c.as_rocketmq() for c in group_configs(groups, self.retry_queues)}
+        return req.response(codes.SUCCESS, body=bodies.subscription_group_wrapper(table, bodies.data_version(self.settings.since_ms)))
+
+    async def broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_BROKER_CONFIG (mqadmin getBrokerConfig): this broker's settings under RocketMQ's
+        names (broker_settings.py) as java Properties text; the header's `version` is their
+        DataVersion (fixed: they do not change while the process runs)."""
+        version = json.dumps(bodies.data_version(self.settings.since_ms, self.settings.version), separators=(",", ":"))
+        return req.response(codes.SUCCESS, None, {"version": version}, bodies.java_properties(self.settings.values))
+
+    async def stats_data(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA (mqadmin statsAll, the dashboard's topic charts): one counter's
+        sum, tps and avgpt over the last minute, hour and day (broker_stats.py). statsKey is the
+        topic (TOPIC_PUT_*) or topic@group (GROUP_GET_*): query permission on that topic, and the
+        group's."""
+        name, key = req.text("statsName"), req.text("statsKey")
+        if name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE):
+            require(req, "query", [key])
+        elif name in (GROUP_GET_NUMS, GROUP_GET_SIZE) and "@" in key:
+            topic, group = key.rsplit("@", 1)
+            require_group_of(req, group)
+            require(req, "query", [topic])
+        else:
+            require(req, "query", [])
+        view = self.stats.view(name, key)
+        if view is None:
+            raise RemotingError(codes.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return req.response(codes.SUCCESS, body=bodies.broker_stats_data(*((w.sum, w.tps, w.avgpt) for w in view)))
 
     def _mq_key(self, topic: str, queue_id: int) -> str:
         return json.dumps({"brokerName": self.servicer.broker_name, "queueId": queue_id, "topic": topic}, separators=(",", ":"))

@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import threading
 
+from quarry.services.commitlog.broker_settings import BrokerSettings, rocketmq_settings
 from quarry.services.commitlog.convert import resolve_store_host
 from quarry.services.commitlog.remoting_broker import RemotingBroker
 from quarry.services.commitlog.server import CommitLogServicer
@@ -20,12 +21,13 @@ class RemotingPort:
         self.server, self.broker, self.address = server, broker, address
         self._stop_sampling = asyncio.Event()
         self._sampling = asyncio.ensure_future(broker.runtime.run(self._stop_sampling))  # brokerStatus's rates
+        self._stats_sampling = asyncio.ensure_future(broker.stats.run(self._stop_sampling))  # statsAll's windows
 
     async def close(self) -> None:
         self._stop_sampling.set()
         await self.server.close()
         self.broker.close()
-        await asyncio.wait([self._sampling], timeout=1)
+        await asyncio.wait([self._sampling, self._stats_sampling], timeout=1)
 
 
 def advertised(address: str) -> str:
@@ -44,9 +46,10 @@ async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, 
     except (OSError, ValueError) as exc:
         raise StartupError(f"{named('--remoting-advertise')}: {args.remoting_advertise} is not an address to announce ({exc})") from None
     offsets = store.consumer_offsets
-    broker = RemotingBroker(servicer, offsets, servicer.sending.appended_signal(), stopping, indexer_addr=args.indexer_addr)
     accounts = configured_accounts()
     acl = accounts is not None
+    broker = RemotingBroker(servicer, offsets, servicer.sending.appended_signal(), stopping, indexer_addr=args.indexer_addr,
+                            settings=BrokerSettings(rocketmq_settings(args, acl)))
     # With ACL on, a request naming no account is refused from its header, before its body is read.
     server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if acl else None,
                             known_key_check(ACCESS_KEY, accounts) if acl else None, limits_from(args, acl))

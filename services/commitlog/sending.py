@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.append import Appended
+from quarry.services.commitlog.broker_stats import TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from quarry.services.commitlog.errors import DiskFull, ReadOnly, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
@@ -34,7 +35,8 @@ class SendPath:
         self._appended: FlushSignal | None = None  # see appended_signal
         # Labelled metric series, resolved once each.
         self._latency: dict[str, Any] = {}
-        self._sent: dict[str, list[float]] = {}
+        self._sent: dict[str, tuple[list[float], list[int], list[int]]] = {}  # topic: its metric series, put counts and put bytes
+        self.stats = BrokerStats()  # per topic puts (every door's), per group gets (the doors that hand messages)
         self._sent_bytes = metrics.SENT_BYTES.labels()
         # Whether other unary calls are in flight on the server (the process wires its call
         # tracker): append_in_turn waits for the turn's end only then.
@@ -157,20 +159,26 @@ class SendPath:
             listener()
         rows = appended.rows
         if same_topic:
-            self._count_sent(rows[0][2], len(rows))
+            self._count_sent(rows[0][2], len(rows), appended.bytes)
         else:  # (a turn's calls, parked messages, delivered copies: topics may differ)
             for row in rows:
-                self._count_sent(row[2], 1)
+                self._count_sent(row[2], 1, row[1])
         self._sent_bytes[0] += appended.bytes
         return appended
 
-    def _count_sent(self, topic: str, n: int) -> None:
-        sent = self._sent.get(topic)
-        if sent is None:
-            sent = metrics.SENT_MESSAGES.labels(topic)
+    def _count_sent(self, topic: str, n: int, size: int) -> None:
+        """One store call's messages of a topic (RocketMQ's TOPIC_PUT_NUMS counts one call a send)."""
+        counters = self._sent.get(topic)
+        if counters is None:
+            counters = (metrics.SENT_MESSAGES.labels(topic), self.stats.counts(TOPIC_PUT_NUMS, topic), self.stats.counts(TOPIC_PUT_SIZE, topic))
             if len(self._sent) < _TOPICS_CACHED:
-                self._sent[topic] = sent
+                self._sent[topic] = counters
+        sent, puts, put_bytes = counters
         sent[0] += n
+        puts[0] += n
+        puts[1] += 1
+        put_bytes[0] += size
+        put_bytes[1] += 1
 
     def _observe(self, rpc: str, t0: float) -> None:
         latency = self._latency.get(rpc)

@@ -1,5 +1,6 @@
 """JSON bodies of NameServer and broker answers, with RocketMQ 4's field names (TopicRouteData,
-QueueData, BrokerData, ClusterInfo, TopicList, GroupList). Broker ids are map keys ("0" is the master)."""
+QueueData, BrokerData, ClusterInfo, TopicList, GroupList, TopicConfig, SubscriptionGroupWrapper,
+BrokerStatsData; a java Properties text). Broker ids are map keys ("0" is the master)."""
 from __future__ import annotations
 
 import json
@@ -55,3 +56,42 @@ def topic_list(topics: list[str], broker_addr: str = "") -> bytes:
 
 def group_list(groups: list[str]) -> bytes:
     return _json({"groupList": sorted(groups)})
+
+
+def data_version(timestamp_ms: int, counter: int = 0) -> dict[str, int]:
+    """DataVersion: when a table was made and how often it changed since."""
+    return {"counter": counter, "timestamp": timestamp_ms}
+
+
+def java_properties(values: dict[str, str]) -> bytes:
+    """key=value lines as RocketMQ's MixAll.properties2String writes them, escaped where
+    java.util.Properties.load would otherwise read a value or key differently."""
+    def escape(text: str, key: bool) -> str:
+        text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+        if key:
+            for ch in "=: #!":
+                text = text.replace(ch, "\\" + ch)
+        elif text.startswith((" ", "\t")):  # (load drops a value's leading blanks)
+            text = "\\" + text
+        return text
+
+    return "".join(f"{escape(k, True)}={escape(v, False)}\n" for k, v in values.items()).encode("utf-8")
+
+
+def topic_config(topic: str, queues: int) -> bytes:
+    """TopicConfigAndQueueMapping without a mapping (no static topic): a TopicConfig."""
+    return _json({"attributes": {}, "order": False, "perm": PERM_READ_WRITE, "readQueueNums": queues, "topicFilterType": "SINGLE_TAG",
+                  "topicName": topic, "topicSysFlag": 0, "writeQueueNums": queues})
+
+
+def subscription_group_wrapper(table: dict[str, dict[str, object]], version: dict[str, int]) -> bytes:
+    """SubscriptionGroupWrapper: SubscriptionGroupConfig by group name, and the table's DataVersion."""
+    return _json({"dataVersion": version, "subscriptionGroupTable": table})
+
+
+def broker_stats_data(minute: tuple[int, float, float], hour: tuple[int, float, float], day: tuple[int, float, float]) -> bytes:
+    """BrokerStatsData: a BrokerStatsItem (sum, tps, avgpt) for each of the three windows."""
+    def item(w: tuple[int, float, float]) -> dict[str, float]:
+        return {"avgpt": w[2], "sum": w[0], "tps": w[1]}
+
+    return _json({"statsDay": item(day), "statsHour": item(hour), "statsMinute": item(minute)})

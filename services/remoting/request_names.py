@@ -1,4 +1,5 @@
-"""RocketMQ 4.9's request codes by number (RequestCode), for naming a request Quarry does not serve."""
+"""RocketMQ 4.9's request codes by number (RequestCode), and the RocketMQ 5 ones its tools send
+(351), for naming a request Quarry does not serve."""
 from __future__ import annotations
 
 REQUEST_NAMES: dict[int, str] = {
@@ -28,7 +29,7 @@ REQUEST_NAMES: dict[int, str] = {
     318: "UPDATE_NAMESRV_CONFIG", 319: "GET_NAMESRV_CONFIG", 320: "SEND_BATCH_MESSAGE", 321: "QUERY_CONSUME_QUEUE",
     322: "QUERY_DATA_VERSION", 323: "RESUME_CHECK_HALF_MESSAGE", 324: "SEND_REPLY_MESSAGE", 325: "SEND_REPLY_MESSAGE_V2",
     326: "PUSH_REPLY_MESSAGE_TO_CLIENT", 327: "ADD_WRITE_PERM_OF_BROKER", 328: "GET_ALL_PRODUCER_INFO",
-    329: "DELETE_EXPIRED_COMMITLOG",
+    329: "DELETE_EXPIRED_COMMITLOG", 351: "GET_TOPIC_CONFIG",
 }
 
 
