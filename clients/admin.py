@@ -15,7 +15,7 @@ from quarry.channels import open_channel
 from quarry.clients.errors import from_rpc_error
 from quarry.clients.routers import RouterPool
 from quarry.clients.model import QueryResult
-from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, router_pb2, router_pb2_grpc
+from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
 
 
 class AdminClient:
@@ -91,6 +91,23 @@ class AdminClient:
             stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
             try:
                 return stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+
+    def consumer_progress(self, commitlog_addr: str, topic: str = "", group: str = "") -> commitlog_pb2.GetConsumerProgressResponse:
+        """One broker's queue offset ranges and each consumer group's offset and lag in them."""
+        with open_channel(commitlog_addr, account=self.account) as ch:
+            try:
+                return commitlog_pb2_grpc.CommitLogServiceStub(ch).GetConsumerProgress(
+                    commitlog_pb2.GetConsumerProgressRequest(topic=topic, group=group), timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+
+    def index_status(self, indexer_addr: str) -> indexer_pb2.GetIndexStatusResponse:
+        """One broker's indexer: its files, how far behind the log it is, problems found."""
+        with open_channel(indexer_addr, account=self.account) as ch:
+            try:
+                return indexer_pb2_grpc.IndexerServiceStub(ch).GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=self.timeout_s)
             except grpc.RpcError as exc:
                 raise from_rpc_error(exc) from None
 

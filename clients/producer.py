@@ -55,10 +55,13 @@ def _retryable(exc: BaseException) -> bool:
 class Producer:
     """Sends messages to the brokers that hold a topic, retrying elsewhere when one is down."""
 
-    def __init__(self, router_addr: str, retries: int = 2, timeout_s: float = 5.0, max_message_size: int = 4 * 1024 * 1024) -> None:
-        """`router_addr`: host:port, or several routers as 'a:9876;b:9876' (tried in turn)."""
+    def __init__(self, router_addr: str, retries: int = 2, timeout_s: float = 5.0, max_message_size: int = 4 * 1024 * 1024,
+                 account: tuple[str, str] | None = None) -> None:
+        """`router_addr`: host:port, or several routers as 'a:9876;b:9876' (tried in turn);
+        `account`: (access key, secret key) signing every call instead of QUARRY_ACCESS_KEY's."""
         self.router_addr = router_addr
-        self._routers = RouterPool(router_addr)
+        self.account = account
+        self._routers = RouterPool(router_addr, account=account)
         self.retries = retries
         self.timeout_s = timeout_s
         self.max_message_size = max_message_size
@@ -76,7 +79,7 @@ class Producer:
         with self._lock:
             ch = self._channels.get(addr)
             if ch is None:
-                ch = self._channels[addr] = open_channel(addr, options=[("grpc.max_send_message_length", 128 << 20)])
+                ch = self._channels[addr] = open_channel(addr, options=[("grpc.max_send_message_length", 128 << 20)], account=self.account)
             return ch
 
     def _stub(self, addr: str) -> commitlog_pb2_grpc.CommitLogServiceStub:

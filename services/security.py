@@ -50,6 +50,7 @@ PERMISSIONS = {
     "ListTopics": "query", "ListBrokers": "query", "ConsumeStatus": "query", "TrackMessage": "query",
     "BrowseTopic": "query", "BrowseMessages": "query", "SearchOffset": "query", "SearchOffsetByTime": "query",
     "RegisterBroker": "admin", "UnregisterBroker": "admin", "Tail": "admin", "GetStoreStatus": "admin", "GetIndexStatus": "admin",
+    "GetConsumerProgress": "admin",  # every group's offsets, as GetStoreStatus every topic's
     # Key hashes of every topic an indexer holds: a topic-less read, so query on "*".
     "WatchKeyPresence": "query",
     # The multiplexed stream between Quarry's own processes: each carried call is its own.

@@ -17,12 +17,14 @@ counted and the token to go on with: exact, never sampled.
 from __future__ import annotations
 
 import base64
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
+from quarry.clients.console import cluster_status, dead_letters, trace
 from quarry.clients.model import Message, QueryResult
 from quarry.formats import offset_msg_id, tag_expression, unique_key
 from quarry.formats.topic import TopicError, validate_topic
@@ -192,7 +194,7 @@ class Api:
     """`handle(path, params)` → Response; `admin` is an AdminClient (or anything with its methods)."""
 
     def __init__(self, admin: Any, histogram_slice_s: float = 1.5, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, producer: Any = None) -> None:
         self.admin = admin
         self.histogram_slice_s = histogram_slice_s
         self.clock = clock
@@ -200,8 +202,37 @@ class Api:
         self.routes: dict[str, Callable[[dict[str, str]], Response]] = {
             "/api/info": self.info, "/api/search": self.search, "/api/browse": self.browse, "/api/histogram": self.histogram,
             "/api/message": self.message, "/api/body": self.body, "/api/track": self.track, "/api/cluster": self.cluster,
-            "/api/topics": self.topics,
+            "/api/topics": self.topics, "/api/status": self.status, "/api/trace": self.trace, "/api/copies": self.copies,
         }
+        # State-changing endpoints: POST with a JSON body only, so a pasted link or a page of
+        # another site (a form cannot send application/json) never resends anything.
+        self.post_routes: dict[str, Callable[[dict[str, Any]], Response]] = {"/api/resend": self.resend}
+        self._producer = producer
+
+    def handle_post(self, path: str, body: bytes, content_type: str) -> Response:
+        route = self.post_routes.get(path)
+        if route is None:
+            return Response(404, {"error": f"no such endpoint for POST: {path}", "endpoints": sorted(self.post_routes)})
+        try:
+            if content_type.split(";", 1)[0].strip().lower() != "application/json":
+                raise BadInput("Content-Type", f"must be application/json, got {content_type or 'none'!r}")
+            try:
+                doc = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise BadInput("body", f"not a JSON document ({exc})") from None
+            if not isinstance(doc, dict):
+                raise BadInput("body", "must be a JSON object")
+            return route(doc)
+        except (BadInput, QuarryError) as exc:
+            return error_response(exc, self.admin.router_addr)
+
+    def producer(self) -> Any:
+        if self._producer is None:
+            from quarry.clients.producer import Producer
+
+            # signed as the admin's calls are: a session's resend is that operator's own send
+            self._producer = Producer(self.admin.router_addr, timeout_s=self.admin.timeout_s, account=getattr(self.admin, "account", None))
+        return self._producer
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -405,7 +436,7 @@ class Api:
         return Response(200, {"message": message_json(m, with_body=True),
                               "stored": {"broker": m.broker_name, "topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
                                          "commitLogOffset": m.commit_log_offset, "storeHost": m.store_host, "storeSize": m.store_size,
-                                         "offsetMsgId": m.offset_msg_id}})
+                                         "offsetMsgId": m.offset_msg_id} | cluster_status.segment_of(self.admin, m.broker_name, m.commit_log_offset)})
 
     def body(self, params: dict[str, str]) -> Response:
         m = self._one(params)
@@ -424,3 +455,73 @@ class Api:
                          "source": g.source, "attempt": g.attempt, "invisibleUntilMs": g.invisible_until_ms, "consumedAtMs": g.consumed_at_ms,
                          "deadLetteredAtMs": g.dead_lettered_at_ms, "dueAtMs": g.due_at_ms, "expression": g.expression, "note": g.note})
         return Response(200, {"groups": rows})
+
+    # -- cluster status, trace, copies
+    def status(self, params: dict[str, str]) -> Response:
+        """Each broker's store, index, queues and consumer groups (cluster_status.py)."""
+        return Response(200, cluster_status.cluster_status(self.admin) | {"nowMs": self.now_ms()})
+
+    def trace(self, params: dict[str, str]) -> Response:
+        """The message id's trace contexts (queryMsgTraceById), oldest first."""
+        msg_id = _text(params, "id")
+        if not msg_id:
+            raise BadInput("id", "required (the message id, as producers and consumers trace it)")
+        trace_topic = _topic(params, "traceTopic", required=False) or trace.message_trace.DEFAULT_TRACE_TOPIC
+        return Response(200, trace.trace(self.admin, msg_id, trace_topic, _int(params, "begin", 0), _int(params, "end", 0)))
+
+    def copies(self, params: dict[str, str]) -> Response:
+        """Every stored message with this unique key, in every topic (a message sent twice, its
+        retries and dead letters keep it), oldest first."""
+        uid = _text(params, "uniqueKey")
+        if not uid:
+            raise BadInput("uniqueKey", "required")
+        answer = self._by_unique_key(uid, _topic(params, required=False), 0, 0)
+        answer["messages"].sort(key=lambda m: (m["storeTimestamp"], m["brokerName"], m["commitLogOffset"]))
+        return Response(200, answer | {"uniqueKey": uid})
+
+    # -- dead letters
+    def resend(self, doc: dict[str, Any]) -> Response:
+        """{"ids": [offsetMsgId, ...], "confirm": bool}: each dead letter read by its id and, with
+        confirm, sent again to its original topic (dead_letters.py); without, the plan only.
+        One answer per id, in order: its new ids, or why it was not resent."""
+        ids = doc.get("ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+            raise BadInput("ids", "a non-empty list of offsetMsgIds of dead letters")
+        if len(ids) > dead_letters.MAX_RESEND:
+            raise BadInput("ids", f"at most {dead_letters.MAX_RESEND} a request, got {len(ids)}")
+        if len(set(ids)) != len(ids):
+            raise BadInput("ids", "an id is listed twice (it would be resent twice)")
+        for i in ids:
+            if unique_key.id_kind(i) != "v4":
+                raise BadInput("ids", f"an offsetMsgId has 32 or 56 hex characters, got {i!r}")
+        confirm = doc.get("confirm", False)
+        if not isinstance(confirm, bool):
+            raise BadInput("confirm", "must be true or false")
+        rows = []
+        for i in ids:
+            try:
+                found = self.admin.query_by_id(i).messages
+            except NotFoundError as exc:
+                rows.append({"offsetMsgId": i, "refused": f"not found: {exc.message}"})
+                continue
+            if not found:
+                rows.append({"offsetMsgId": i, "refused": "not found"})
+                continue
+            m = found[0]
+            try:
+                plan = dead_letters.plan(m)
+            except dead_letters.NotResendable as exc:
+                rows.append(dead_letters.plan_json(m, None, str(exc)))
+                continue
+            row = dead_letters.plan_json(m, plan)
+            if confirm:
+                try:
+                    sent = self.producer().send(plan.topic, plan.body, keys=plan.keys, tags=plan.tags, properties=plan.properties, flag=plan.flag)
+                    row["sent"] = {"msgId": sent.msg_id, "offsetMsgId": sent.offset_msg_id, "topic": sent.message_queue.topic,
+                                   "broker": sent.message_queue.broker_name, "queueId": sent.message_queue.queue_id,
+                                   "queueOffset": sent.queue_offset, "status": sent.send_status}
+                except QuarryError as exc:
+                    row["error"] = {"code": exc.code, "message": exc.message}
+            rows.append(row)
+        return Response(200, {"confirmed": confirm, "results": rows,
+                              "resent": sum(1 for r in rows if "sent" in r), "refused": sum(1 for r in rows if "refused" in r or "error" in r)})

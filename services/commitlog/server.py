@@ -12,10 +12,10 @@ from typing import AsyncIterator, Callable
 import grpc
 
 from quarry.formats import tag_expression
-from quarry.formats.topic import TopicError, validate_topic
+from quarry.formats.topic import TopicError, validate_group, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
-from quarry.services.commitlog import consume_status
+from quarry.services.commitlog import consume_status, consumer_progress
 from quarry.services.commitlog.convert import peer_host, send_result, send_result_columns, send_results, to_group_status, to_stored
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.flush_signal import FlushSignal
@@ -131,6 +131,23 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                                         request.queue_offset, records[0].tags, int(time.time() * 1000), self.consumer_max_attempts)
         online = self.online_groups()
         return commitlog_pb2.ConsumeStatusResponse(groups=[to_group_status(g, g.group in online) for g in found])
+
+    async def GetConsumerProgress(self, request: commitlog_pb2.GetConsumerProgressRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.GetConsumerProgressResponse:
+        try:
+            if request.topic:
+                validate_topic(request.topic)
+            if request.group:
+                validate_group(request.group)
+        except TopicError as exc:
+            raise InvalidArgument(str(exc)) from None
+        ranges = consumer_progress.queue_ranges(self.store.state, request.topic)
+        groups = consumer_progress.progress(ranges, self.store.consumer_offsets, self.store.consumer_groups, request.group)
+        return commitlog_pb2.GetConsumerProgressResponse(
+            broker_name=self.broker_name,
+            queues=[commitlog_pb2.QueueOffsetRange(topic=r.topic, queue_id=r.queue_id, min_queue_offset=r.min_offset, max_queue_offset=r.max_offset)
+                    for r in ranges],
+            groups=[commitlog_pb2.GroupQueueProgress(group=g.group, topic=g.topic, queue_id=g.queue_id, consumer_offset=g.consumer_offset,
+                                                     max_queue_offset=g.max_offset, lag=g.lag, source=g.source) for g in groups])
 
     async def Tail(self, request: commitlog_pb2.TailRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[commitlog_pb2.TailResponse]:
         if not 0 <= request.max_batch <= 4096:

@@ -30,6 +30,7 @@ EXPECTED_RPCS = {
         "SearchOffsetByTime": ("SearchOffsetByTimeRequest", "SearchOffsetByTimeResponse", False, False),
         "BrowseMessages": ("BrowseMessagesRequest", "BrowseMessagesResponse", False, False),
         "ConsumeStatus": ("ConsumeStatusRequest", "ConsumeStatusResponse", False, False),
+        "GetConsumerProgress": ("GetConsumerProgressRequest", "GetConsumerProgressResponse", False, False),
     },
     "quarry.v1.IndexerService": {
         "QueryMessage": ("QueryMessageRequest", "QueryMessageResponse", False, False),

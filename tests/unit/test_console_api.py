@@ -17,9 +17,9 @@ import pytest
 from quarry.clients.console.api import Api
 from quarry.clients.console.server import make_server
 from quarry.clients.errors import InvalidArgumentError, NotFoundError, QuarryError, UnavailableError
-from quarry.clients.model import QueryResult
+from quarry.clients.model import MessageQueue, QueryResult, SendResult
 from quarry.formats import offset_msg_id
-from quarry.v1 import common_pb2, router_pb2
+from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2, router_pb2
 
 NOW = 1_800_000_000_000
 OID = offset_msg_id.create("10.0.0.1", 10911, 4096)
@@ -55,6 +55,7 @@ class FakeAdmin:
         self.pages: dict[str, QueryResult] = {}  # browse token -> page
         self.topic_list = ["T", "U"]
         self.fail: Exception | None = None
+        self.index_fail: Exception | None = None
 
     def _log(self, name: str, *args: Any) -> None:
         self.calls.append((name, args))
@@ -96,7 +97,42 @@ class FakeAdmin:
 
     def brokers(self) -> list[router_pb2.BrokerInfo]:
         self._log("brokers")
-        return [router_pb2.BrokerInfo(broker_name="broker-a", missing=False), router_pb2.BrokerInfo(broker_name="broker-b", missing=True)]
+        return [router_pb2.BrokerInfo(broker_name="broker-a", missing=False, commitlog_addr="10.0.0.1:7000", indexer_addr="10.0.0.1:7001"),
+                router_pb2.BrokerInfo(broker_name="broker-b", missing=True)]
+
+    # per broker, at its registered addresses
+    def broker_status(self, addr: str) -> commitlog_pb2.GetStoreStatusResponse:
+        self._log("broker_status", addr)
+        return commitlog_pb2.GetStoreStatusResponse(
+            broker_name="broker-a", min_offset=1 << 30, max_offset=(1 << 30) + 5000, corruption=["00000000001073741824 at 4096: bad CRC"],
+            problems=["retention: stalled"], segments=[commitlog_pb2.SegmentInfo(file_name=f"{1 << 30:020d}", start_offset=1 << 30, written_bytes=5000, size=1 << 30)])
+
+    def index_status(self, addr: str) -> indexer_pb2.GetIndexStatusResponse:
+        self._log("index_status", addr)
+        if self.index_fail is not None:
+            raise self.index_fail
+        return indexer_pb2.GetIndexStatusResponse(broker_name="broker-a", lag_bytes=1200, lag_ms=35, tail_connected=True, total_entries=7)
+
+    def consumer_progress(self, addr: str, topic: str = "", group: str = "") -> commitlog_pb2.GetConsumerProgressResponse:
+        self._log("consumer_progress", addr)
+        return commitlog_pb2.GetConsumerProgressResponse(broker_name="broker-a", queues=[
+            commitlog_pb2.QueueOffsetRange(topic="T", queue_id=0, min_queue_offset=0, max_queue_offset=10),
+            commitlog_pb2.QueueOffsetRange(topic="T", queue_id=1, min_queue_offset=2, max_queue_offset=12),
+            commitlog_pb2.QueueOffsetRange(topic="%DLQ%g1", queue_id=0, min_queue_offset=0, max_queue_offset=3),
+        ], groups=[
+            commitlog_pb2.GroupQueueProgress(group="g1", topic="T", queue_id=0, consumer_offset=4, max_queue_offset=10, lag=6, source="offset"),
+            commitlog_pb2.GroupQueueProgress(group="g1", topic="T", queue_id=1, consumer_offset=12, max_queue_offset=12, lag=0, source="offset"),
+        ])
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+
+    def send(self, topic: str, body: bytes, keys: Any = None, tags: str = "", properties: dict[str, str] | None = None, flag: int = 0) -> SendResult:
+        self.sent.append((topic, body, keys, tags, properties, flag))
+        n = len(self.sent)
+        return SendResult("SEND_OK", f"NEW{n:029d}", offset_msg_id.create("10.0.0.1", 10911, 9000 + n), MessageQueue(topic, "broker-a", 2), 40 + n)
 
 
 class Clock:
@@ -286,7 +322,7 @@ def test_the_histogram_needs_its_window(api: Api) -> None:
 
 def test_a_message_by_position_has_every_field_and_its_body(api: Api, admin: FakeAdmin) -> None:
     status, body = get(api, "/api/message", topic="T", broker="broker-b", queue=2, offset=9)
-    assert status == 200 and admin.calls[-1] == ("query_by_offset", ("T", "broker-b", 2, 9))
+    assert status == 200 and ("query_by_offset", ("T", "broker-b", 2, 9)) in admin.calls
     m = body["message"]
     for name in ("topic", "flag", "properties", "keys", "tags", "uniqueKey", "queueId", "queueOffset", "commitLogOffset", "storeSize", "sysFlag",
                  "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset", "bodyCrc", "offsetMsgId",
@@ -307,6 +343,115 @@ def test_track_and_cluster(api: Api) -> None:
     assert status == 200 and body["groups"][0]["group"] == "g1" and body["groups"][0]["state"] == "CONSUMED"
     status, body = get(api, "/api/cluster")
     assert status == 200 and [b["missing"] for b in body["brokers"]] == [False, True]
+
+
+# ---- dead letters, cluster status, trace, copies ----------------------------------------------
+
+def dead_letter(i: int, **props: str) -> common_pb2.StoredMessage:
+    m = msg(i, topic="%DLQ%g1", uid=f"{i:032X}", oid=offset_msg_id.create("10.0.0.1", 10911, 100 + i))
+    m.properties.extend([common_pb2.Property(name=k, value=v) for k, v in props.items()])
+    m.properties.extend([common_pb2.Property(name="UNIQ_KEY", value=m.unique_key), common_pb2.Property(name="DELAY", value="0"),
+                         common_pb2.Property(name="color", value="red")])
+    return m
+
+
+def post(api: Api, doc: Any, content_type: str = "application/json") -> tuple[int, Any]:
+    r = api.handle_post("/api/resend", json.dumps(doc).encode(), content_type)
+    return r.status, r.body
+
+
+def test_a_dead_letter_is_planned_then_resent_to_its_original_topic_with_a_new_id(admin: FakeAdmin) -> None:
+    producer = FakeProducer()
+    api = Api(admin, producer=producer)
+    a, b, c = dead_letter(1, RETRY_TOPIC="Orders"), dead_letter(2, DLQ_ORIGIN_TOPIC="Payments"), dead_letter(3)
+    for m in (a, b, c):
+        admin.by_id[m.offset_msg_id] = result([m])
+    ids = [a.offset_msg_id, b.offset_msg_id, c.offset_msg_id]
+    status, plan = post(api, {"ids": ids})
+    assert status == 200 and plan["confirmed"] is False and producer.sent == []  # the plan only: nothing sent before confirmation
+    assert [r.get("toTopic") for r in plan["results"]] == ["Orders", "Payments", None]
+    assert "original topic is not known" in plan["results"][2]["refused"]
+    status, done = post(api, {"ids": ids, "confirm": True})
+    assert status == 200 and done["resent"] == 2 and done["refused"] == 1
+    assert [s[0] for s in producer.sent] == ["Orders", "Payments"]
+    topic, body, keys, tags, props, _ = producer.sent[0]
+    assert (body, keys, tags) == (a.body, ["k-1"], "TagA")
+    assert props == {"color": "red", "RESENT_FROM": a.offset_msg_id}  # RocketMQ's own properties left out: a new UNIQ_KEY
+    first = done["results"][0]["sent"]
+    assert first["topic"] == "Orders" and first["msgId"] == "NEW" + "0" * 28 + "1" and first["queueOffset"] == 41
+
+
+@pytest.mark.parametrize("doc,content_type,field", [
+    ({"ids": []}, "application/json", "ids"),
+    ({"ids": ["nothex"]}, "application/json", "ids"),
+    ({"ids": ["A" * 32, "A" * 32]}, "application/json", "ids"),
+    ({"ids": ["A" * 32], "confirm": "yes"}, "application/json", "confirm"),
+    ({"ids": ["A" * 32]}, "application/x-www-form-urlencoded", "Content-Type"),
+])
+def test_bad_resend_input_is_400_naming_the_field(api: Api, doc: Any, content_type: str, field: str) -> None:
+    status, body = post(api, doc, content_type)
+    assert status == 400 and body["field"] == field, body
+
+
+def test_a_message_not_in_a_dlq_topic_is_not_resent(admin: FakeAdmin) -> None:
+    producer = FakeProducer()
+    m = msg(5, oid=offset_msg_id.create("10.0.0.1", 10911, 5))
+    m.properties.append(common_pb2.Property(name="RETRY_TOPIC", value="Orders"))
+    admin.by_id[m.offset_msg_id] = result([m])
+    status, done = post(Api(admin, producer=producer), {"ids": [m.offset_msg_id], "confirm": True})
+    assert status == 200 and "not a dead-letter topic" in done["results"][0]["refused"] and producer.sent == []
+
+
+def test_the_cluster_status_has_store_index_queues_groups_lag_and_dead_letters(api: Api, admin: FakeAdmin) -> None:
+    status, body = get(api, "/api/status")
+    assert status == 200
+    a, b = body["brokers"]
+    assert b["missing"] and b["error"]["code"] == "MISSING"
+    st = a["store"]
+    assert st["damaged"] == ["00000000001073741824 at 4096: bad CRC"] and st["problems"] == ["retention: stalled"]
+    assert st["expired"] == {"fromPhysicalOffset": 0, "toPhysicalOffset": 1 << 30} and st["writtenBytes"] == 5000 and st["allocatedBytes"] == 1 << 30
+    assert a["index"]["lagBytes"] == 1200 and a["index"]["lagMs"] == 35
+    assert {(q["topic"], q["queueId"]): (q["minOffset"], q["maxOffset"]) for q in a["queues"]}[("T", 1)] == (2, 12)
+    assert body["groups"] == [{"group": "g1", "topic": "T", "source": "offset", "lag": 6, "queues": 2, "brokers": ["broker-a"]}]
+    assert body["deadLetters"] == [{"topic": "%DLQ%g1", "group": "g1", "messages": 3}]
+    assert body["complete"] is False and [u["broker"] for u in body["unanswered"]] == ["broker-b"]
+
+
+def test_a_part_that_does_not_answer_is_named_and_the_rest_still_shown(api: Api, admin: FakeAdmin) -> None:
+    admin.index_fail = UnavailableError("UNAVAILABLE", "indexer down")
+    body = get(api, "/api/status")[1]
+    a = body["brokers"][0]
+    assert a["index"] is None and a["indexError"] == {"code": "UNAVAILABLE", "message": "indexer down"} and a["store"] is not None
+    assert {"broker": "broker-a", "part": "index", "code": "UNAVAILABLE", "message": "indexer down"} in body["unanswered"]
+
+
+def test_the_message_names_its_segment_file(api: Api) -> None:
+    admin_msg = get(api, "/api/message", topic="T", broker="broker-a", queue=0, offset=4)[1]
+    assert admin_msg["stored"]["segmentError"]["code"] == "NOT_FOUND"  # the fake's record is at offset 0, below the segment
+    assert "segment" not in get(api, "/api/message", topic="T", broker="broker-b", queue=0, offset=4)[1]["stored"]
+
+
+def test_the_trace_is_decoded_oldest_first(api: Api, admin: FakeAdmin) -> None:
+    mid = "0A0000010000000000000000000000AB"
+    pub = f"Pub\x01{NOW}\x01DefaultRegion\x01pg\x01T\x01{mid}\x01TagA\x01k1\x0110.0.0.1:10911\x0110\x013\x010\x01OID\x01true\x02"
+    sub = f"SubAfter\x01req\x01{mid}\x015\x01true\x01k1\x010\x02"
+    sub_before = f"SubBefore\x01{NOW + 20}\x01DefaultRegion\x01cg\x01req\x01{mid}\x010\x01k1\x02"
+    trace_msg = common_pb2.StoredMessage(topic="RMQ_SYS_TRACE_TOPIC", body=(sub_before + sub + pub).encode(), broker_name="broker-a",
+                                         born_host=common_pb2.HostAddress(ip="10.0.0.9", port=5555))
+    admin.by_key = result([trace_msg])
+    status, body = get(api, "/api/trace", id=mid)
+    assert status == 200 and admin.calls[-1][1][:2] == ("RMQ_SYS_TRACE_TOPIC", mid)
+    assert [(c["traceType"], c["group"], c["timestamp"]) for c in body["contexts"]] == [("Pub", "pg", NOW), ("SubBefore", "cg", NOW + 20), ("SubAfter", "cg", NOW + 25)]
+    assert [c["timeInferred"] for c in body["contexts"]] == [False, False, True]  # an old client's SubAfter: placed after its SubBefore
+    assert get(api, "/api/trace")[1]["field"] == "id"
+
+
+def test_copies_are_every_message_with_the_unique_key_in_every_topic_oldest_first(api: Api, admin: FakeAdmin) -> None:
+    uid = "0A000001000A1B2C3D4E5F6071820002"
+    admin.by_uid[("T", uid)] = result([msg(2, uid=uid, ts=NOW - 5), msg(1, uid=uid, ts=NOW - 9)])
+    admin.by_uid[("U", uid)] = result([msg(3, topic="U", uid=uid, ts=NOW - 7)])
+    status, body = get(api, "/api/copies", uniqueKey=uid)
+    assert status == 200 and [m["queueOffset"] for m in body["messages"]] == [1, 3, 2] and body["searchedTopics"] == ["T", "U"]
 
 
 # ---- the HTTP server ----------------------------------------------------------------------------

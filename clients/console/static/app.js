@@ -250,7 +250,9 @@ async function browseView(gen) {
     out.append(el("p", { id: "browse-summary", "data-count": a.messages.length, "data-page": page },
       `Page ${page}: ${a.messages.length} message${a.messages.length === 1 ? "" : "s"} of ${topic}${tags && tags !== "*" ? " with tags " + tags : ""}, ` +
       `stored ${fmtTime(a.window.begin)} to ${fmtTime(a.window.end)} (${zoneName()}), ${order} first` + (a.nextToken ? "; more follow." : "; the end of the window.")));
-    out.append(messageTable(a.messages, "browse-table"));
+    const table = messageTable(a.messages, "browse-table");
+    out.append(table);
+    if (topic.startsWith(DLQ_PREFIX)) deadLetterControls(gen, out, a.messages, table); // dead_letters.js
     out.append(el("div", { class: "pager" },
       page > 1 ? el("a", { class: "button secondary", id: "first-page", href: viewUrl("/browse", base) }, "First page") : null,
       a.nextToken ? el("a", { class: "button", id: "next-page", href: viewUrl("/browse", { ...base, token: a.nextToken, page: page + 1 }) }, `Next page (${page + 1})`) : el("span", { class: "muted", id: "last-page" }, "Last page")));
@@ -405,7 +407,8 @@ async function messageView(gen) {
   const props = el("table", { id: "properties" }, el("thead", {}, el("tr", {}, el("th", {}, "Property"), el("th", {}, "Value"))),
     el("tbody", {}, m.properties.map(([k, v]) => el("tr", { "data-name": k }, el("td", { class: "mono" }, k), el("td", { class: "mono" }, v)))));
   const stored = a.stored;
-  const where = el("p", { id: "stored" }, `Stored on broker ${stored.broker} (store host ${stored.storeHost}), topic ${stored.topic} queue ${stored.queueId} at queue offset ${stored.queueOffset}; CommitLog offset ${stored.commitLogOffset}, ${stored.storeSize} bytes; offsetMsgId ${stored.offsetMsgId}.`);
+  const where = el("p", { id: "stored" }, `Stored on broker ${stored.broker} (store host ${stored.storeHost}), topic ${stored.topic} queue ${stored.queueId} at queue offset ${stored.queueOffset}; CommitLog offset ${stored.commitLogOffset}, ${stored.storeSize} bytes; offsetMsgId ${stored.offsetMsgId}. ` +
+    (stored.segment ? `Segment file ${stored.segment.fileName}, at byte ${stored.segment.position} of it.` : `Segment file not known (${stored.segmentError.code}: ${stored.segmentError.message}).`));
   const bodyPre = el("pre", { class: "body", id: "body" });
   const bodyNote = el("p", { class: "muted", id: "body-note" });
   const tabs = el("div", { class: "tabs", id: "body-tabs" });
@@ -434,6 +437,7 @@ async function messageView(gen) {
   let mode = p.get("body");
   if (!["text", "json", "hex"].includes(mode)) { mode = "text"; try { JSON.parse(new TextDecoder().decode(bytes)); mode = "json"; } catch (e) { /* text */ } }
   show(mode);
+  messageHistory(gen, m); // message_history.js: the trace timeline and the copies, below the consume status
   try {
     const t = await api("/api/track", { topic: m.topic, broker: m.brokerName, queue: m.queueId, offset: m.queueOffset });
     if (gen !== generation) return;
@@ -488,6 +492,7 @@ async function clusterView(gen) {
           el("td", { class: "mono" }, b.remotingAddr), el("td", { class: "mono" }, fmtTime(b.lastHeartbeatMs)),
           el("td", {}, b.topics.map((t) => el("a", { class: "tag", href: viewUrl("/browse", { topic: t.topic }) }, `${t.topic} (${t.queueCount})`))))))),
       el("p", { class: "muted" }, `${c.topics.length} topics.`));
+    await clusterStatus(gen); // cluster_status.js
   } catch (err) {
     if (gen === generation) { $("#view").replaceChildren(el("h1", { text: "Cluster" })); showError(err, null); }
   }
