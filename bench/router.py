@@ -2,15 +2,13 @@
 kinds and the mixed load at concurrency 1 and 16, each beside the echo ceiling
 (bench/ceiling.py) of the same request and response sizes at the same concurrency, same run.
 
-`.venv/bin/python -m bench router [--messages N] [--queries N] [--read-bodies-from indexer|commitlog] [--indexer-reads store|commitlog] [--broker-calls multiplexed|unary]`
+`.venv/bin/python -m bench router [--messages N] [--queries N] [--read-bodies-from indexer|commitlog] [--indexer-reads store|commitlog]`
 
 `--read-bodies-from` is the router's setting of that name: key and unique-key queries get the
 records from the indexers (which read them from their commitlogs), or the indexers answer
 offsets and the router reads the records from each commitlog itself. `--indexer-reads store`
 (the default) has each indexer read them from its commitlog's segment files (same host,
-indexer --commitlog-store-dir); `commitlog` has it call GetMessages. `--broker-calls` is the
-router's setting of that name: its calls to the brokers multiplexed over one stream per
-address (the default), or one gRPC call each.
+indexer --commitlog-store-dir); `commitlog` has it call GetMessages.
 """
 from __future__ import annotations
 
@@ -124,7 +122,6 @@ def run(argv: list[str]) -> list[Result]:
     p.add_argument("--queries", type=int, default=2000, help="queries per kind for latency")
     p.add_argument("--read-bodies-from", choices=("indexer", "commitlog"), default="indexer")
     p.add_argument("--indexer-reads", choices=("store", "commitlog"), default="store")
-    p.add_argument("--broker-calls", choices=("multiplexed", "unary"), default="multiplexed")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of figure and ceiling per kind (medians reported)")
     args = p.parse_args(argv)
     out: list[Result] = []
@@ -132,14 +129,14 @@ def run(argv: list[str]) -> list[Result]:
         cluster = LocalCluster(root=Path(tmp), indexer_args=["--index-num", str(max(1000, args.messages))],
                                indexer_reads_store=args.indexer_reads == "store")
         try:
-            cluster.start_router("--read-bodies-from", args.read_bodies_from, "--broker-calls", args.broker_calls)
+            cluster.start_router("--read-bodies-from", args.read_bodies_from)
             for name, host in HOSTS.items():
                 cluster.add_broker(name, host)
             t0 = time.perf_counter()
             samples = _load(cluster, args.messages, 500)
             cluster.wait_indexed(timeout_s=1800)
             load_s = time.perf_counter() - t0
-            params = {"messages": args.messages, "brokers": 3, "bodies_from": args.read_bodies_from, "indexer_reads": args.indexer_reads, "broker_calls": args.broker_calls}
+            params = {"messages": args.messages, "brokers": 3, "bodies_from": args.read_bodies_from, "indexer_reads": args.indexer_reads}
             out.append(Result("load: sent and indexed", args.messages / load_s, "msg/s", params))
             assert cluster.router is not None
             out += _queries(cluster.router.address, samples, args, params)

@@ -28,15 +28,6 @@ _TRANSPORT_WORDS = (
 )
 
 
-_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
-
-
-def status_by_number(number: int) -> grpc.StatusCode | None:
-    """The StatusCode of a status number (as gRPC's aio context and the wire carry it), None
-    for a number gRPC does not define."""
-    return _BY_NUMBER.get(number)
-
-
 def transport_failure(exc: BaseException) -> bool:
     """True when `exc` is UNAVAILABLE because the call did not reach a server (or lost it)."""
     if not isinstance(exc, grpc.RpcError):

@@ -53,11 +53,11 @@ def rows() -> list[tuple[str, str, str, list[str]]]:
     from quarry.services.remoting import acl
     from quarry.services.remoting import codes
     from quarry.services.rmq5 import auth as rmq5_auth
-    from quarry.v1 import commitlog_pb2, indexer_pb2, multiplex_pb2, router_pb2
+    from quarry.v1 import commitlog_pb2, indexer_pb2, router_pb2
 
     accounts = _accounts()
     out: list[tuple[str, str, str, list[str]]] = []
-    for module in (commitlog_pb2, indexer_pb2, router_pb2, multiplex_pb2):
+    for module in (commitlog_pb2, indexer_pb2, router_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 permission = security.PERMISSIONS[method.name]

@@ -19,15 +19,13 @@ from typing import Any, Callable, Sequence
 import grpc
 
 from quarry.services.metrics import HistogramSeries, ServiceMetrics
-from quarry.transport import status_by_number
 
 # Long-lived streams a client keeps open while it lives: cancelled at stop, not waited for.
-# (The calls a MultiplexService stream carries are each counted and waited for on their own.)
-_NOT_WAITED = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/Telemetry",
-               "/quarry.v1.MultiplexService/")
+_NOT_WAITED = ("/grpc.health.v1.Health/", "/grpc.reflection.", "/apache.rocketmq.v2.MessagingService/Telemetry")
 # Bounds the per-method caches below: the methods a server registers, plus room for the
 # handlers an ACL interceptor makes per refused call (past the bound they are not cached).
 _CACHE_LIMIT = 1024
+_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}  # grpc.aio's context may give a code as its number
 
 
 @functools.lru_cache(maxsize=_CACHE_LIMIT)
@@ -42,7 +40,7 @@ def _code_name(context: Any, failed: bool | None) -> str:
     away, or its deadline passed)."""
     code = context.code() if hasattr(context, "code") else None
     if isinstance(code, int):
-        code = status_by_number(code)
+        code = _BY_NUMBER.get(code)
     if code is None:
         return "CANCELLED" if failed is None else "UNKNOWN" if failed else "OK"
     return code.name  # type: ignore[no-any-return]
@@ -52,16 +50,14 @@ class CallTracker:
     """Counts calls in flight and records their outcome in the service's metrics.
 
     `begin` and `end` run on the service's event loop (every server here is grpc.aio; a
-    done callback and a MultiplexService's carried calls run there too), so the counts are
-    plain integers and the per-call metrics loop metrics (services/metrics.py): a lock or a
-    prometheus_client update per step cost ~20 us of the serving process's CPU per call.
-    Only `wait_idle` is for other threads."""
+    done callback runs there too), so the counts are plain integers and the per-call metrics
+    loop metrics (services/metrics.py): a lock or a prometheus_client update per step cost
+    measurably more CPU per call. Only `wait_idle` is for other threads."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
         self._waited = 0
-        # Unary calls of this server's own connections between their handler's start and their
-        # end (multiplexed calls are not among them): whether a call has company.
+        # Unary calls between their handler's start and their end: whether a call has company.
         self.unary_in_flight = 0
         self._idle = threading.Event()
         self._idle.set()
@@ -156,7 +152,8 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
 
     def unary(inner: Callable, single: bool) -> Callable:
         async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            call, failed = start(context, single), True
+            call = start(context, single)
+            failed: bool | None = True  # None: cancelled
             try:
                 result = await inner(request, context)
                 failed = False
@@ -170,7 +167,8 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
 
     def streaming(inner: Callable) -> Callable:
         async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            call, failed = start(context, False), True
+            call = start(context, False)
+            failed: bool | None = True  # None: cancelled
             try:
                 result = inner(request, context)
                 if hasattr(result, "__aiter__"):
@@ -198,15 +196,11 @@ class TrackedServer:
     def __init__(self, server: grpc.aio.Server, tracker: CallTracker) -> None:
         self._server = server
         self.tracker = tracker
-        # Every registered method's own (untracked) handler, by full name: what a
-        # MultiplexService stream runs for the calls it carries (services/multiplex.py).
-        self.registered: dict[str, grpc.RpcMethodHandler] = {}
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._server.add_generic_rpc_handlers(tuple(_TrackedGenericHandler(h, self.tracker) for h in handlers))
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
-        self.registered.update({f"/{service}/{name}": h for name, h in handlers.items()})
         self._server.add_registered_method_handlers(  # type: ignore[attr-defined]
             service, {name: tracked_handler(self.tracker, f"/{service}/{name}", h) for name, h in handlers.items()})
 

@@ -53,8 +53,6 @@ PERMISSIONS = {
     "GetConsumerProgress": "admin",  # every group's offsets, as GetStoreStatus every topic's
     # Key hashes of every topic an indexer holds: a topic-less read, so query on "*".
     "WatchKeyPresence": "query",
-    # The multiplexed stream between Quarry's own processes: each carried call is its own.
-    "Calls": "admin",
 }
 # Not checked here: health and reflection are open; RocketMQ 5's MessagingService carries its
 # own signature (MQv2-HMAC-SHA1) and answers refusals in-band, so it checks the same accounts

@@ -25,14 +25,10 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, TrackedServer
 from quarry.services import grpc_poller
-from quarry.services.frames_port import FramesPort
 from quarry.services.log import log_event
 from quarry.services.metrics import ServiceMetrics
 from quarry.services.settings import cannot_listen
-from quarry.services.multiplex import SERVICE as MULTIPLEX_SERVICE
-from quarry.services.multiplex import MultiplexServicer
 from quarry.services.security import aio_acl_interceptors, server_credentials
-from quarry.v1 import multiplex_pb2_grpc
 
 log = logging.getLogger("quarry.serving")
 
@@ -78,18 +74,14 @@ def _options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 
 def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrations: Iterable[Registration],
-                       health_servicer: object, max_message_bytes: int) -> tuple[int, list[str], bool, MultiplexServicer | None]:
+                       health_servicer: object) -> tuple[int, list[str], bool]:
     """Add the servicers, health and reflection; bind with TLS when configured. Returns
-    (port, service names, TLS on, the MultiplexService when offered)."""
+    (port, service names, TLS on)."""
     regs = list(registrations)
     for reg in regs:
         reg.add(server)  # type: ignore[arg-type]
-    multiplexer = None
-    if isinstance(server, TrackedServer):  # ACL off: the services' unary calls may also come multiplexed
-        multiplexer = MultiplexServicer(server.registered, server.tracker, max_message_bytes)
-        multiplex_pb2_grpc.add_MultiplexServiceServicer_to_server(multiplexer, server)  # type: ignore[arg-type]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = [r.service_name for r in regs] + ([MULTIPLEX_SERVICE] if multiplexer is not None else [])
+    names = [r.service_name for r in regs]
     # The asyncio servicer, named: `server` may be the TrackedServer in front of the grpc.aio
     # server, which enable_server_reflection would take for a thread-pool one.
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
@@ -101,7 +93,7 @@ def _register_and_bind(name: str, bind: str, server: grpc.aio.Server, registrati
         port = 0
     if port == 0:
         raise cannot_listen("--bind", bind, "address in use, or not an address of this host")
-    return port, names, creds is not None, multiplexer
+    return port, names, creds is not None
 
 
 @dataclass
@@ -115,8 +107,6 @@ class RunningAioServer:
     service_names: list[str] = field(default_factory=list)
     tracker: CallTracker | None = None
     health_check: HealthCheck | None = None
-    multiplexer: MultiplexServicer | None = None
-    frames: FramesPort | None = None
     _monitor: "asyncio.Task[None] | None" = None
 
     async def set_serving(self, serving: bool) -> None:
@@ -149,50 +139,31 @@ class RunningAioServer:
 
 async def start_aio_server(
     name: str, bind: str, registrations: Iterable[Registration], max_message_bytes: int = 128 * 1024 * 1024,
-    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None, frames_port: int | None = None,
-    grpc_poller_policy: str = "batch",
+    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None, grpc_poller_policy: str = "batch",
 ) -> RunningAioServer:
     """Create, register (+health, +reflection), bind and start a server for asyncio servicers
     (coroutine handlers); return it serving (SERVING, or what `health_check` says). Call inside
-    the event loop. With `frames_port` (0: any free port) the carried calls may also come over
-    TCP frames on the bind host (services/frames_port.py); not with TLS or ACL on.
-    `grpc_poller_policy`: services/grpc_poller.py."""
+    the event loop. `grpc_poller_policy`: services/grpc_poller.py."""
     tracker = CallTracker(metrics or ServiceMetrics(name))
     acl = aio_acl_interceptors()
     # Calls are tracked by their handlers, wrapped as they are registered; only a server that
     # needs interceptors anyway (ACL) tracks with one, first, so refused calls count too.
     server = grpc.aio.server(options=_options(max_message_bytes), interceptors=[AioTrackingInterceptor(tracker), *acl] if acl else None)
     health_servicer = health.aio.HealthServicer()
-    port, names, tls, multiplexer = _register_and_bind(
-        name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer, max_message_bytes)
+    port, names, tls = _register_and_bind(name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer)
     await server.start()
     poller = grpc_poller.apply(grpc_poller_policy)
     host = bind.rsplit(":", 1)[0]
-    frames = None
-    if frames_port is not None and multiplexer is not None and not tls:
-        frames = FramesPort(multiplexer, max_message_bytes)
-        try:
-            multiplexer.frames_port = await frames.start(host.strip("[]"), frames_port)
-            multiplexer.frames_token = frames.token
-        except OSError as exc:
-            await server.stop(None)
-            raise cannot_listen("--frames-port", f"{host}:{frames_port}", exc.strerror or str(exc)) from None
     running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}",
-                               service_names=names, tracker=tracker, health_check=health_check, multiplexer=multiplexer, frames=frames)
+                               service_names=names, tracker=tracker, health_check=health_check)
     await running.set_serving(health_check is None or not _evaluate(health_check))
-    log_event(log, "server started", service=name, address=running.address, tls=tls, frames_port=frames.port if frames is not None else "off",
-              grpc_poller=poller)
+    log_event(log, "server started", service=name, address=running.address, tls=tls, grpc_poller=poller)
     running.monitor_health(name)
     return running
 
 
 async def stop_server(running: RunningAioServer, grace_s: float) -> None:
-    """Take no new call (carried ones included), let those in flight finish within the grace
-    period, then stop."""
-    if running.multiplexer is not None:
-        running.multiplexer.stop()  # no new carried calls either
-    if running.frames is not None:
-        running.frames.close()  # nor frames connections
+    """Take no new call, let those in flight finish within the grace period, then stop."""
     if grace_s <= 0:
         await running.server.stop(None)  # one stop: two at once with no grace can crash grpc's core
     else:
@@ -202,8 +173,6 @@ async def stop_server(running: RunningAioServer, grace_s: float) -> None:
         if running.tracker is None or await asyncio.to_thread(running.tracker.wait_idle, grace_s):
             await running.server.stop(None)
         await stopping
-    if running.frames is not None:
-        await running.frames.close_connections()  # every carried call is answered or was cancelled
 
 
 async def aio_wait_for_termination(

@@ -169,25 +169,6 @@ def remoting_bind(parser: EnvArgumentParser, args: argparse.Namespace, default_p
     return address
 
 
-def port_or_off(text: str) -> int | None:
-    """A TCP port (0: any free one), or 'off': None."""
-    if text.lower() in ("", "off"):
-        return None
-    port = int(text)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"a port is 0..65535 or off, got {port}")
-    return port
-
-
-def add_frames_setting(p: EnvArgumentParser, env: str) -> None:
-    """--frames-port: where a service's multiplexed calls may also come over plain TCP frames
-    (quarry/frames.py); the callers learn the port on the gRPC stream."""
-    p.add_setting("--frames-port", env, 0,
-                  "TCP port on the --bind host for the multiplexed calls of the router and the indexer as plain frames "
-                  "(0: any free port, told to callers on the gRPC stream; off: they stay on the gRPC stream); "
-                  "never opened with TLS or ACL on", port_or_off)
-
-
 def add_metrics_settings(p: "EnvArgumentParser") -> None:
     """--metrics-port and --metrics-host, the same for every service."""
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)

@@ -68,7 +68,7 @@ def serve_aio(name: str, build: Callable[[asyncio.AbstractEventLoop], list[Regis
     loop = EventLoopThread.shared()
 
     async def start() -> RunningAioServer:
-        return await start_aio_server(name, BIND, build(loop.loop), max_message_bytes=max_message_bytes, frames_port=0)
+        return await start_aio_server(name, BIND, build(loop.loop), max_message_bytes=max_message_bytes)
 
     running: RunningAioServer = loop.run(start())
     try:

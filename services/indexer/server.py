@@ -21,7 +21,6 @@ from typing import AsyncIterator, Callable
 import grpc
 
 from quarry.channels import open_aio_channel
-from quarry.multiplex import multiplexed
 
 from quarry.formats import scheduled
 from quarry.formats.index_keys import answers_key
@@ -70,8 +69,7 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         self.lock = lock
         self.tailer = tailer
         self.checkpoint = checkpoint
-        # Its GetMessages calls (a key query's records) travel multiplexed, as the router's do.
-        self._channel = multiplexed(open_aio_channel(commitlog_addr, options=[("grpc.max_receive_message_length", _MAX_RECEIVE)]), _MAX_RECEIVE, commitlog_addr)
+        self._channel = open_aio_channel(commitlog_addr, options=[("grpc.max_receive_message_length", _MAX_RECEIVE)])
         self._commitlog = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
 
     async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.QueryMessageResponse:
@@ -278,7 +276,7 @@ async def _serve(args: argparse.Namespace) -> int:
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files, presence)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
-                                     metrics=metrics.METRICS, frames_port=args.frames_port, grpc_poller_policy=args.grpc_poller, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
+                                     metrics=metrics.METRICS, grpc_poller_policy=args.grpc_poller, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
     # Start-up's objects (modules, descriptors, the opened index) live as long as the process:
     # frozen, a full collection no longer walks them with the loop stalled (as the commitlog).
     gc.collect()

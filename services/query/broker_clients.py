@@ -1,10 +1,6 @@
 """grpc.aio stubs to brokers' commitlogs and indexers: one channel and one stub per address,
 made on first use and reused by every query (creating either per query costs more than the
-call). Used on the router's event loop only, which is also where the channels are made.
-
-Unary calls go multiplexed over one carrier per address (quarry/multiplex.py: TCP frames where
-the broker offers them, else a gRPC stream) unless the router signs its calls (ACL: each call
-signed on its own) or was told not to."""
+call). Used on the router's event loop only, which is also where the channels are made."""
 from __future__ import annotations
 
 import time
@@ -13,7 +9,6 @@ from typing import Any, Callable
 import grpc
 
 from quarry.channels import open_aio_channel
-from quarry.multiplex import MultiplexedChannel, multiplexed
 from quarry.v1 import commitlog_pb2_grpc, indexer_pb2_grpc
 from quarry.services.query.presence import PresenceCopies
 
@@ -34,20 +29,17 @@ PRUNE_IDLE_S = 60.0
 class BrokerClients:
     """Cached channels and stubs keyed by address."""
 
-    def __init__(self, multiplexed: bool = True, frames: bool = True) -> None:
-        self.multiplexed = multiplexed
-        self.frames = frames  # multiplexed calls may go over a frames port the broker offers
-        self._channels: dict[str, grpc.aio.Channel | MultiplexedChannel] = {}
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
         self._commitlogs: dict[str, commitlog_pb2_grpc.CommitLogServiceStub] = {}
         self._indexers: dict[str, indexer_pb2_grpc.IndexerServiceStub] = {}
         self._used: dict[str, float] = {}  # address -> when a stub was last handed out (monotonic)
         self.presence = PresenceCopies(self.indexer)  # indexers' key presence filters, by address
 
-    def _channel(self, address: str) -> grpc.aio.Channel | MultiplexedChannel:
+    def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
-            plain = open_aio_channel(address, options=_OPTIONS)
-            ch = self._channels[address] = multiplexed(plain, _MAX_RECEIVE, address if self.frames else "") if self.multiplexed else plain
+            ch = self._channels[address] = open_aio_channel(address, options=_OPTIONS)
         return ch
 
     def commitlog(self, address: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
@@ -70,7 +62,7 @@ class BrokerClients:
         return list(self._channels)
 
     async def prune(self, keep: set[str], idle_s: float = PRUNE_IDLE_S) -> list[str]:
-        """Close the channels (and, multiplexed, their streams) of addresses not in `keep` that
+        """Close the channels of addresses not in `keep` that
         have not been used for `idle_s`: a broker that moved or was forgotten. Returns them."""
         now = time.monotonic()
         self.presence.forget(keep)

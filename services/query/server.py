@@ -257,7 +257,7 @@ def _count_brokers(registry: BrokerRegistry, missing: bool) -> float:
 
 async def _prune_channels(registry: BrokerRegistry, clients: BrokerClients, every_s: float = PRUNE_IDLE_S) -> None:
     """Now and then, close the channels of addresses no registered broker has any more (each
-    holds a connection and, multiplexed, a stream)."""
+    holds a connection)."""
     while True:
         await asyncio.sleep(every_s)
         keep = {a for b in registry.known() for a in (b.commitlog_addr, b.indexer_addr) if a}
@@ -278,7 +278,7 @@ async def _serve(args: argparse.Namespace) -> int:
             registry.register(broker)
     except (ValueError, Conflict) as exc:
         raise StartupError(f"{named('--static-brokers')}: {exc}") from None
-    clients = BrokerClients(multiplexed=args.broker_calls != "unary", frames=args.broker_calls == "multiplexed")
+    clients = BrokerClients()
     queries = Queries(
         registry,
         clients,
@@ -301,8 +301,8 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.remoting_bind:
         accounts = configured_accounts()
         acl = accounts is not None  # (on: a request naming no account is refused from its header, as the commitlog's)
-        remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if acl else None,
-                                  known_key_check(ACCESS_KEY, accounts) if acl else None, limits_from(args, acl))
+        remoting = RemotingServer("nameserver", NameServer(registry).handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None,
+                                  known_key_check(ACCESS_KEY, accounts) if accounts is not None else None, limits_from(args, acl))
         await remoting.start(args.remoting_bind)  # raises StartupError naming --remoting-bind
     running = await start_aio_server("router", args.bind, [
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),

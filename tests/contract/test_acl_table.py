@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from quarry.services import security
 from quarry.services.remoting import acl
-from quarry.v1 import commitlog_pb2, indexer_pb2, multiplex_pb2, router_pb2
+from quarry.v1 import commitlog_pb2, indexer_pb2, router_pb2
 from scripts import acl_table
 
 
 def test_every_quarry_v1_method_has_a_permission() -> None:
-    methods = {m.name for module in (commitlog_pb2, indexer_pb2, router_pb2, multiplex_pb2)
+    methods = {m.name for module in (commitlog_pb2, indexer_pb2, router_pb2)
                for s in module.DESCRIPTOR.services_by_name.values() for m in s.methods}
     assert methods <= set(security.PERMISSIONS), f"no permission for {sorted(methods - set(security.PERMISSIONS))}: add it to services/security.py"
 

@@ -12,10 +12,10 @@ import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
 
-from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2, multiplex_pb2, router_pb2
+from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2, router_pb2
 
 REPO = Path(__file__).resolve().parents[2]
-FILES: list[FileDescriptor] = [common_pb2.DESCRIPTOR, commitlog_pb2.DESCRIPTOR, indexer_pb2.DESCRIPTOR, router_pb2.DESCRIPTOR, multiplex_pb2.DESCRIPTOR]
+FILES: list[FileDescriptor] = [common_pb2.DESCRIPTOR, commitlog_pb2.DESCRIPTOR, indexer_pb2.DESCRIPTOR, router_pb2.DESCRIPTOR]
 
 EXPECTED_RPCS = {
     "quarry.v1.CommitLogService": {
@@ -36,9 +36,6 @@ EXPECTED_RPCS = {
         "QueryMessage": ("QueryMessageRequest", "QueryMessageResponse", False, False),
         "GetIndexStatus": ("GetIndexStatusRequest", "GetIndexStatusResponse", False, False),
         "WatchKeyPresence": ("WatchKeyPresenceRequest", "WatchKeyPresenceResponse", True, True),
-    },
-    "quarry.v1.MultiplexService": {
-        "Calls": ("CallsRequest", "CallsResponse", True, True),
     },
     "quarry.v1.QueryRouterService": {
         "RegisterBroker": ("RegisterBrokerRequest", "RegisterBrokerResponse", False, False),

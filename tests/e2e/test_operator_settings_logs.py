@@ -183,8 +183,6 @@ def test_two_commitlogs_without_remoting_flags_start_and_a_taken_remoting_port_i
     ("indexer", "--bind", "QUARRY_INDEXER_BIND"),
     ("router", "--bind", "QUARRY_ROUTER_BIND"),
     ("router", "--remoting-bind", "QUARRY_ROUTER_REMOTING_BIND"),
-    ("commitlog", "--frames-port", "QUARRY_COMMITLOG_FRAMES_PORT"),
-    ("indexer", "--frames-port", "QUARRY_INDEXER_FRAMES_PORT"),
 ])
 def test_a_port_that_cannot_be_bound_stops_any_service_in_one_line(kind: str, flag: str, env: str, tmp_path: Path) -> None:
     import socket
@@ -196,7 +194,7 @@ def test_a_port_that_cannot_be_bound_stops_any_service_in_one_line(kind: str, fl
         taken.listen()
         port = taken.getsockname()[1]
         bind = f"127.0.0.144:{port}" if flag == "--bind" else f"127.0.0.144:{free_port('127.0.0.144')}"
-        args = {"--bind": [], "--remoting-bind": ["--remoting-bind", f"127.0.0.144:{port}"], "--frames-port": ["--frames-port", str(port)]}[flag]
+        args = {"--bind": [], "--remoting-bind": ["--remoting-bind", f"127.0.0.144:{port}"]}[flag]
         own = {"router": ["--remoting-bind", f"127.0.0.144:{free_port('127.0.0.144')}"], "commitlog": ["--store-dir", str(tmp_path / "s"), "--remoting-bind", "off"],
                "indexer": ["--index-dir", str(tmp_path / "i"), "--commitlog", "127.0.0.1:1"]}[kind]
         proc = subprocess.run([sys.executable, "-m", MODULES[kind], "--bind", bind, *own, *args], cwd=tmp_path,

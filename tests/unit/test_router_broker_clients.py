@@ -1,5 +1,5 @@
 """The router's broker channels: cached per address, closed once no registered broker has the
-address and it has gone unused for a while (each holds a connection and a multiplexed stream)."""
+address and it has gone unused for a while (each holds a connection)."""
 from __future__ import annotations
 
 from quarry.services.query.broker_clients import BrokerClients

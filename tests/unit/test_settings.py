@@ -109,7 +109,7 @@ def test_the_indexer_has_no_flag_that_does_nothing(flag: str, capsys: pytest.Cap
 
 
 def test_a_port_that_cannot_be_bound_names_the_flag_its_variable_and_the_address() -> None:
-    """Every port a service listens on (gRPC, frames, remoting) that cannot be bound stops the
+    """Every port a service listens on (gRPC, remoting) that cannot be bound stops the
     start with one StartupError in the words of a bad setting, not a traceback."""
     import asyncio
     import socket
@@ -127,14 +127,12 @@ def test_a_port_that_cannot_be_bound_names_the_flag_its_variable_and_the_address
         async def refusals() -> list[str]:
             found = []
             for start in (lambda: RemotingServer("commitlog", {}).start(f"127.0.0.1:{port}"),
-                          lambda: start_aio_server("commitlog", f"127.0.0.1:{port}", []),
-                          lambda: start_aio_server("commitlog", "127.0.0.1:0", [], frames_port=port)):
+                          lambda: start_aio_server("commitlog", f"127.0.0.1:{port}", [])):
                 with pytest.raises(StartupError) as refused:
                     await start()
                 found.append(str(refused.value))
             return found
 
-        remoting, grpc_bind, frames = asyncio.run(refusals())
+        remoting, grpc_bind = asyncio.run(refusals())
     assert remoting == f"--remoting-bind [env QUARRY_COMMITLOG_REMOTING_BIND]: cannot listen on 127.0.0.1:{port}: Address already in use"
     assert grpc_bind.startswith(f"--bind [env QUARRY_COMMITLOG_BIND]: cannot listen on 127.0.0.1:{port}: ")
-    assert frames.startswith(f"--frames-port [env QUARRY_COMMITLOG_FRAMES_PORT]: cannot listen on 127.0.0.1:{port}: ")
