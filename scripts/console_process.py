@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -26,12 +27,13 @@ class ConsoleProcess:
     port: int = 0
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    ca: str = ""  # set when the console serves HTTPS (--tls-cert): the CA that signed its certificate
     proc: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ca else 'http'}://{self.host}:{self.port}"
 
     def start(self, wait_s: float = 30.0) -> "ConsoleProcess":
         self.port = self.port or free_port(self.host)
@@ -46,7 +48,7 @@ class ConsoleProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"quarry-console exited with {self.proc.returncode}: {self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as r:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1, context=ssl.create_default_context(cafile=self.ca) if self.ca else None) as r:
                     if r.status == 200:
                         return self
             except OSError:

@@ -22,7 +22,7 @@ const scenario = JSON.parse(process.argv[2]);
 async function newBrowser() {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "quarry-console-profile-")); // a fresh --user-data-dir
   const context = await chromium.launchPersistentContext(profile, {
-    executablePath: EXECUTABLE, headless: true, args: ARGS, viewport: { width: 1400, height: 900 }, timezoneId: scenario.timezone || undefined,
+    executablePath: EXECUTABLE, headless: true, args: [...ARGS, ...(scenario.chromiumArgs || [])], viewport: { width: 1400, height: 900 }, timezoneId: scenario.timezone || undefined,
   });
   context.setDefaultTimeout(TIMEOUT_MS);
   const errors = [];
@@ -160,11 +160,34 @@ async function view(context, step) {
   return { url: page.url(), banners: await banners(page), rows: step.table ? await rows(page, step.table) : [] };
 }
 
+// Logs in on /login (step.next: the view to land on); reports where it landed, the banners,
+// the header's account and the console's cookie as the browser keeps it.
+async function login(context, step) {
+  const page = await open(context, `${scenario.base}/login${step.next ? "?next=" + encodeURIComponent(step.next) : ""}`);
+  await page.fill("#access-key", step.accessKey);
+  await page.fill("#secret-key", step.secretKey);
+  await page.click("#login-button");
+  await page.waitForSelector(step.fails ? "#error-banner" : "#account-key");
+  await ready(page);
+  if (step.wait) await page.waitForSelector(step.wait);
+  if (step.shot) await shot(page, step.shot);
+  const cookies = (await context.cookies()).map((c) => ({ name: c.name, httpOnly: c.httpOnly, sameSite: c.sameSite, secure: c.secure, value: c.value }));
+  return { url: page.url(), banners: await banners(page), account: await page.textContent("#account"), cookies,
+    rows: step.table ? await rows(page, step.table) : [], scriptCookie: await page.evaluate(() => document.cookie) };
+}
+
+async function logout(context, step) {
+  const page = context.pages()[0];
+  await Promise.all([page.waitForURL((u) => u.pathname === "/login"), page.click("#logout")]);
+  await page.waitForSelector("#login-link");
+  return { url: page.url(), account: await page.textContent("#account"), cookies: (await context.cookies()).map((c) => c.name) };
+}
+
 const b = await newBrowser();
 const results = [];
 try {
   for (const step of scenario.steps) {
-    const run = { search, browse, message, view }[step.do];
+    const run = { search, browse, message, view, login, logout }[step.do];
     const started = Date.now();
     const result = step.do === "paste" ? await paste(step) : await run(b.context, step);
     result.ms = Date.now() - started;

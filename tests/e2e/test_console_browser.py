@@ -48,8 +48,8 @@ def _tools() -> None:
         pytest.fail(f"{CHROMIUM} not found: run `make console-browser` (scripts/ensure_chromium.sh installs Debian's chromium)")
 
 
-def drive(console: ConsoleProcess, *steps: dict[str, Any], timeout_s: float = 240) -> list[dict[str, Any]]:
-    scenario = {"base": console.url, "shots": str(SHOTS), "steps": list(steps)}
+def drive(console: ConsoleProcess, *steps: dict[str, Any], timeout_s: float = 240, chromium_args: list[str] | None = None) -> list[dict[str, Any]]:
+    scenario = {"base": console.url, "shots": str(SHOTS), "steps": list(steps), "chromiumArgs": chromium_args or []}
     done = subprocess.run(["node", str(DRIVER), json.dumps(scenario)], capture_output=True, text=True, timeout=timeout_s, cwd=DRIVER.parent)
     assert done.returncode == 0, f"drive.mjs failed ({done.returncode}):\n{done.stderr[-4000:]}\nconsole log:\n{console.log_tail(40)}"
     out = json.loads(done.stdout.strip().splitlines()[-1])

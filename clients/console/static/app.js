@@ -116,10 +116,12 @@ function honesty(answer, retryUrl) {
 function showError(err, form) {
   if (!(err instanceof ApiError)) { banner("error", `The console could not be reached: ${err.message}`); return; }
   const body = err.body || {};
-  const titles = { 400: "Bad input", 401: "Not signed in (ACL)", 403: "Refused by access control", 404: "Not found", 503: "Unavailable" };
-  const b = banner("error", `${titles[err.status] || "Error " + err.status}${body.field ? " (" + body.field + ")" : ""}: ${body.error || ""}`);
+  const titles = { 400: "Bad input", 401: "Refused by the routers: not signed in as an account they know", 403: "Refused by access control", 404: "Not found", 503: "Unavailable" };
+  const refused = err.status === 401 || err.status === 403; // a refusal, never shown as an empty answer
+  const b = banner(refused ? "refused" : "error", `${titles[err.status] || "Error " + err.status}${body.field ? " (" + body.field + ")" : ""}: ${body.error || ""}`);
   b.id = "error-banner";
   b.dataset.status = String(err.status);
+  if (refused) b.append(loginLink()); // access.js
   if (body.field && form) {
     const input = form.querySelector(`[name="${body.field}"]`);
     if (input) {
