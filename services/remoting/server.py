@@ -1,7 +1,8 @@
 """The remoting transport's server side: asyncio TCP, frames in, handlers by request code.
 
 Each request runs as its own task (a long-polling pull must not hold up a send on the same
-connection); responses carry the request's opaque and header form. One-way requests get no
+connection); responses carry the request's opaque and header form, and those of one turn of
+the event loop leave in one write. One-way requests get no
 response. A handler's RemotingError becomes its response code and remark; any other error
 a SYSTEM_ERROR naming it. A malformed or oversized frame closes that connection with a log
 line; the process and other connections carry on.
@@ -97,10 +98,27 @@ class Connection:
     peer: tuple[str, int]
     writer: asyncio.StreamWriter
     attributes: dict[str, object] = field(default_factory=dict)
+    _replies: list[bytes] = field(default_factory=list, repr=False)  # frames reply() queued this turn
 
     def send(self, cmd: RemotingCommand) -> None:
+        """Write one frame now (a request the server sends its client)."""
         if not self.writer.is_closing():
             self.writer.write(encode_frame(cmd))
+
+    def reply(self, cmd: RemotingCommand) -> None:
+        """Queue a response: those queued in one turn of the event loop leave together, in
+        order, in one write (a send() each was most of the cost of a small request)."""
+        if self.writer.is_closing():
+            return
+        self._replies.append(encode_frame(cmd))
+        if len(self._replies) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write the queued responses."""
+        replies, self._replies = self._replies, []
+        if replies and not self.writer.is_closing():
+            self.writer.writelines(replies)
 
 
 Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
@@ -239,6 +257,7 @@ class RemotingServer:
                     callback(conn)
                 except Exception:  # noqa: BLE001 - a listener's bug must not stop the cleanup
                     log.exception("connection close listener failed")
+            conn.flush()
             writer.close()
 
     async def _read_checked(self, reader: asyncio.StreamReader, length: int, peer: _Peer) -> RemotingCommand:
@@ -303,8 +322,10 @@ class RemotingServer:
         response = await self.answer(cmd, conn)
         if response is not None and not cmd.is_oneway:
             try:
-                conn.send(response)
-                await conn.writer.drain()  # a client that stops reading holds its own requests back, not memory
+                conn.reply(response)
+                # A client that stops reading holds its own requests back, not memory (the
+                # transport pauses once the turn's replies fill its buffer past its high mark).
+                await conn.writer.drain()
             except (ConnectionError, RuntimeError):
                 pass  # the client went away; nothing to answer
 

@@ -299,3 +299,54 @@ def test_byte_caps_below_the_largest_frame_stop_the_start_with_acl_on() -> None:
     args.remoting_unauthenticated_bytes_per_peer, args.remoting_unauthenticated_bytes = 32 << 20, 16 << 20
     with pytest.raises(StartupError, match="--remoting-unauthenticated-bytes"):
         limits_from(args, acl=True)
+
+
+class _RecordingWriter:
+    def __init__(self) -> None:
+        self.writes: list[list[bytes]] = []
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append([data])
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.writes.append(list(data))
+
+
+def test_replies_of_one_loop_turn_leave_in_one_write_in_order_and_a_request_to_the_client_at_once() -> None:
+    async def main() -> None:
+        writer = _RecordingWriter()
+        conn = Connection(("127.0.0.1", 1), writer)  # type: ignore[arg-type]
+        replies = [RemotingCommand(2, opaque, 0, None).response(body=b"%d" % opaque) for opaque in (7, 3, 9)]
+        for reply in replies:
+            conn.reply(reply)
+        assert writer.writes == []  # nothing written before the turn ends
+        conn.send(RemotingCommand(40, 1, codes.FLAG_ONEWAY, None))
+        assert len(writer.writes) == 1  # the server's own request is not held back
+        await asyncio.sleep(0)  # (one turn: the flush scheduled by the first reply runs)
+        assert [[decode_frame(f[4:]).opaque for f in w] for w in writer.writes[1:]] == [[7, 3, 9]]
+        conn.reply(replies[0])
+        await asyncio.sleep(0)
+        assert len(writer.writes) == 3  # a later turn: a write of its own
+    run(main())
+
+
+def test_pipelined_requests_are_all_answered_in_the_order_their_handlers_finished() -> None:
+    async def main() -> None:
+        server = await _server(_Handlers())
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"".join(encode_frame(RemotingCommand(2, opaque, 0, None)) for opaque in range(1, 201)))
+            answered = []
+            for _ in range(200):
+                (length,) = struct.unpack(">i", await reader.readexactly(4))
+                cmd = decode_frame(await reader.readexactly(length))
+                assert cmd.is_response and cmd.body == b"fast"
+                answered.append(cmd.opaque)
+            assert answered == list(range(1, 201))
+            writer.close()
+        finally:
+            await server.close()
+    run(main())
