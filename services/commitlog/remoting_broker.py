@@ -19,8 +19,9 @@ from typing import Any
 
 import grpc
 
-from quarry.channels import open_channel
+from quarry.channels import open_aio_channel
 from quarry.formats import tag_expression
+from quarry.formats.index_keys import answers_key
 from quarry.formats.java_hash import tags_code
 from quarry.formats.properties import PRODUCER_GROUP, REAL_TOPIC
 from quarry.formats.topic import TopicError, retry_topic, validate_group
@@ -81,7 +82,7 @@ class RemotingBroker:
         self.retry_queues = retry_queues
         self._indexer_addr = indexer_addr
         self._indexer: indexer_pb2_grpc.IndexerServiceStub | None = None
-        self._indexer_channel: grpc.Channel | None = None
+        self._indexer_channel: grpc.aio.Channel | None = None
         self._opaques = itertools.count(1)  # requests this broker sends clients
         self._pulled = metrics.PULLED_MESSAGES.labels()
         self.pull_rates = PullRates()  # per group and topic: GET_CONSUME_STATS' consumeTps
@@ -109,9 +110,9 @@ class RemotingBroker:
             codes.GET_BROKER_CONFIG: self.broker_config, codes.VIEW_BROKER_STATS_DATA: self.stats_data,
         }
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._indexer_channel is not None:
-            self._indexer_channel.close()
+            await self._indexer_channel.close()
 
     # -- sends ------------------------------------------------------------------------------
     async def send(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -236,37 +237,43 @@ class RemotingBroker:
             raise RemotingError(codes.SYSTEM_ERROR, f"can not find message by the offset, {offset}: {exc}") from None
 
     async def query_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        """QUERY_MESSAGE: the indexer's entries for topic/key (a unique key with the flag),
-        returned as stored records; like RocketMQ's broker, hash collisions are left for the
-        client to filter."""
+        """QUERY_MESSAGE: the records the indexer's entries for topic/key (a unique key with the
+        flag) point at, read from this store. The indexer answers positions only (offsets_only:
+        no second read of each record in its process); the exact-match rule and each record's
+        own store time are applied here, so a hash collision is never handed out."""
         unique = req.ext_fields.get(codes.UNIQUE_KEY_QUERY_FLAG) == "true"
+        topic, key = req.text("topic"), req.text("key")
         request = indexer_pb2.QueryMessageRequest(
-            topic=req.text("topic"), key=req.text("key"),
-            max_num=UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=_I32[1]),
-            begin_timestamp=req.integer("beginTimestamp"), end_timestamp=req.integer("endTimestamp"), unique_key_flag=unique,
+            topic=topic, key=key, max_num=UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=_I32[1]),
+            begin_timestamp=max(0, req.integer("beginTimestamp")), end_timestamp=req.integer("endTimestamp"),
+            unique_key_flag=unique, offsets_only=True,
         )
-        if request.begin_timestamp < 0:
-            request.begin_timestamp = 0
         if not self._indexer_addr:
             raise RemotingError(codes.SYSTEM_ERROR, "this broker has no indexer configured (--indexer-addr): key queries cannot be answered")
+        begin, end = request.begin_timestamp, request.end_timestamp or int(time.time() * 1000)
         try:
-            answer = await asyncio.to_thread(self._indexer_stub().QueryMessage, request, timeout=10.0)
+            answer = await self._indexer_stub().QueryMessage(request, timeout=10.0)
         except grpc.RpcError as exc:
             raise RemotingError(codes.SYSTEM_ERROR, f"indexer {self._indexer_addr}: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
         fields = {"indexLastUpdateTimestamp": answer.index_last_update_timestamp, "indexLastUpdatePhyoffset": answer.index_last_update_phy_offset}
         body = []
-        for m in answer.messages:
+        for offset in answer.physical_offsets:  # newest entry first
             try:
-                body.append(self._record_bytes(m.commit_log_offset))
+                record, stored = self.store.read_bytes(offset)
             except StoreError:
-                continue  # expired between the index read and now
+                continue  # expired (or damaged) between the index read and now
+            # The index holds whole seconds and answers by hash: the record itself decides.
+            if begin <= record.store_timestamp <= end and answers_key(
+                    record.topic, record.properties.get(REAL_TOPIC), record.keys, record.unique_key, topic, key, unique):
+                body.append(stored)
         if not body:
             return req.response(codes.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", fields)
         return req.response(codes.SUCCESS, None, fields, b"".join(body))
 
     def _indexer_stub(self) -> indexer_pb2_grpc.IndexerServiceStub:
+        """The indexer's stub on an asyncio channel, opened in this loop at the first query."""
         if self._indexer is None:
-            self._indexer_channel = open_channel(self._indexer_addr)
+            self._indexer_channel = open_aio_channel(self._indexer_addr)
             self._indexer = indexer_pb2_grpc.IndexerServiceStub(self._indexer_channel)
         return self._indexer
 
@@ -408,7 +415,9 @@ class RemotingBroker:
         for queue_id in range(queues):
             lo, hi = self._queue_bounds(topic, queue_id)
             table[self._mq_key(topic, queue_id)] = {"lastUpdateTimestamp": self._store_time_at(topic, queue_id, hi - 1), "maxOffset": hi, "minOffset": lo}
-        return req.response(codes.SUCCESS, body=('{"offsetTable":' + _mq_map(table) + "}").encode())
+        puts = self.stats.view(TOPIC_PUT_NUMS, topic)  # (RocketMQ 5 adds the last minute's put rate: topicStatus prints it)
+        tps = json.dumps(puts[0].tps if puts is not None else 0.0)
+        return req.response(codes.SUCCESS, body=('{"offsetTable":' + _mq_map(table) + ',"topicPutTps":' + tps + "}").encode())
 
     # -- admin reads: a topic's config, the groups known, the broker's settings and stats ---------
     async def topic_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -26,7 +26,7 @@ class RemotingPort:
     async def close(self) -> None:
         self._stop_sampling.set()
         await self.server.close()
-        self.broker.close()
+        await self.broker.close()
         await asyncio.wait([self._sampling, self._stats_sampling], timeout=1)
 
 
