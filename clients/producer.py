@@ -83,7 +83,7 @@ class Producer:
             return ch
 
     def _stub(self, addr: str) -> commitlog_pb2_grpc.CommitLogServiceStub:
-        # One per broker: a stub makes a callable per method of the service (~36 us a send).
+        # One per broker: a stub makes a callable per method of the service, too dear per send.
         stub = self._stubs.get(addr)
         if stub is None:
             stub = commitlog_pb2_grpc.CommitLogServiceStub(self._channel(addr))
@@ -199,7 +199,7 @@ class Producer:
                 for r in results
             ]
 
-        # The first attempt outside tenacity (a Retrying costs ~13 us a send); after a
+        # The first attempt outside tenacity (a Retrying is dear per send); after a
         # retryable failure the retry loop starts by replaying it, so the attempts and the
         # waits between them are exactly tenacity's.
         try:

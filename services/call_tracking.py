@@ -142,7 +142,7 @@ def tracked_handler(tracker: CallTracker, method: str, handler: grpc.RpcMethodHa
         # The call's own task (grpc.aio runs each RPC in one) ends once its status is sent.
         # Not context.add_done_callback: grpc binds the context into the callback it keeps in
         # the call's state, a reference cycle per call that kept the call's core objects alive
-        # until the garbage collector ran (~20 us of the serving process's CPU per call).
+        # until the garbage collector ran (docs/decisions/per-call-overheads.md).
         task = asyncio.current_task()
         if task is not None:
             task.add_done_callback(call.end)
@@ -191,7 +191,7 @@ class TrackedServer:
     """An asyncio server as the registrations see it: every method handler they add is tracked,
     wrapped once as it is added. Without any interceptor grpc.aio finds a call's handler in
     its own code; an interceptor made every call also run its intercept_service coroutine and
-    the continuation (~40 us of the ~340 us of server CPU a single send costs)."""
+    the continuation, a measurable share of a single send (docs/decisions/per-call-overheads.md)."""
 
     def __init__(self, server: grpc.aio.Server, tracker: CallTracker) -> None:
         self._server = server

@@ -28,8 +28,7 @@ RETENTION_EVERY_S = 60
 # one, so under a steady stream of sends each flush carries a run of sends' records, not one
 # or two. A consumer waits 5 ms: delivery latency is what it sees. An indexer's tail waits
 # 20 ms: a key is findable 20 ms later at most, and the tail's frames and the fsyncs come a
-# quarter as often (with SDK sends at 16 in flight, 5 ms cost the commitlog ~30 us of CPU
-# per send more than 20 ms).
+# quarter as often (docs/decisions/flush-batching.md).
 CONSUMER_FLUSH_GAP_S = 0.005
 TAILER_FLUSH_GAP_S = 0.02
 # The checkpoint only shortens recovery's scan (it starts at the segment holding the

@@ -146,10 +146,9 @@ async def _serve(args: argparse.Namespace) -> None:
     # collector's full passes under a send load no longer walk it.
     gc.collect()
     gc.freeze()
-    # A batch keeps its 500-10,000 rows (one tuple per message) alive until answered and the
-    # Tail cache keeps the newest 32,768: at the default 700 net allocations the young
-    # generation was collected every batch or two, each time walking the rows just added
-    # (~0.2 us per message sent in process). Every 10,000 it is a few collections per million.
+    # A batch keeps its 500-10,000 rows alive until answered and the Tail cache the newest
+    # 32,768: at the default 700 the young generation was collected every batch or two, each
+    # time walking the rows just added (docs/decisions/gc-freeze-and-threshold.md).
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     loop = asyncio.get_running_loop()

@@ -7,8 +7,8 @@ closes the segment and the record starts the next one.
 
 A new file is sparse; its blocks are allocated `ALLOCATE_AHEAD` bytes at a time ahead of the
 writes (`posix_fallocate`), as RocketMQ allocates its mapped files whole: a buffered write
-into allocated blocks skips the filesystem's per-page delayed allocation (ext4 here: the
-kernel's part of writing a 1 KiB record fell from 0.3-0.9 to ~0.2 us), and the disk holds
+into allocated blocks skips the filesystem's per-page delayed allocation
+(docs/decisions/segment-preallocation.md), and the disk holds
 at most that much more than what was written. Where the blocks ahead do not fit (a nearly
 full disk) the write goes on without them: only the data written needs room.
 """
