@@ -415,7 +415,9 @@ class RemotingBroker:
         for queue_id in range(queues):
             lo, hi = self._queue_bounds(topic, queue_id)
             table[self._mq_key(topic, queue_id)] = {"lastUpdateTimestamp": self._store_time_at(topic, queue_id, hi - 1), "maxOffset": hi, "minOffset": lo}
-        return req.response(codes.SUCCESS, body=('{"offsetTable":' + _mq_map(table) + "}").encode())
+        puts = self.stats.view(TOPIC_PUT_NUMS, topic)  # (RocketMQ 5 adds the last minute's put rate: topicStatus prints it)
+        tps = json.dumps(puts[0].tps if puts is not None else 0.0)
+        return req.response(codes.SUCCESS, body=('{"offsetTable":' + _mq_map(table) + ',"topicPutTps":' + tps + "}").encode())
 
     # -- admin reads: a topic's config, the groups known, the broker's settings and stats ---------
     async def topic_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
