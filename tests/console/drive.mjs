@@ -183,11 +183,58 @@ async function logout(context, step) {
   return { url: page.url(), account: await page.textContent("#account"), cookies: (await context.cookies()).map((c) => c.name) };
 }
 
+// A %DLQ% topic's page: every message selected, the resend planned (the confirmation shown),
+// confirmed; reports the rows, the plan, and each resend's new ids.
+async function dlq(context, step) {
+  const page = await open(context, `${scenario.base}${step.path}`);
+  await page.waitForSelector("#browse-summary");
+  const listed = await rows(page, "browse-table");
+  await page.check("#dlq-select-all");
+  await page.click("#resend-button");
+  await page.waitForSelector("#resend-confirm");
+  const plan = await page.$$eval("#resend-plan tbody tr", (trs) => trs.map((tr) => ({ offsetMsgId: tr.dataset.offsetMsgId, toTopic: tr.dataset.toTopic, refused: tr.dataset.refused })));
+  const resentBeforeConfirm = await page.$$eval("#resend-results tbody tr", (trs) => trs.length);
+  if (step.shot) await shot(page, `${step.shot}-confirm`);
+  await page.click("#resend-confirm-button");
+  await page.waitForSelector("#resend-done");
+  if (step.shot) await shot(page, step.shot);
+  const done = await page.$eval("#resend-done", (d) => ({ resent: d.dataset.resent, refused: d.dataset.refused }));
+  const results = await page.$$eval("#resend-results tbody tr", (trs) => trs.map((tr) => ({ offsetMsgId: tr.dataset.offsetMsgId, newMsgId: tr.dataset.newMsgId,
+    newOffsetMsgId: tr.dataset.newOffsetMsgId, toTopic: tr.dataset.toTopic })));
+  return { url: page.url(), rows: listed, plan, resentBeforeConfirm, done, results, banners: await banners(page) };
+}
+
+// The cluster page once every broker's status is in: stores, groups with lag, dead letters, queues.
+async function cluster(context, step) {
+  const page = await open(context, `${scenario.base}/cluster`);
+  await page.waitForSelector("#cluster-status[data-done], #status-error");
+  if (step.shot) await shot(page, step.shot);
+  const data = (sel, keys) => page.$$eval(sel, (trs, ks) => trs.map((tr) => Object.fromEntries(ks.map((k) => [k, tr.dataset[k] ?? ""]))), keys);
+  return { url: page.url(), banners: await banners(page),
+    stores: await data("#store-status tbody tr", ["broker", "damaged", "indexLagBytes", "writtenBytes", "expiredTo"]),
+    groups: await data("#consumer-groups tbody tr", ["group", "topic", "source", "lag"]),
+    deadLetters: await data("#dead-letters tbody tr", ["group", "topic", "messages"]),
+    queues: await data("#queue-offsets tbody tr", ["topic", "broker", "queue", "min", "max"]) };
+}
+
+// A message page's trace timeline and copies, once both are in.
+async function history(context, step) {
+  const page = await open(context, `${scenario.base}${step.path}`);
+  await page.waitForSelector("#fields, #error-banner");
+  await page.waitForSelector("#trace[data-done]");
+  await page.waitForSelector("#copies[data-done]");
+  if (step.shot) { await page.locator("#trace").scrollIntoViewIfNeeded(); await shot(page, step.shot); }
+  const timeline = await page.$$eval("#trace-timeline li", (lis) => lis.map((li) => ({ type: li.dataset.type, group: li.dataset.group, success: li.dataset.success, ms: Number(li.dataset.ms) })));
+  const copies = await page.$$eval("#copies-table tbody tr.msg-row", (trs) => trs.map((tr) => ({ offsetMsgId: tr.dataset.offsetMsgId, uniqueKey: tr.dataset.uniqueKey,
+    topic: tr.querySelectorAll("td")[1].textContent, this: tr.dataset.this || "", href: tr.querySelector("a.msg-link").getAttribute("href") })));
+  return { url: page.url(), timeline, copies, traceText: await page.textContent("#trace"), stored: await page.textContent("#stored") };
+}
+
 const b = await newBrowser();
 const results = [];
 try {
   for (const step of scenario.steps) {
-    const run = { search, browse, message, view, login, logout }[step.do];
+    const run = { search, browse, message, view, login, logout, dlq, cluster, history }[step.do];
     const started = Date.now();
     const result = step.do === "paste" ? await paste(step) : await run(b.context, step);
     result.ms = Date.now() - started;

@@ -195,8 +195,118 @@ def test_the_message_page_shows_every_field_the_body_three_ways_and_where_it_is_
 
 
 def test_the_cluster_page_lists_the_brokers(world: World) -> None:
-    (page,) = drive(world.console, {"do": "view", "path": "/cluster", "wait": "#brokers", "shot": "cluster"})
+    (page,) = drive(world.console, {"do": "view", "path": "/cluster", "wait": "#brokers"})
     assert page["banners"] == []
+
+
+# ---- dead letters, cluster status, trace and copies (issue 37, part A) ----------------------------
+
+DLQ_TOPIC, DLQ_GROUP, LAG_GROUP = "ConsoleDlq", "GConsoleDead", "GConsoleLag"
+C, F = "\x01", "\x02"  # RocketMQ's trace text separators
+
+
+def _remoting(addr: str, code: int, fields: dict[str, Any]) -> Any:
+    import asyncio
+
+    from quarry.services.remoting.client import RemotingClient
+
+    async def call() -> Any:
+        async with RemotingClient(addr) as c:
+            return await c.call(code, fields)
+
+    return asyncio.run(call())
+
+
+@pytest.fixture(scope="module")
+def history(world: World) -> dict[str, Any]:
+    """Two messages dead-lettered by the broker itself (a 4.x consumer's send-back past its
+    retries), a group with committed offsets behind the log, a message with a trace, and a
+    unique key sent twice."""
+    from quarry.formats import offset_msg_id
+    from quarry.services.remoting import codes
+
+    router = world.console.router
+    out: dict[str, Any] = {}
+    with Producer(router) as producer:
+        dead = [producer.send(DLQ_TOPIC, f'{{"payment": {i}}}'.encode(), keys=[f"pay-{i}"], tags="Failing", properties={"color": "red"}) for i in range(2)]
+        uid = dead[0].msg_id
+        twice = [producer.send(TOPIC, b'{"order": "twice"}', keys=["order-twice"], tags="TagT", unique_key="0A0000990000000000000000000000AA") for _ in range(2)]
+        trace_body = (C.join(["Pub", "1700000000123", "DefaultRegion", "PG-pay", DLQ_TOPIC, uid, "Failing",
+                              "pay-0", "127.0.0.71:10911", "14", "6", "0", dead[0].offset_msg_id, "true"]) + F
+                      + C.join(["SubBefore", "1700000001000", "DefaultRegion", DLQ_GROUP, "r1", uid, "0", "pay-0"]) + F
+                      + C.join(["SubAfter", "r1", uid, "15", "false", "pay-0", "0", "1700000001015", DLQ_GROUP]) + F)
+        producer.send("RMQ_SYS_TRACE_TOPIC", trace_body.encode(), keys=[uid, "pay-0"])
+    brokers = {b.broker_name: b for b in AdminClient(router).brokers()}
+    for r in dead:  # CONSUMER_SEND_MSG_BACK with delay level -1: straight to %DLQ%<group>, as send_back.py stores it
+        remoting = brokers[r.message_queue.broker_name].remoting_addr
+        sent_back = _remoting(remoting, codes.CONSUMER_SEND_MSG_BACK, {"group": DLQ_GROUP, "offset": offset_msg_id.decode(r.offset_msg_id).offset,
+                                                                      "delayLevel": -1, "originMsgId": r.msg_id, "originTopic": DLQ_TOPIC, "maxReconsumeTimes": 16})
+        assert sent_back.code == codes.SUCCESS, sent_back.remark
+    # a group that committed offset 10 on queue 0 of broker-a: its lag is what follows
+    a = world.cluster.brokers["broker-a"].commitlog.remoting_address()
+    done = _remoting(a, codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": LAG_GROUP, "topic": TOPIC, "queueId": 0, "commitOffset": 10})
+    assert done.code == codes.SUCCESS, done.remark
+    world.cluster.wait_indexed()
+    with AdminClient(router) as admin:
+        wait_until(lambda: len(admin.browse_topic(f"%DLQ%{DLQ_GROUP}", oldest_first=True, max_num=10).messages) == 2, what="both dead letters browsable")
+        wait_until(lambda: admin.query_by_key("RMQ_SYS_TRACE_TOPIC", uid).messages, what="the trace indexed")
+        wait_until(lambda: len(admin.query_by_unique_key(TOPIC, twice[0].msg_id, return_all=True).messages) == 2, what="both copies indexed")
+        out["lag_max"] = admin.search_offset(TOPIC, "broker-a", 0, 0).max_queue_offset
+        out["twice_stored"] = [admin.query_by_id(t.offset_msg_id).messages[0] for t in twice]
+        out["dead_stored"] = admin.query_by_id(dead[0].offset_msg_id).messages[0]
+    out.update(dead=dead, twice=twice, uid=uid)
+    return out
+
+
+def test_dead_letters_are_resent_after_confirmation_and_found_under_their_topic(world: World, history: dict[str, Any]) -> None:
+    (page,) = drive(world.console, {"do": "dlq", "path": f"/browse?topic=%25DLQ%25{DLQ_GROUP}&order=oldest", "shot": "dead-letters"})
+    assert sorted(r["keys"] for r in page["rows"]) == ["pay-0", "pay-1"]
+    assert [p["toTopic"] for p in page["plan"]] == [DLQ_TOPIC, DLQ_TOPIC] and all(p["refused"] == "" for p in page["plan"])
+    assert page["resentBeforeConfirm"] == 0  # the plan is shown first; nothing sent until confirmed
+    assert page["done"]["resent"] == "2" and len(page["results"]) == 2
+    new = {r["newMsgId"]: r for r in page["results"]}
+    dead_ids = {r["offsetMsgId"] for r in page["rows"]}
+    assert {r["offsetMsgId"] for r in page["results"]} == dead_ids and all(r["toTopic"] == DLQ_TOPIC for r in page["results"])
+    assert not set(new) & {d.msg_id for d in history["dead"]}  # each resend has its own new id
+    with AdminClient(world.console.router) as admin:
+        for msg_id, r in new.items():  # found under the original topic, by its new id, with body and keys kept
+            found = wait_until(lambda: admin.query_by_unique_key(DLQ_TOPIC, msg_id).messages, what=f"resend {msg_id} found under {DLQ_TOPIC}")
+            m = found[0]
+            assert m.topic == DLQ_TOPIC and m.offset_msg_id == r["newOffsetMsgId"] and m.properties["RESENT_FROM"] in dead_ids
+            assert m.keys[0] in ("pay-0", "pay-1") and m.properties["color"] == "red" and "RETRY_TOPIC" not in m.properties
+    (found_page,) = drive(world.console, {"do": "search", "q": next(iter(new)), "topic": DLQ_TOPIC})
+    assert [r["uniqueKey"] for r in found_page["rows"]] == [next(iter(new))]
+
+
+def test_the_cluster_page_shows_store_status_queue_offsets_and_consumer_lag(world: World, history: dict[str, Any]) -> None:
+    (page,) = drive(world.console, {"do": "cluster", "shot": "cluster"})
+    assert page["banners"] == []
+    stores = {s["broker"]: s for s in page["stores"]}
+    assert set(stores) == {"broker-a", "broker-b"} and all(int(s["writtenBytes"]) > 0 and s["damaged"] == "0" for s in stores.values())
+    assert all(s["indexLagBytes"] != "" for s in stores.values())
+    lag = [g for g in page["groups"] if g["group"] == LAG_GROUP]
+    assert lag == [{"group": LAG_GROUP, "topic": TOPIC, "source": "offset", "lag": str(history["lag_max"] - 10)}]
+    assert {(d["topic"], d["messages"]) for d in page["deadLetters"]} == {(f"%DLQ%{DLQ_GROUP}", "2")}
+    q = {(r["topic"], r["broker"], r["queue"]): r for r in page["queues"]}
+    assert q[(TOPIC, "broker-a", "0")]["max"] == str(history["lag_max"]) and q[(TOPIC, "broker-a", "0")]["min"] == "0"
+
+
+def test_the_message_page_shows_the_trace_timeline_its_copies_and_its_segment(world: World, history: dict[str, Any]) -> None:
+    m = history["dead_stored"]
+    path = f"/message?topic={DLQ_TOPIC}&broker={m.broker_name}&queue={m.queue_id}&offset={m.queue_offset}"
+    (page,) = drive(world.console, {"do": "history", "path": path, "shot": "message-trace"})
+    assert [(t["type"], t["group"], t["success"]) for t in page["timeline"]] == [
+        ("Pub", "PG-pay", "true"), ("SubBefore", DLQ_GROUP, "true"), ("SubAfter", DLQ_GROUP, "false")]
+    # its copies: the message and its dead letter keep its unique key, each linked
+    assert {(r["offsetMsgId"], r["this"]) for r in page["copies"]} >= {(m.offset_msg_id, "true")}
+    assert {r["uniqueKey"] for r in page["copies"]} == {history["uid"]} and {r["topic"] for r in page["copies"]} == {DLQ_TOPIC, f"%DLQ%{DLQ_GROUP}"}
+    assert all(r["href"].startswith("/message?") for r in page["copies"])
+    assert "Segment file 00000000000000000000, at byte " + str(m.commit_log_offset) in page["stored"]
+    twice = history["twice_stored"][0]
+    path = f"/message?topic={TOPIC}&broker={twice.broker_name}&queue={twice.queue_id}&offset={twice.queue_offset}"
+    (sent_twice,) = drive(world.console, {"do": "history", "path": path})
+    assert sorted(r["offsetMsgId"] for r in sent_twice["copies"]) == sorted(t.offset_msg_id for t in history["twice"])
+    assert sent_twice["timeline"] == [] and "No trace of" in sent_twice["traceText"]
 
 
 def test_a_killed_broker_shows_the_banner_naming_it(world: World) -> None:
