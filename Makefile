@@ -93,8 +93,11 @@ test: setup node-sdk node-clients java-clients go-clients rocketmq-broker consol
 check: setup
 	$(PY) -m pytest -q tests/unit tests/contract
 
+# Static checks alone (make check and make test run them too, as tests/contract/test_lint.py and test_types.py).
 lint: setup
 	$(VENV)/bin/buf lint
+	$(VENV)/bin/ruff check --select E9,F --extend-exclude quarry/v1,node_modules services formats clients scripts pipeline bench quarry tests
+	$(VENV)/bin/mypy
 
 # Only when a contract change is released: the image `buf breaking` compares protos/ against
 # (tests/contract/test_protos.py). Commit it with the release, never to silence a failing check.

@@ -14,7 +14,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -136,7 +136,7 @@ class IndexFile:
         """Index `key` at `phy_offset`; False (nothing written) when the file is full."""
         return self.put_keys([(key, phy_offset, store_timestamp)]) == 1
 
-    def put_keys(self, items: list[tuple[str | int, int, int]]) -> int:
+    def put_keys(self, items: Sequence[tuple[str | int, int, int]]) -> int:
         """put_key for each (key, phy_offset, store_timestamp) in order; returns how many fit.
 
         A key may be given as its index key hash (an int) when the caller computed it.

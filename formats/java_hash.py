@@ -13,7 +13,7 @@ _MASK = 0xFFFFFFFF
 _INT_MIN = -(1 << 31)
 
 
-def _code_units(s: str) -> array.array:
+def _code_units(s: str) -> array.array[int]:
     units = array.array("H")
     units.frombytes(s.encode("utf-16-le" if sys.byteorder == "little" else "utf-16-be", "surrogatepass"))
     return units
@@ -39,7 +39,7 @@ def java_string_hash(s: str) -> int:
     faster than a Python loop on the indexer's hot path.
     """
     units = s.encode("ascii") if s.isascii() else _code_units(s)
-    h = sum(map(operator.mul, units, _powers(len(units)))) & _MASK
+    h: int = sum(map(operator.mul, units, _powers(len(units)))) & _MASK
     return h - (1 << 32) if h & 0x80000000 else h
 
 

@@ -37,7 +37,8 @@ def java_string_hashes(strings: list[str]) -> list[int]:
     # Each product is < 2^16 · 2^32 and there are at most a few hundred terms: no uint64 overflow
     # for keys under 65,536 units; longer batches are split by the caller's key limit.
     hashes = (units @ _powers(width)) & _MASK
-    return hashes.astype(np.uint32).view(np.int32).tolist()
+    out: list[int] = hashes.astype(np.uint32).view(np.int32).tolist()
+    return out
 
 
 def index_key_hashes(strings: list[str]) -> list[int]:

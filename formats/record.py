@@ -13,6 +13,7 @@ plus 12 for each IPv6 host.
 from __future__ import annotations
 
 import functools
+import mmap
 import struct
 from dataclasses import dataclass, field
 
@@ -239,20 +240,20 @@ class Record:
         return create_offset_msg_id(self.store_host[0], self.store_host[1], self.physical_offset)
 
 
-def _read_host(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[Host, int]:
+def _read_host(buf: bytes | mmap.mmap | memoryview, pos: int, v6: bool) -> tuple[Host, int]:
     n = 16 if v6 else 4
     raw = bytes(buf[pos:pos + n])
     port = _I32.unpack_from(buf, pos + n)[0]
     return (java_host_address(raw), port), pos + n + 4
 
 
-def read_size_and_magic(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_size_and_magic(buf: bytes | mmap.mmap | memoryview, pos: int) -> tuple[int, int]:
     """TOTALSIZE and MAGIC of whatever starts at pos (needs 8 bytes)."""
     size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
     return size, magic
 
 
-def decode_record(buf: bytes | memoryview, pos: int = 0, *, physical_offset: int | None = None, check_crc: bool = True) -> Record:
+def decode_record(buf: bytes | mmap.mmap | memoryview, pos: int = 0, *, physical_offset: int | None = None, check_crc: bool = True) -> Record:
     """Decode the record at buf[pos:], validating magic, sizes and (by default) the body CRC.
 
     `physical_offset` is the record's log offset, for error messages and a consistency

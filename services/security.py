@@ -271,7 +271,7 @@ class AioAclInterceptor(grpc.aio.ServerInterceptor):
             if (why := rules.refusal(caller, request)) is not None:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
 
-        request_type = getattr(handler.request_deserializer, "__self__", None)
+        request_type: Any = getattr(handler.request_deserializer, "__self__", None)  # a message class, or None
         topic_less = request_type is not None and _carries_no_topic(request_type)
 
         async def opened(context: grpc.aio.ServicerContext) -> None:

@@ -10,8 +10,22 @@ from tests.vectors import REPO_ROOT, fail_unavailable, generate, golden_root, re
 __all__ = ["REPO_ROOT", "golden_root"]
 
 
+LANES = ("unit", "contract", "e2e")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "golden_cases(argnames, discover): parametrize from the golden vectors at collection time")
+    for lane in LANES:
+        config.addinivalue_line("markers", f"{lane}: a test under tests/{lane}/ (marked by its folder; `make check` is unit and contract)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Each test carries its folder's lane, so `pytest -m "unit or contract"` selects the fast lane
+    # from any set of paths.
+    for item in items:
+        parts = item.path.relative_to(REPO_ROOT).parts
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in LANES:
+            item.add_marker(parts[1])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

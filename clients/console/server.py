@@ -131,11 +131,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path == "/api/logout":
             try:
-                sid = SimpleCookie(self.headers.get("Cookie", "")).get(COOKIE)
+                cookie = SimpleCookie(self.headers.get("Cookie", "")).get(COOKIE)
             except CookieError:
-                sid = None
-            if sid is not None:
-                self.sessions.logout(sid.value)
+                cookie = None
+            if cookie is not None:
+                self.sessions.logout(cookie.value)
             self._reply(Response(200, {"loggedIn": False}, {"Set-Cookie": self._cookie("", 0)}))
             return
         response, sid = self.sessions.login(body)
@@ -173,9 +173,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"ok\n", "text/plain; charset=utf-8")
             return
         if path in VIEWS:
-            body = _static("index.html")
-            assert body is not None
-            self._send(200, body, "text/html; charset=utf-8")
+            page = _static("index.html")
+            assert page is not None
+            self._send(200, page, "text/html; charset=utf-8")
             return
         if path.startswith("/static/"):
             data = _static(path[len("/static/"):])
@@ -238,8 +238,8 @@ def serve(args: Any) -> int:
     try:
         server = make_server(args.bind, admin, args.histogram_slice_ms / 1000, tls, args.session_idle_minutes * 60)
     except OSError as exc:
-        err = cannot_listen("--bind", args.bind, exc.strerror or str(exc))
-        log_event(log, "refusing to start", logging.CRITICAL, reason=str(err))
+        refusal = cannot_listen("--bind", args.bind, exc.strerror or str(exc))
+        log_event(log, "refusing to start", logging.CRITICAL, reason=str(refusal))
         return 2
     host, port = server.server_address[:2]
     address = format_host_port(str(host), port)

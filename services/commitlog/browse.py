@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterator
 from quarry.formats import scheduled
 from quarry.formats.record import MESSAGE_MAGIC, SYSFLAG_POS, Record, read_size_and_magic, store_timestamp_pos
 from quarry.formats.tag_expression import TagFilter
-from quarry.services.commitlog.consume_queue_store import ConsumeQueue
+from quarry.services.commitlog.consume_queue_store import ConsumeQueue, MemoryConsumeQueue
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def store_timestamp_at(store: "CommitLogStore", phy: int, size: int) -> int | No
     return int(_I64.unpack_from(head, pos)[0])
 
 
-def search_offset_by_time(store: "CommitLogStore", cq: ConsumeQueue, timestamp: int, boundary: str = LOWER) -> int:
+def search_offset_by_time(store: "CommitLogStore", cq: ConsumeQueue | MemoryConsumeQueue, timestamp: int, boundary: str = LOWER) -> int:
     """LOWER: the first queue offset whose store time is >= timestamp (max offset when none).
     UPPER: the last queue offset whose store time is <= timestamp (min offset - 1 when none).
 
@@ -147,7 +147,7 @@ class BrowsePage:
     gone: GoneRange | None = None  # set when the window may hold deleted records
 
 
-def _queue_walk(store: "CommitLogStore", cq: ConsumeQueue, req: BrowseRequest, queue_topic: str, queue_id: int, state: QueueState) -> Iterator[Browsed]:
+def _queue_walk(store: "CommitLogStore", cq: ConsumeQueue | MemoryConsumeQueue, req: BrowseRequest, queue_topic: str, queue_id: int, state: QueueState) -> Iterator[Browsed]:
     """Matching records of one queue in the browse direction, from the cursor, inside the window."""
     parked = queue_topic != req.topic
     start = req.cursors.get((queue_topic, queue_id))
@@ -190,7 +190,7 @@ def _queue_walk(store: "CommitLogStore", cq: ConsumeQueue, req: BrowseRequest, q
         pos = base - 1 if req.newest_first else base + len(units)
 
 
-def first_live_offset(store: "CommitLogStore", cq: ConsumeQueue) -> int:
+def first_live_offset(store: "CommitLogStore", cq: ConsumeQueue | MemoryConsumeQueue) -> int:
     """The queue's first offset whose record was not deleted: every unit below it points under
     the log's minimum offset (or was dropped with its record). Units point ever higher in the
     log, so a binary search over the units, reading no record."""
@@ -226,7 +226,7 @@ def gone_in_window(store: "CommitLogStore", req: BrowseRequest, queue_ids: list[
     warning then); when that record cannot be read, the queue's own first readable record bounds
     its losses, and with neither the loss is reported. Parked queues (delayed messages) are
     left out: whose topic their lost records were is not known."""
-    lost: list[tuple[int, ConsumeQueue, int]] = []
+    lost: list[tuple[int, ConsumeQueue | MemoryConsumeQueue, int]] = []
     for qid in queue_ids:
         cq = store.cqs.existing(req.topic, qid)
         if cq is not None and (live := first_live_offset(store, cq)) > 0:

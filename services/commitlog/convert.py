@@ -28,7 +28,7 @@ def resolve_store_host(advertise: str) -> tuple[str, int]:
     try:
         ipaddress.ip_address(host)
     except ValueError:
-        host = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+        host = str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
     return host, port
 
 
@@ -61,7 +61,7 @@ def to_stored(rec: Record, broker_name: str = "") -> common_pb2.StoredMessage:
     )
 
 
-def _status(appended: Appended) -> int:
+def _status(appended: Appended) -> common_pb2.SendStatus.ValueType:
     """SEND_OK, or FLUSH_DISK_TIMEOUT when a SYNC store did not fsync the records in time."""
     return _SEND_OK if appended.flushed else _FLUSH_TIMEOUT
 

@@ -32,7 +32,7 @@ from quarry.formats.state_file import read_json, write_json_atomic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly, StoreError
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import await_flushed
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import Host, NewMessage, Property
 from quarry.services.commitlog.sending import SendPath
 from quarry.services.log import log_event
 from quarry.services.progress import Progress
@@ -75,8 +75,8 @@ def delivered_copy(rec: Record) -> NewMessage | None:
         return None
     return NewMessage(
         real_topic, readable_body(rec.body, rec.sys_flag), rec.keys, rec.tags or "", rec.unique_key or "",
-        [(n, v) for n, v in rec.properties_pairs if n not in _OWN_FIELDS],
-        rec.flag, real_queue, rec.born_timestamp, rec.born_host, rec.sys_flag, rec.reconsume_times, 0,
+        [Property(n, v) for n, v in rec.properties_pairs if n not in _OWN_FIELDS],
+        rec.flag, real_queue, rec.born_timestamp, Host(*rec.born_host), rec.sys_flag, rec.reconsume_times, 0,
     )
 
 

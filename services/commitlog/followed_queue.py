@@ -172,8 +172,8 @@ class FollowedConsumeQueue:
         if low >= end:
             return
         source = self.files if low < self.files.max_offset else self.memory
-        first = source.read_units(low, 1)
-        if first and first[0][0] >= self.phy_floor:
+        units = source.read_units(low, 1)
+        if units and units[0][0] >= self.phy_floor:
             return
         first = self._first_pointing_at(self.phy_floor, end)
         if self.files.max_offset <= first < self.memory.min_offset:

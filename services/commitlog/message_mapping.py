@@ -12,15 +12,15 @@ from quarry.formats import body as body_rules
 from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs
 from quarry.services.commitlog.errors import InvalidArgument
 from quarry.formats.record import SYSFLAG_COMPRESSED
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import Host, NewMessage, Property
 
 
-def split_properties(text: str) -> tuple[list[str], str, str, list[tuple[str, str]]]:
+def split_properties(text: str) -> tuple[list[str], str, str, list[Property]]:
     """(keys, tags, unique_key, other properties in order) from RocketMQ's properties string.
     KEYS holds space-separated keys; empty tokens are dropped as RocketMQ's readers drop them."""
     keys: list[str] = []
     tags = unique_key = ""
-    rest: list[tuple[str, str]] = []
+    rest: list[Property] = []
     for name, value in decode_pairs(text):
         if name == KEYS:
             keys = [k for k in value.split(" ") if k]
@@ -29,7 +29,7 @@ def split_properties(text: str) -> tuple[list[str], str, str, list[tuple[str, st
         elif name == UNIQ_KEY:
             unique_key = value
         else:
-            rest.append((name, value))
+            rest.append(Property(name, value))
     return keys, tags, unique_key, rest
 
 
@@ -50,5 +50,5 @@ def from_client_message(topic: str, body: bytes, properties: str, *, flag: int =
     if sys_flag & SYSFLAG_COMPRESSED:
         body = inflate(body, max_message_size)
     keys, tags, unique_key, rest = split_properties(properties)
-    return NewMessage(topic, body, keys, tags, unique_key, rest, flag, queue_id, born_timestamp, born_host,
+    return NewMessage(topic, body, keys, tags, unique_key, rest, flag, queue_id, born_timestamp, Host(*born_host),
                       sys_flag, reconsume_times, prepared_transaction_offset)

@@ -51,8 +51,8 @@ async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, 
     broker = RemotingBroker(servicer, offsets, servicer.sending.appended_signal(), stopping, indexer_addr=args.indexer_addr,
                             settings=BrokerSettings(rocketmq_settings(args, acl)))
     # With ACL on, a request naming no account is refused from its header, before its body is read.
-    server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if acl else None,
-                            known_key_check(ACCESS_KEY, accounts) if acl else None, limits_from(args, acl))
+    server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None,
+                            known_key_check(ACCESS_KEY, accounts) if accounts is not None else None, limits_from(args, acl))
     server.on_close.append(broker.connection_closed)
     await server.start(args.remoting_bind)  # raises StartupError naming --remoting-bind
     return RemotingPort(server, broker, address)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from quarry.formats.properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, Record
 from quarry.formats.topic import dlq_topic, retry_topic
-from quarry.services.commitlog.message_input import NewMessage, Property
+from quarry.services.commitlog.message_input import Host, NewMessage, Property
 
 DEFAULT_MAX_RECONSUME_TIMES = 16  # RocketMQ's SubscriptionGroupConfig.retryMaxTimes
 FIRST_RETRY_LEVEL = 3  # a retry asked with level 0 is parked at 3 + reconsume times
@@ -60,9 +60,10 @@ def copy_for(record: Record, where: Destination, queues: int, rng: random.Random
     if not props.get(ORIGIN_MESSAGE_ID, "").strip():
         pairs = [(n, v) for n, v in pairs if n != ORIGIN_MESSAGE_ID] + [(ORIGIN_MESSAGE_ID, record.offset_msg_id)]
     pairs.append((DELAY, str(where.delay_level)))
+    properties = [Property(n, v) for n, v in pairs]
     return NewMessage(
-        where.topic, record.body, record.keys, record.tags or "", record.unique_key or "", pairs,
-        record.flag, (rng or random).randrange(max(1, queues)), record.born_timestamp, record.born_host,
+        where.topic, record.body, record.keys, record.tags or "", record.unique_key or "", properties,
+        record.flag, (rng or random).randrange(max(1, queues)), record.born_timestamp, Host(*record.born_host),
         record.sys_flag & ~SYSFLAG_TRANSACTION_MASK, record.reconsume_times + 1, 0,
     )
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quarry.formats.index_checkpoint import rocketmq_store_checkpoint
-from quarry.services.commitlog.checkpoint import FILE_NAME as CHECKPOINT_FILE
+from quarry.formats.store_names import STORE_CHECKPOINT as CHECKPOINT_FILE
 from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.dispatch_cache import DispatchCache
 from quarry.services.commitlog.followed_queue import FollowedConsumeQueue

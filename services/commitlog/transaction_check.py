@@ -31,7 +31,7 @@ from quarry.formats.properties import KEYS, PRODUCER_GROUP, REAL_TOPIC, TAGS, UN
 from quarry.formats.properties import REAL_QID
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, Record, encode_record
 from quarry.services.commitlog.errors import Expired, NotFound, StoreError
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import Host, NewMessage, Property
 from quarry.services.commitlog.sending import SendPath
 from quarry.services.commitlog.store import CommitLogStore
 from quarry.services.commitlog.transactions import HALF_TOPIC, Transactions
@@ -127,9 +127,9 @@ def discarded_copy(half: Record) -> NewMessage:
     """The half, kept under TRANS_CHECK_MAX_TIME_TOPIC (as RocketMQ's resolveDiscardMsg keeps
     it): body, keys, tags, unique key and every property, REAL_TOPIC and PGROUP included."""
     props = half.properties
-    pairs = [(n, v) for n, v in half.properties_pairs if n not in (KEYS, TAGS, UNIQ_KEY)]
+    pairs = [Property(n, v) for n, v in half.properties_pairs if n not in (KEYS, TAGS, UNIQ_KEY)]
     return NewMessage(DISCARD_TOPIC, half.body, half.keys, props.get(TAGS, ""), props.get(UNIQ_KEY, ""), pairs, half.flag, 0,
-                      half.born_timestamp, half.born_host, half.sys_flag & ~SYSFLAG_TRANSACTION_MASK, half.reconsume_times)
+                      half.born_timestamp, Host(*half.born_host), half.sys_flag & ~SYSFLAG_TRANSACTION_MASK, half.reconsume_times)
 
 
 class TransactionCheck:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from quarry.formats.properties import KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, Record
 from quarry.services.commitlog.errors import Expired, NotFound, StoreError
-from quarry.services.commitlog.message_input import NewMessage, Property
+from quarry.services.commitlog.message_input import Host, NewMessage, Property
 from quarry.services.commitlog.store import CommitLogStore
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -113,12 +113,12 @@ class Transactions:
         props = half.properties
         out: list[NewMessage] = []
         if commit:
-            pairs = [(n, v) for n, v in half.properties_pairs if n not in _NOT_COPIED]
+            pairs = [Property(n, v) for n, v in half.properties_pairs if n not in _NOT_COPIED]
             out.append(NewMessage(
                 props[REAL_TOPIC], half.body, half.keys, props.get(TAGS, ""), props.get(UNIQ_KEY, ""), pairs,
-                half.flag, int(props.get(REAL_QID, "0")), half.born_timestamp, half.born_host,
+                half.flag, int(props.get(REAL_QID, "0")), half.born_timestamp, Host(*half.born_host),
                 SYSFLAG_TRANSACTION_COMMIT, half.reconsume_times, half.physical_offset,
             ))
         out.append(NewMessage(OP_TOPIC, str(half.queue_offset).encode(), [], REMOVE_TAG, "", [], 0, 0,
-                              now_ms if now_ms is not None else int(time.time() * 1000), half.store_host))
+                              now_ms if now_ms is not None else int(time.time() * 1000), Host(*half.store_host)))
         return out

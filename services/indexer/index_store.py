@@ -27,14 +27,21 @@ log = logging.getLogger("quarry.index")
 
 
 class Dispatch(Protocol):
-    """What indexing needs of a record (a DispatchRecord proto or formats DispatchInfo)."""
+    """What indexing needs of a record (a DispatchRecord proto or formats DispatchInfo); read
+    only, so a record whose keys are never None qualifies too."""
 
-    physical_offset: int
-    topic: str
-    keys: str | None
-    unique_key: str | None
-    store_timestamp: int
-    sys_flag: int
+    @property
+    def physical_offset(self) -> int: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def keys(self) -> str | None: ...
+    @property
+    def unique_key(self) -> str | None: ...
+    @property
+    def store_timestamp(self) -> int: ...
+    @property
+    def sys_flag(self) -> int: ...
 
 
 @dataclass
@@ -94,7 +101,9 @@ class IndexStore:
 
     def __post_init__(self) -> None:
         self.key_filter = StackedKeyFilter(self.config.index_num)
-        self.unfiltered, self.filtered, self.filter_refused, self._seq, self._next_seq = [], {}, set(), {}, 0
+        self.unfiltered, self.filtered, self.filter_refused = [], {}, set()
+        self._seq: dict[IndexFile, int] = {}  # attach order
+        self._next_seq = 0
         self.filters_wanted = threading.Event()
 
     @property

@@ -127,7 +127,8 @@ class StackedKeyFilter(Generic[T]):
         # The column's bits first (one file's share of the matrix), then spread into the
         # matrix block by block with sequential writes.
         if self.rows <= _FLAG_ROWS:
-            # One byte per row (at most 32 MiB): a plain fancy store, ~9x faster than below.
+            # One byte per row (at most 32 MiB): a plain fancy store, much faster than below
+            # (docs/decisions/numpy-key-filters.md).
             flags = np.zeros(self.rows, dtype=np.bool_)
             for hashes in hash_chunks:
                 for rows in rows_of(hashes, self.rows):
@@ -142,7 +143,7 @@ class StackedKeyFilter(Generic[T]):
                 rows = np.concatenate(rows_of(hashes, self.rows))
                 low = (rows & 7).astype(np.uint8)
                 # One pass per bit of a byte: within a pass every write to a byte sets the same
-                # bit, so repeated bytes in the fancy index lose nothing (ufunc.at is ~20x slower).
+                # bit, so repeated bytes in the fancy index lose nothing (ufunc.at is far slower).
                 for bit in range(8):
                     colbits[rows[low == bit] >> 3] |= np.uint8(1 << bit)
         self._each_column_slice(col, lambda old, bits: old | bits, colbits)
@@ -173,7 +174,7 @@ class StackedKeyFilter(Generic[T]):
                 grid = np.zeros((nb, width), dtype=np.uint8)
                 grid[:, :old_w] = np.unpackbits(self._arrays[b], bitorder="little")[: nb * old_w].reshape(nb, old_w)
                 new[:] = np.packbits(grid.reshape(-1), bitorder="little")
-            block = (memoryview(new).cast("B"), width)
+            block = (new.data.cast("B"), width)
             if b < len(self._arrays):
                 self._arrays[b], self._blocks[b] = new, block
             else:

@@ -4,6 +4,7 @@ their queues, `browse_pages` merges and keeps the token."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from quarry.formats import tag_expression
 from quarry.v1 import commitlog_pb2, common_pb2
@@ -89,13 +90,14 @@ async def browse_topic(q: Queries, topic: str, begin: int, end: int, tags: str, 
     outcomes = await q.fanout.run(calls, timeout_s, timeout_s) if calls else []
     if broker_name and queue_id is not None and outcomes and outcomes[0].error_code in ("NOT_FOUND", "INVALID_ARGUMENT"):
         _raise_unless_ok(outcomes[0], known[broker_name])
-    answers = {o.key: o.value for o in outcomes if o.ok}
+    answers = {o.key: o.answer() for o in outcomes if o.ok}
     page = merge_page(answers, token, max_num, oldest_first)
     expired = expired_ranges(answers)
     notes += [expired_note(gone) for gone in expired]
     for o in outcomes:
         if o.ok:
-            o.value = list(o.value.messages)  # outcome counts are of messages
+            counted: Outcome[Any] = o  # outcome counts are of messages
+            counted.value = list(o.answer().messages)
     return BrowseAnswer(messages=page.messages, outcomes=outcomes + missing, begin=begin, end=token.end, notes=notes,
                         next_token=encode_token(page.token) if page.more else "", expired=expired)
 
@@ -125,4 +127,4 @@ async def search_offset(q: Queries, topic: str, broker_name: str, queue_id: int,
     stub = q.clients.commitlog(broker.commitlog_addr)
     request = commitlog_pb2.SearchOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp, boundary=boundary)  # type: ignore[arg-type]
     outcome = await q.one_broker_call(broker, lambda t: stub.SearchOffsetByTime(request, timeout=t), timeout_ms)
-    return outcome.value, outcome
+    return outcome.answer(), outcome

@@ -131,9 +131,9 @@ def merge_page(answers: dict[str, commitlog_pb2.BrowseMessagesResponse], token: 
         for msg in page:
             if msg.broker_name == name:
                 taken_count[(msg.topic, msg.queue_id)] = taken_count.get((msg.topic, msg.queue_id), 0) + 1
-        for q in answer.queues:
-            key = (q.topic, q.queue_id)
-            if q.exhausted and taken_count.get(key, 0) == returned.get(key, 0):
+        for state in answer.queues:
+            key = (state.topic, state.queue_id)
+            if state.exhausted and taken_count.get(key, 0) == returned.get(key, 0):
                 place.done.add(key)
                 place.cursors.pop(key, None)
         place.finished = all((q.topic, q.queue_id) in place.done for q in answer.queues)

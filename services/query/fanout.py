@@ -15,7 +15,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Generic, TypeVar
+from typing import Awaitable, Callable, Generic, TypeVar, cast
 
 import grpc
 
@@ -44,6 +44,10 @@ class Outcome(Generic[T]):
     @property
     def ok(self) -> bool:
         return not self.error_code
+
+    def answer(self) -> T:
+        """The value of an ok outcome (only a failed one holds None)."""
+        return cast(T, self.value)
 
 
 class BrokerError(Exception):

@@ -188,7 +188,7 @@ class Queries:
             for b in brokers
         }
         outcomes = await self._scan(brokers, requests, max_num, lambda m: key_matches(m, topic, key, begin, end), timeout_ms)
-        scans = {o.key: o.value for o in outcomes if o.ok}
+        scans = {o.key: o.answer() for o in outcomes if o.ok}
         page = merge_key_answers({b: sc.matched for b, sc in scans.items()}, {b: sc.more_below for b, sc in scans.items()}, max_num, after, digest)
         return Answer(
             messages=page.messages,
@@ -237,13 +237,15 @@ class Queries:
             request = indexer_pb2.QueryMessageRequest(
                 topic=topic, key=unique_key, max_num=UNIQUE_KEY_MAX_NUM, begin_timestamp=w_begin, end_timestamp=w_end, unique_key_flag=True
             )
-            outcomes = await self._scan(brokers, {b.name: request for b in brokers}, UNIQUE_KEY_MAX_NUM,
-                                  lambda m, lo=w_begin, hi=w_end: unique_key_matches(m, topic, unique_key, lo, hi), timeout_ms)
-            copies = order_copies(m for o in outcomes if o.ok for m in o.value.matched)
+            def matches(m: common_pb2.StoredMessage, lo: int = w_begin, hi: int = w_end) -> bool:
+                return unique_key_matches(m, topic, unique_key, lo, hi)
+
+            outcomes = await self._scan(brokers, {b.name: request for b in brokers}, UNIQUE_KEY_MAX_NUM, matches, timeout_ms)
+            copies = order_copies(m for o in outcomes if o.ok for m in o.answer().matched)
             answer = Answer(
                 messages=copies if return_all else copies[:1],
                 outcomes=outcomes,
-                collisions=sum(o.value.skipped for o in outcomes if o.ok),
+                collisions=sum(o.answer().skipped for o in outcomes if o.ok),
                 copies=len(copies),
                 begin=w_begin,
                 end=w_end,
@@ -296,7 +298,7 @@ class Queries:
 
         [outcome] = await self.fanout.run({broker.name: view}, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)
         _raise_unless_ok(outcome, broker)
-        msg = outcome.value
+        msg = outcome.answer()
         msg.broker_name = broker.name
         return Answer(messages=[msg], outcomes=[outcome])
 
@@ -324,7 +326,7 @@ class Queries:
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.PullMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=1)
         outcome = await self.one_broker_call(broker, lambda t: stub.PullMessages(request, timeout=t), timeout_ms)
-        pulled: commitlog_pb2.PullMessagesResponse = outcome.value
+        pulled: commitlog_pb2.PullMessagesResponse = outcome.answer()
         if not pulled.messages:
             raise NotFound(
                 f"no message at queue offset {queue_offset} of {topic}/{broker.name}/{queue_id}; valid range is "
@@ -342,7 +344,7 @@ class Queries:
         stub = self.clients.commitlog(broker.commitlog_addr)
         request = commitlog_pb2.ConsumeStatusRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset)
         outcome = await self.one_broker_call(broker, lambda t: stub.ConsumeStatus(request, timeout=t), timeout_ms)
-        groups = list(outcome.value.groups)
+        groups = list(outcome.answer().groups)
         outcome.value = groups
         return groups, outcome
 
@@ -403,6 +405,8 @@ class Queries:
             scan = Scan()
             while True:
                 response = await stub.QueryMessage(request, timeout=timeout_s)
+                # Its key presence copy is not trusted below what this answer saw (query/presence.py).
+                self.clients.presence.seen(broker.indexer_addr, response.index_last_update_phy_offset)
                 if direct:
                     messages, damaged, gone = await self._read_records(broker, commitlog, response.physical_offsets, begin, end, timeout_s)
                 else:

@@ -22,8 +22,8 @@ log = logging.getLogger("quarry.rmq5")
 
 class _Headers(Mapping[str, str]):
     """A call's text headers, read from gRPC when first looked at: grpc.aio builds them anew on
-    every `invocation_metadata()` (~4 us for an SDK's nine), and with ACL off most calls never
-    look (the client id aside)."""
+    every `invocation_metadata()`, and with ACL off most calls never look (the client id aside;
+    docs/decisions/per-call-overheads.md)."""
 
     __slots__ = ("_context", "_read")
 
@@ -109,7 +109,8 @@ async def telemetry_stream(auth: Authenticator, sessions: Sessions, policy: tele
         while True:
             if nxt is None:
                 nxt = asyncio.ensure_future(_next(reader))
-            done, _ = await asyncio.wait({nxt, stopping, sending}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {nxt, stopping, sending}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if sending in done:  # a command of the server's own
                 yield sending.result()
                 sending = asyncio.ensure_future(outbox.get())

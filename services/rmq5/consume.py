@@ -27,7 +27,7 @@ from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate
 from quarry.services.commitlog import pop
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import CONSUMER_FLUSH_GAP_S
-from quarry.services.commitlog.message_input import NewMessage
+from quarry.services.commitlog.message_input import Host, NewMessage, Property
 from quarry.services.log import log_event
 from quarry.services.progress import Progress
 from quarry.services.rmq5.contract import Code, service, v2
@@ -145,8 +145,8 @@ def dead_letter_copy(record: Record, group: str, attempts: int) -> NewMessage:
     keep = [(n, v) for n, v in record.properties_pairs if n not in _NOT_KEPT_IN_DLQ]
     keep += [("DLQ_ORIGIN_TOPIC", record.topic), ("DLQ_ORIGIN_MESSAGE_ID", record.unique_key or record.offset_msg_id),
              ("ORIGIN_MESSAGE_ID", record.offset_msg_id), ("RECONSUME_TIME", str(attempts))]
-    return NewMessage(dlq_topic(group), readable_body(record.body, record.sys_flag), record.keys, record.tags or "", record.unique_key or "", keep,
-                      record.flag, 0, record.born_timestamp, record.born_host, 0, attempts)
+    return NewMessage(dlq_topic(group), readable_body(record.body, record.sys_flag), record.keys, record.tags or "", record.unique_key or "", [Property(*p) for p in keep],
+                      record.flag, 0, record.born_timestamp, Host(*record.born_host), 0, attempts)
 
 
 class Consumption:
