@@ -59,6 +59,10 @@ log = logging.getLogger("quarry.commitlog.remoting")
 MAX_PULL_MSGS = 1024
 MAX_SUSPEND_MS = 30_000  # longest a pull is held waiting for new messages
 UNIQUE_KEY_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum, used for unique-key queries
+# The names RocketMQ 4.9's TopicValidator calls system topics: its broker answers them whether
+# they exist or not, and tools (rocketmq-dashboard's topic list) use them to tell topics apart.
+ROCKETMQ_SYSTEM_TOPICS = ("TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+                          "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT")
 
 # SendMessageRequestHeaderV2's one-letter names.
 _V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag",
@@ -108,6 +112,7 @@ class RemotingBroker:
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
             codes.GET_TOPIC_CONFIG: self.topic_config, codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.subscription_groups,
             codes.GET_BROKER_CONFIG: self.broker_config, codes.VIEW_BROKER_STATS_DATA: self.stats_data,
+            codes.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.system_topics,
         }
 
     async def close(self) -> None:
@@ -429,6 +434,11 @@ class RemotingBroker:
         if queues is None:
             raise RemotingError(codes.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         return req.response(codes.SUCCESS, body=bodies.topic_config(topic, queues))
+
+    async def system_topics(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_SYSTEM_TOPIC_LIST_FROM_BROKER (asked of the broker the NameServer's system topic
+        list names; rocketmq-dashboard's topic list): RocketMQ's system topic names."""
+        return req.response(codes.SUCCESS, body=bodies.topic_list(list(ROCKETMQ_SYSTEM_TOPICS)))
 
     async def subscription_groups(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (mqadmin getConsumerConfig, the dashboard's consumer

@@ -66,7 +66,7 @@ PERMISSIONS: dict[int, Need] = {
     codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Need("query"), codes.GET_SYSTEM_TOPIC_LIST_FROM_NS: Need("query"),
     codes.UPDATE_AND_CREATE_TOPIC: Need("admin", "topic"),
     codes.GET_TOPIC_CONFIG: Need("query", "topic"), codes.GET_BROKER_CONFIG: Need("query"),
-    codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Need("query"),
+    codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Need("query"), codes.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: Need("query"),
     codes.VIEW_BROKER_STATS_DATA: Need("query", elsewhere="the topic the header's statsKey names (topic, or topic@group: then sub on the group too)"),
 }
 # Requests a valid signature opens: a client's bookkeeping, which names nothing it could read.

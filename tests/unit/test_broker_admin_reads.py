@@ -76,6 +76,8 @@ def test_topic_config_and_the_groups_known(tmp_path: Path) -> None:
         config = json.loads((await call(broker, conn, codes.GET_TOPIC_CONFIG, topic="StatsT", lo="true")).body)
         assert config == {"attributes": {}, "order": False, "perm": 6, "readQueueNums": 2, "topicFilterType": "SINGLE_TAG",
                           "topicName": "StatsT", "topicSysFlag": 0, "writeQueueNums": 2}
+        system = json.loads((await call(broker, conn, codes.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)).body)["topicList"]
+        assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"} <= set(system) and "StatsT" not in system
         with pytest.raises(RemotingError, match="No topic in this broker. topic: Nope") as err:
             await call(broker, conn, codes.GET_TOPIC_CONFIG, topic="Nope")
         assert err.value.code == codes.TOPIC_NOT_EXIST
