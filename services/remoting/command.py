@@ -104,7 +104,10 @@ def encode_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     if cmd.ext_fields:
         header["extFields"] = cmd.ext_fields
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _JSON.encode(header).encode("utf-8")
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # (json.dumps with options builds one a call)
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -185,7 +188,8 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         opaque=_as_int(data, "opaque", -(1 << 31), (1 << 31) - 1, 0),
         flag=_as_int(data, "flag", -(1 << 31), (1 << 31) - 1, 0),
         remark=remark if isinstance(remark, str) else None,
-        ext_fields={str(k): s for k, v in ext.items() if (s := _ext_value(v)) is not None},
+        # (RocketMQ's clients send every value as a string: then the object is taken as it is)
+        ext_fields=ext if all(type(v) is str for v in ext.values()) else {str(k): s for k, v in ext.items() if (s := _ext_value(v)) is not None},
         language=language if isinstance(language, str) else "OTHER",
         version=_as_int(data, "version", -(1 << 31), (1 << 31) - 1, 0),
     )

@@ -133,6 +133,39 @@ def known_key_check(key_field: str, known: Container[str]) -> HeaderCheck:
     return admits
 
 
+class _Deadline:
+    """One connection's idle and frame time limits on one timer: moving the deadline is an
+    assignment, and the timer, never armed further out than `step`, re-arms itself when it
+    fires early (a timeout context per read armed and cancelled a timer twice a request).
+    When the deadline passes, the connection's task is cancelled; `expired` says so."""
+
+    def __init__(self, step: float) -> None:
+        self.task = asyncio.current_task()
+        self.loop = asyncio.get_running_loop()
+        self.step = step
+        self.at = float("inf")
+        self.frame_length = 0  # the frame being read when the deadline is a frame's (0: between frames)
+        self.expired = False
+        self._timer = self.loop.call_at(self.loop.time() + step, self._fire)
+
+    def set(self, seconds: float, frame_length: int = 0) -> None:
+        self.at, self.frame_length = self.loop.time() + seconds, frame_length
+
+    def clear(self) -> None:
+        self.at = float("inf")
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        now = self.loop.time()
+        if now < self.at:
+            self._timer = self.loop.call_at(min(self.at, now + self.step), self._fire)
+        elif self.task is not None:
+            self.expired = True
+            self.task.cancel()
+
+
 class _Refused(Exception):
     """A limit closes this connection; `request` is answered first when its header was read."""
 
@@ -207,38 +240,43 @@ class RemotingServer:
         self._connections.add(conn)
         in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         tasks: set[asyncio.Task[None]] = set()
+        deadline = _Deadline(min(self.idle_s, self.limits.frame_timeout_s))
         try:
             while True:
+                deadline.set(self.idle_s)
                 try:
-                    async with asyncio.timeout(self.idle_s):  # (not wait_for: no task per read, no cancellation lost on 3.11)
-                        head = await reader.readexactly(4)
+                    head = await reader.readexactly(4)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return  # the client closed the connection between frames
-                except asyncio.TimeoutError:
-                    log_event(log, "idle connection closed", service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", idle_s=self.idle_s)
-                    return
                 length = int.from_bytes(head, "big", signed=True)
                 if length < 4 or length > self.max_frame_bytes:
                     if head[:2] == b"\x16\x03":  # a TLS record (handshake, version 3.x) read as a length
                         raise FrameError("a TLS handshake: the client has TLS on (RocketMQ's -Dtls.enable=true) and this remoting "
                                          "port serves plaintext only")
                     raise FrameError(f"frame length {length}: must be 4..{self.max_frame_bytes}")
+                deadline.set(self.limits.frame_timeout_s, length)
                 try:
-                    async with asyncio.timeout(self.limits.frame_timeout_s):
-                        if self.admits_header is None:
-                            cmd = decode_frame(await reader.readexactly(length))
-                        else:
-                            cmd = await self._read_checked(reader, length, peer)
+                    if self.admits_header is None:
+                        cmd = decode_frame(await reader.readexactly(length))
+                    else:
+                        cmd = await self._read_checked(reader, length, peer)
                 except asyncio.IncompleteReadError:
                     raise FrameError(f"connection closed inside a frame of {length} bytes") from None
-                except asyncio.TimeoutError:
-                    raise FrameError(f"no complete frame of {length} bytes within {self.limits.frame_timeout_s:g} s") from None
                 if cmd.is_response:
                     continue  # Quarry sends clients no requests, so no response is awaited
+                deadline.clear()  # (a client whose requests are all in flight is not idle)
                 await in_flight.acquire()
                 task = asyncio.create_task(self._handle(cmd, conn))
                 tasks.add(task)
                 task.add_done_callback(lambda t: (tasks.discard(t), in_flight.release()))
+        except asyncio.CancelledError:
+            if not deadline.expired or deadline.task is None or deadline.task.uncancel():
+                raise  # (not the deadline's doing: the server is stopping)
+            if not deadline.frame_length:
+                log_event(log, "idle connection closed", service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", idle_s=self.idle_s)
+            else:
+                log_event(log, "malformed frame; connection closed", logging.WARNING, service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}",
+                          reason=f"no complete frame of {deadline.frame_length} bytes within {self.limits.frame_timeout_s:g} s")
         except FrameError as exc:
             log_event(log, "malformed frame; connection closed", logging.WARNING, service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", reason=str(exc))
         except _Refused as refused:
@@ -248,6 +286,7 @@ class RemotingServer:
         except ConnectionError:
             pass
         finally:
+            deadline.close()
             self._connections.discard(conn)
             peer.connections -= 1
             if not peer.connections:

@@ -129,6 +129,24 @@ def test_a_frame_that_never_completes_is_dropped_at_the_frame_timeout(caplog: py
     assert any("no complete frame" in str(getattr(r, "kv", {}).get("reason", "")) for r in caplog.records)
 
 
+def test_a_silent_connection_is_closed_at_the_idle_limit_after_its_requests_were_answered(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        server = RemotingServer("test", _Handlers().table(), 1 << 20, limits=Limits(frame_timeout_s=0.1))
+        server.idle_s = 0.3  # 120 s by default
+        await server.start("127.0.0.1:0")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(encode_frame(RemotingCommand(2, 5, 0, None)))
+            assert (await _answer(reader)).body == b"fast"  # served, past the frame limit's timer
+            assert await reader.read() == b""  # then silent: closed by the server
+            writer.close()
+        finally:
+            await server.close()
+    with caplog.at_level(logging.INFO, logger="quarry.remoting"):
+        run(main())
+    assert [r.getMessage() for r in caplog.records].count("idle connection closed") == 1
+
+
 # -- what a peer can make the server hold (issue 33, hole 5) -----------------------------------
 def _signature_check(cmd: RemotingCommand) -> None:
     """Stands for RemotingAcl (its own tests check signatures): a forged one is refused."""
