@@ -79,6 +79,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    MAX_POST_BYTES = 1 << 20
+
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         origin = self.headers.get("Origin")
@@ -88,7 +90,22 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/api/login", "/api/logout"):
             self._access(path)
             return
-        self._reply(Response(404, {"error": f"no such endpoint for POST: {path}"}))
+        session, ended = self._session()
+        if ended:
+            self._reply(self._ended())
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 <= length <= self.MAX_POST_BYTES:
+            self._reply(Response(413, {"error": f"request body: at most {self.MAX_POST_BYTES} bytes"}))
+            return
+        body = self.rfile.read(length)
+        try:
+            response = (session.api if session is not None else self.api).handle_post(path, body, self.headers.get("Content-Type", ""))
+        except Exception as exc:  # a bug, not an answer: say so once, keep serving
+            log_event(log, "request failed", logging.ERROR, path=path, error=repr(exc))
+            response = Response(500, {"error": f"console error: {exc!r}"})
+        log_event(log, "api", logging.INFO, path=path, method="POST", status=response.status)
+        self._reply(response)
 
     def _session(self) -> tuple[Session | None, str]:
         """The browser's session, and the cookie's value when it names one that ended."""
