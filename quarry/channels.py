@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from quarry.formats.addresses import split_host_port
-from quarry.signing import AioBidiSigningInterceptor, AioSigningInterceptor, AioStreamSigningInterceptor, SigningInterceptor
+from quarry.signing import AioSigningInterceptor, AioStreamSigningInterceptor, SigningInterceptor
 
 
 @functools.lru_cache(maxsize=4096)  # one peer string per connection, read on every call
@@ -84,13 +84,13 @@ def signs_calls() -> bool:
 
 def open_aio_channel(address: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
     """open_channel for asyncio callers (a service on grpc.aio calling another): same TLS and
-    ACL settings (unary, server-streaming and bidirectional calls signed); create it inside the event loop
+    ACL settings (unary and server-streaming calls signed); create it inside the event loop
     that uses it."""
     opts = list(options or [])
     _keepalive(opts)
     creds = _credentials(opts)
     account = _account()
-    interceptors: list[Any] | None = [AioSigningInterceptor(*account), AioStreamSigningInterceptor(*account), AioBidiSigningInterceptor(*account)] if account else None
+    interceptors: list[Any] | None = [AioSigningInterceptor(*account), AioStreamSigningInterceptor(*account)] if account else None
     if creds is not None:
         return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)
     return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)

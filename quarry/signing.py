@@ -119,7 +119,7 @@ class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
 
 
 class AioStreamSigningInterceptor(grpc.aio.UnaryStreamClientInterceptor):
-    """The same for server-streaming calls (the indexer's Tail). A grpc.aio channel files each
+    """The same for server-streaming calls (the indexer's Tail, the key presence watch). A grpc.aio channel files each
     interceptor under the first call kind it is an instance of, so this is a second object."""
 
     def __init__(self, access_key: str, secret_key: str) -> None:
@@ -127,31 +127,6 @@ class AioStreamSigningInterceptor(grpc.aio.UnaryStreamClientInterceptor):
 
     async def intercept_unary_stream(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
         return await continuation(_aio_signed(self._sync, details, request_digest(request.SerializeToString()))[0], request)
-
-
-class AioBidiSigningInterceptor(grpc.aio.StreamStreamClientInterceptor):
-    """The same for bidirectional streams (the router's key presence watch): the call signed
-    as streamed, then each message it sends signed in turn, chained to the call's signature."""
-
-    def __init__(self, access_key: str, secret_key: str) -> None:
-        self._sync = SigningInterceptor(access_key, secret_key)
-
-    async def intercept_stream_stream(self, continuation: Callable, details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
-        aio_details, call_signature = _aio_signed(self._sync, details, STREAMED)
-        secret = self._sync.secret_key
-
-        async def items() -> Any:
-            index = 0
-            if hasattr(request_iterator, "__aiter__"):
-                async for message in request_iterator:
-                    yield _signed_item(secret, call_signature, index, message)
-                    index += 1
-            else:
-                for message in request_iterator:
-                    yield _signed_item(secret, call_signature, index, message)
-                    index += 1
-
-        return await continuation(aio_details, items())
 
 
 def _signed_item(secret_key: str, call_signature: str, index: int, message: Any) -> Any:

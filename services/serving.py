@@ -24,7 +24,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from quarry.services.call_tracking import AioTrackingInterceptor, CallTracker, TrackedServer
-from quarry.services import grpc_poller
 from quarry.services.log import log_event
 from quarry.services.metrics import ServiceMetrics
 from quarry.services.settings import cannot_listen
@@ -139,11 +138,11 @@ class RunningAioServer:
 
 async def start_aio_server(
     name: str, bind: str, registrations: Iterable[Registration], max_message_bytes: int = 128 * 1024 * 1024,
-    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None, grpc_poller_policy: str = "batch",
+    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None,
 ) -> RunningAioServer:
     """Create, register (+health, +reflection), bind and start a server for asyncio servicers
     (coroutine handlers); return it serving (SERVING, or what `health_check` says). Call inside
-    the event loop. `grpc_poller_policy`: services/grpc_poller.py."""
+    the event loop."""
     tracker = CallTracker(metrics or ServiceMetrics(name))
     acl = aio_acl_interceptors()
     # Calls are tracked by their handlers, wrapped as they are registered; only a server that
@@ -152,12 +151,11 @@ async def start_aio_server(
     health_servicer = health.aio.HealthServicer()
     port, names, tls = _register_and_bind(name, bind, server if acl else TrackedServer(server, tracker), registrations, health_servicer)
     await server.start()
-    poller = grpc_poller.apply(grpc_poller_policy)
     host = bind.rsplit(":", 1)[0]
     running = RunningAioServer(server=server, health=health_servicer, port=port, address=f"{host}:{port}",
                                service_names=names, tracker=tracker, health_check=health_check)
     await running.set_serving(health_check is None or not _evaluate(health_check))
-    log_event(log, "server started", service=name, address=running.address, tls=tls, grpc_poller=poller)
+    log_event(log, "server started", service=name, address=running.address, tls=tls)
     running.monitor_health(name)
     return running
 

@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 
 from quarry.formats.addresses import split_host_port
 from quarry.services.event_loop import CHOICES as EVENT_LOOPS
-from quarry.services.grpc_poller import POLICIES as POLLER_POLICIES
 
 
 class StartupError(Exception):
@@ -183,13 +182,10 @@ def metrics_host(args: argparse.Namespace) -> str:
 
 def add_process_settings(p: EnvArgumentParser) -> None:
     """Settings every service process has: --log-format / --log-level (configure_logging takes
-    them), --event-loop (services/event_loop.py), --grpc-poller (services/grpc_poller.py) and
-    --shutdown-grace-ms (how long a stop waits for calls in flight)."""
+    them), --event-loop (services/event_loop.py) and --shutdown-grace-ms (how long a stop
+    waits for calls in flight)."""
     p.add_setting("--log-format", "QUARRY_LOG_FORMAT", "kv", "log line format: kv (key=value) or json", str.lower, ["kv", "json"])
     p.add_setting("--log-level", "QUARRY_LOG_LEVEL", "INFO", "log level", str.upper, ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     p.add_setting("--event-loop", "QUARRY_EVENT_LOOP", "uvloop", "the process's event loop: uvloop (libuv, faster per call) or asyncio's own", str.lower, list(EVENT_LOOPS))
-    p.add_setting("--grpc-poller", "QUARRY_GRPC_POLLER", "batch",
-                  "scheduling of grpc.aio's completion poller thread: batch (Linux SCHED_BATCH: it does not preempt the event loop "
-                  "on every completion, less CPU per call) or normal", str.lower, list(POLLER_POLICIES))
     p.add_setting("--shutdown-grace-ms", "QUARRY_SHUTDOWN_GRACE_MS", 5000,
                   "on SIGTERM, longest wait for calls in flight before they are cancelled (an idle service exits at once)", int, minimum=0)

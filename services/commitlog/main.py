@@ -110,7 +110,7 @@ async def _serve(args: argparse.Namespace) -> None:
         [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name),
          Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
-        metrics=metrics.METRICS, health_check=lambda: store_health(store) or "; ".join(watches.stalls()), grpc_poller_policy=args.grpc_poller,
+        metrics=metrics.METRICS, health_check=lambda: store_health(store) or "; ".join(watches.stalls()),
     )
     tracker = running.tracker
     if tracker is not None:

@@ -181,11 +181,11 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             key_filter_bytes=filter_bytes,
         )
 
-    async def WatchKeyPresence(self, request_iterator: AsyncIterator[indexer_pb2.WatchKeyPresenceRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
+    async def WatchKeyPresence(self, request: indexer_pb2.WatchKeyPresenceRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[indexer_pb2.WatchKeyPresenceResponse]:
         if self.presence is None:
             raise ReadOnly("key presence: not kept by a read-only indexer (--read-only, --follow-index): entries reach its files "
                            "without passing through it, so no copy of its filter could be kept current; ask it every key query")
-        async for update in self.presence.watch(request_iterator):
+        async for update in self.presence.watch():
             yield update
 
     async def close(self) -> None:
@@ -264,8 +264,8 @@ async def _serve(args: argparse.Namespace) -> int:
             behind = state.commitlog_max_offset > state.next_offset
             metrics.INDEX_LAG_SECONDS.set(max(0.0, time.time() - state.last_store_timestamp / 1000.0) if behind and state.last_store_timestamp else 0)
 
-        # Key presence only where every entry passes through the tailer, which can hold it back
-        # until the watchers have its key (presence.py).
+        # Key presence only where every entry passes through the tailer, which tells the
+        # watchers each batch's keys as it writes it (presence.py).
         presence = KeyPresencePublisher(index, lock).start()
         tailer = Tailer(args.commitlog, index, checkpoint, start, flush_interval_ms=args.flush_interval_ms, lock=lock, on_batch=_observe,
                         presence=presence).start()
@@ -276,7 +276,7 @@ async def _serve(args: argparse.Namespace) -> int:
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files, presence)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
     running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
-                                     metrics=metrics.METRICS, grpc_poller_policy=args.grpc_poller, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
+                                     metrics=metrics.METRICS, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
     # Start-up's objects (modules, descriptors, the opened index) live as long as the process:
     # frozen, a full collection no longer walks them with the loop stalled (as the commitlog).
     gc.collect()

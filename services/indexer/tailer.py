@@ -78,8 +78,8 @@ TAIL_SILENT_S = 30.0
 
 async def _grouped(call: AsyncIterator[commitlog_pb2.TailResponse], silent_s: float) -> AsyncIterator[list[commitlog_pb2.TailResponse]]:
     """The stream's responses, those that arrived while the previous group was being indexed
-    taken together: a group costs one wait for the key presence watchers' acknowledgements
-    (and one index header write), however many responses came meanwhile. Silent when none
+    taken together: a group costs one index header write, however many responses came
+    meanwhile. Silent when none
     came for `silent_s` (the queue is empty only while nothing is read)."""
     queue: asyncio.Queue[Any] = asyncio.Queue(GROUP_QUEUE)
 
@@ -127,7 +127,7 @@ class Tailer:
         presence: "KeyPresencePublisher | None" = None,
     ) -> None:
         self.commitlog_addr = commitlog_addr
-        self.presence = presence  # told each batch's keys before they are written (presence.py)
+        self.presence = presence  # told each batch's keys as it is written (presence.py)
         self.index = index
         self.checkpoint = checkpoint
         self.state = TailState(next_offset=start_offset)
@@ -274,26 +274,16 @@ class Tailer:
         records = [r for response in responses for r in response.records]
         last = responses[-1]
         presence = self.presence
-        if presence is not None and records:
-            # Watchers hold a batch's keys before queries can find them (presence.py).
-            with self.lock:
-                batch = self.index.prepare_records(records)  # type: ignore[attr-defined]
-                waits = presence.add(batch.key_hashes)
-            try:
-                await presence.acknowledged(waits)
-            except BaseException:  # cancelled (stopping): not written; delivered and added again later
-                with self.lock:
-                    presence.written()
-                raise
         with self.lock:
             if records:
                 if presence is None:
                     self.index.index_records(records)
                 else:
+                    batch = self.index.prepare_records(records)  # type: ignore[attr-defined]
                     try:
                         self.index.write_prepared(batch)  # type: ignore[attr-defined]
-                    finally:  # written, or failed (delivered again): no longer in flight either way
-                        presence.written()
+                    finally:  # (a failed write may have written part: an extra hash only costs a call)
+                        presence.add(batch.key_hashes)  # in the step that writes it (presence.py)
                 self.state.last_store_timestamp = records[-1].store_timestamp
             self.state.next_offset = last.next_offset
             self.state.commitlog_max_offset = last.max_offset

@@ -307,7 +307,7 @@ async def _serve(args: argparse.Namespace) -> int:
     running = await start_aio_server("router", args.bind, [
         Registration(lambda s: router_pb2_grpc.add_QueryRouterServiceServicer_to_server(servicer, s), name),
         Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE),
-    ], metrics=metrics.METRICS, grpc_poller_policy=args.grpc_poller)
+    ], metrics=metrics.METRICS)
     pruning = asyncio.get_running_loop().create_task(_prune_channels(registry, clients))
     # What start-up built (modules, protobuf descriptors) lives as long as the process: frozen,
     # a full collection under load no longer walks it (~20 ms with the loop stalled), as the

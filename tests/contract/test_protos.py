@@ -35,7 +35,7 @@ EXPECTED_RPCS = {
     "quarry.v1.IndexerService": {
         "QueryMessage": ("QueryMessageRequest", "QueryMessageResponse", False, False),
         "GetIndexStatus": ("GetIndexStatusRequest", "GetIndexStatusResponse", False, False),
-        "WatchKeyPresence": ("WatchKeyPresenceRequest", "WatchKeyPresenceResponse", True, True),
+        "WatchKeyPresence": ("WatchKeyPresenceRequest", "WatchKeyPresenceResponse", False, True),
     },
     "quarry.v1.QueryRouterService": {
         "RegisterBroker": ("RegisterBrokerRequest", "RegisterBrokerResponse", False, False),

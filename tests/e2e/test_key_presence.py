@@ -1,11 +1,14 @@
 """Key presence on real processes: three brokers (127.0.0.2/3/4) and a router that watches
-their indexers' filters. A key query asks only the broker that holds the key, and a message
-an indexer has indexed is always found through the router, however fast the query follows
-the send (the indexer holds a batch back until the router's copy has its keys).
+their indexers' filters. A key query asks only the broker that holds the key, a message an
+indexer has indexed is found through the router however fast the query follows the send
+(the batch's keys leave for the router in the step that writes it, and a copy behind what
+the router has seen is not trusted), and a stopped router delays no indexing.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Iterator
@@ -71,9 +74,9 @@ def test_a_key_query_asks_only_the_broker_holding_the_key(env: Env) -> None:
     outcomes = {o.broker_name: o for o in result.brokers}  # type: ignore[union-attr]
     assert outcomes["broker-b"].attempts == 1 and not outcomes["broker-b"].ruled_out_by_key_filter
     assert all(outcomes[b].answered and outcomes[b].attempts == 0 for b in ("broker-a", "broker-c"))
-    # The same holds for unique keys, which are indexed under the same filter. A copy's
-    # one-second lease may lapse on a loaded machine (its broker is then asked, by design), so
-    # the ruling out is waited for; every answer meanwhile must still be right and complete.
+    # The same holds for unique keys, which are indexed under the same filter. A copy may fall
+    # behind for a moment on a loaded machine (its broker is then asked, by design), so the
+    # ruling out is waited for; every answer meanwhile must still be right and complete.
     seen: list[router_pb2.QueryResult] = []
 
     def by_unique_key() -> set[str]:
@@ -145,9 +148,9 @@ def test_a_watched_indexer_stops_without_waiting_out_its_grace(cluster_factory) 
         # The watch streams never end by themselves: left open they would hold the whole grace.
         assert e.cluster.brokers["broker-c"].indexer.stop(timeout_s=20) == 0  # not killed
         # The stopped broker is asked (and reported), not ruled out, once the router has seen its
-        # watch end (a copy still valid a moment longer may rule it out: it holds what it held).
-        # Within a second its lease would lapse anyway: that a copy is dropped the moment its
-        # watch ends is tested in process (test_presence_watch: a bad update ends the watch).
+        # watch end (a copy still current a moment longer may rule it out: it holds what it held).
+        # Without heartbeats it would stop being trusted anyway: that a copy is dropped the moment
+        # its watch ends is tested in process (test_presence_watch: a bad update ends the watch).
         wait_until(lambda: "broker-c" not in _ruled_out(e.by_key("warm-up")), what="broker-c asked again")
     finally:
         e.close()
@@ -155,8 +158,8 @@ def test_a_watched_indexer_stops_without_waiting_out_its_grace(cluster_factory) 
 
 def test_under_access_control_the_router_watches_with_a_signed_stream(cluster_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     # Every service checks the accounts and signs its own calls with the cluster's account; a
-    # reader may only query. The router's watch of each indexer is a bidirectional stream whose
-    # acknowledgements are signed one by one: without that, presence was refused under ACL.
+    # reader may only query. The router's watch of each indexer is a signed server-streaming
+    # call: unsigned, it would be refused under ACL.
     (tmp_path / "acl.json").write_text(json.dumps({"accounts": [
         {"access_key": "cluster", "secret_key": "cluster-secret-1", "admin": True},
         {"access_key": "reader", "secret_key": "reader-secret-2", "topics": {"*": ["query"]}},
@@ -184,3 +187,20 @@ def test_under_access_control_the_router_watches_with_a_signed_stream(cluster_fa
                             what="the message found, the other brokers ruled out by their watched filters")
         assert result.complete  # type: ignore[union-attr]
     assert "key presence not watched" not in (cluster.root / "logs" / "router.log").read_text()
+
+
+def test_a_stopped_router_delays_no_indexing(env: Env) -> None:
+    wait_until(lambda: len(_ruled_out(env.by_key("warm-up"))) == 3, what="every filter watched")
+    router = env.cluster.router
+    assert router is not None and router.proc is not None
+    os.kill(router.proc.pid, signal.SIGSTOP)  # its watches stay open, none of them read
+    try:
+        sent = [env.send("broker-a", [f"while-stopped-{i}"]) for i in range(20)]
+        wait_until(lambda: env.indexed_to("broker-a") >= sent[-1].physical_offset, what="indexed while the router is stopped")
+    finally:
+        os.kill(router.proc.pid, signal.SIGCONT)
+    indexer_log = env.cluster.brokers["broker-a"].indexer.log_path.read_text()
+    assert "watcher dropped" not in indexer_log  # nothing waited on it, so nothing gave up on it
+    result = wait_until(lambda: (r := env.by_key("while-stopped-19")) and r.messages and _ruled_out(r) == {"broker-b", "broker-c"} and r,
+                        what="found, the same watches caught up")
+    assert [m.offset_msg_id for m in result.messages] == [sent[-1].offset_msg_id]  # type: ignore[union-attr]

@@ -1,10 +1,10 @@
 """Key presence watched in process: an indexer's publisher (services/indexer/presence.py)
 served by its servicer on loopback, and the router's copies (services/query/presence.py).
 
-What makes skipping brokers exact is an order: a batch's keys reach every valid copy before
-the batch is written where queries read it. So these tests check the order (the copy holds
-the keys when `acknowledged` returns), and what happens to a watcher that stops answering,
-breaks, or leaves cleanly.
+The copies are advisory: the indexer never waits for a watcher. So these tests check that a
+copy gets every batch's keys, that a router trusts a copy only while it is current (updated
+lately, not behind a position an answer showed), and that a watcher that stops reading
+delays nothing and is dropped.
 """
 from __future__ import annotations
 
@@ -34,15 +34,15 @@ from tests.servicers import on_loop, serve_aio
 class Indexer:
     """An index, its publisher (None: read-only) and its servicer on the shared loop."""
 
-    def __init__(self, root: Path, lease_s: float, keep_presence: bool = True) -> None:
+    def __init__(self, root: Path, keep_presence: bool = True) -> None:
         self.index = IndexStore.open(root / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
         self.lock = threading.Lock()
         self.publisher: KeyPresencePublisher | None = None
-        self._keep, self._lease, self._root = keep_presence, lease_s, root
+        self._keep, self._root = keep_presence, root
 
     def __enter__(self) -> "Indexer":
         def build(_loop: asyncio.AbstractEventLoop) -> list[Registration]:
-            self.publisher = KeyPresencePublisher(self.index, self.lock, self._lease).start() if self._keep else None
+            self.publisher = KeyPresencePublisher(self.index, self.lock).start() if self._keep else None
             self.servicer = IndexerServicer("broker-a", self.index, self.lock, "127.0.0.1:1", None, IndexCheckpoint(self._root / "ckpt"), None, self.publisher)
             name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
             return [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(self.servicer, s), name)]
@@ -57,7 +57,7 @@ class Indexer:
         self.index.close()
 
     def index_keys(self, keys: list[str], offset: int) -> None:
-        """Index a record's keys as the tailer does: add, await the watchers, write."""
+        """Index a record's keys as the tailer does: write, then add, in one step."""
         record = common_pb2.DispatchRecord(physical_offset=offset, topic="T", keys=" ".join(keys), store_timestamp=1_700_000_000_000 + offset)
         publisher = self.publisher
         assert publisher is not None
@@ -65,11 +65,8 @@ class Indexer:
         async def run() -> None:
             with self.lock:
                 batch = self.index.prepare_records([record])
-                waits = publisher.add(batch.key_hashes)
-            await publisher.acknowledged(waits)
-            with self.lock:
                 self.index.write_prepared(batch)
-                publisher.written()
+                publisher.add(batch.key_hashes)
 
         on_loop(run())
 
@@ -80,7 +77,7 @@ def _hash(key: str) -> int:
 
 @pytest.fixture
 def indexer(tmp_path: Path) -> Iterator[Indexer]:
-    with Indexer(tmp_path, lease_s=1.0) as ix:
+    with Indexer(tmp_path) as ix:
         yield ix
 
 
@@ -110,8 +107,8 @@ def _rules_out(copies: PresenceCopies, address: str, *keys: str) -> bool:
 
 
 def _ruled_out_soon(copies: PresenceCopies, address: str, key: str) -> None:
-    """A positive ruling out needs a valid copy, whose lease a loaded machine may let lapse for
-    a moment (the broker is then asked, by design): waited for, not assumed."""
+    """A positive ruling out needs a trusted copy, which a loaded machine may keep from being
+    current for a moment (the broker is then asked, by design): waited for, not assumed."""
     wait_until(lambda: _rules_out(copies, address, key), what=f"{key!r} ruled out")
 
 
@@ -123,16 +120,17 @@ def _watched(copies: PresenceCopies, address: str) -> None:
     wait_until(lambda: on_loop(valid()), what="a whole copy")
 
 
-def test_a_copy_holds_a_batch_before_the_batch_is_written(indexer: Indexer, copies: PresenceCopies) -> None:
+def test_a_copy_gets_every_batch_and_never_rules_out_a_key_it_holds(indexer: Indexer, copies: PresenceCopies) -> None:
     indexer.index_keys(["before"], 100)
     _watched(copies, indexer.address)
     assert not _rules_out(copies, indexer.address, "before")  # in the snapshot
     _ruled_out_soon(copies, indexer.address, "order-1")
     for i in range(20):
         indexer.index_keys([f"order-{i}"], 200 + i)
-        # `acknowledged` returned, the entry is written: the copy must have it already.
-        assert not _rules_out(copies, indexer.address, f"order-{i}")
         assert indexer.index.query("T", f"order-{i}", 10, 0, 2**62) == [200 + i]
+        # Until its copy has the batch the router asks the broker; once caught up it has the key.
+        wait_until(lambda: on_loop(_position(copies, indexer.address)) >= 200 + i, what=f"the copy at batch {i}")
+        assert not _rules_out(copies, indexer.address, f"order-{i}")
 
 
 def test_a_key_of_a_delayed_message_is_looked_for_under_the_parking_topics() -> None:
@@ -144,22 +142,17 @@ def test_the_filter_is_built_from_the_index_files_on_disk(tmp_path: Path, copies
     index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
     index.index_records([common_pb2.DispatchRecord(physical_offset=10 * i, topic="T", keys=f"old-{i}", store_timestamp=1_700_000_000_000) for i in range(500)])
     index.close()
-    with Indexer(tmp_path, lease_s=1.0) as ix:  # several files: index_num 4000 holds them all, one file
+    with Indexer(tmp_path) as ix:  # several files: index_num 4000 holds them all, one file
         _watched(copies, ix.address)
         assert not any(_rules_out(copies, ix.address, f"old-{i}") for i in range(500))
         _ruled_out_soon(copies, ix.address, "never-sent")
 
 
-async def _acks_never() -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
-    await asyncio.Event().wait()
-    yield indexer_pb2.WatchKeyPresenceRequest()
-
-
-def _raw_watch(address: str, acks: Any) -> tuple[Any, Any]:
+def _raw_watch(address: str) -> tuple[Any, Any]:
     """A watcher of our own: its call and a task reading every update it gets."""
     async def open_() -> tuple[Any, Any]:
         ch = grpc.aio.insecure_channel(address)
-        call = indexer_pb2_grpc.IndexerServiceStub(ch).WatchKeyPresence(acks)
+        call = indexer_pb2_grpc.IndexerServiceStub(ch).WatchKeyPresence(indexer_pb2.WatchKeyPresenceRequest())
         got: list[Any] = []
 
         async def read() -> None:
@@ -176,69 +169,9 @@ async def _await(task: Any) -> Any:
     return await task
 
 
-def test_a_silent_watcher_is_dropped_when_its_lease_runs_out(tmp_path: Path) -> None:
-    with Indexer(tmp_path, lease_s=0.3) as ix:
-        assert ix.publisher is not None
-        call, (reader, got) = _raw_watch(ix.address, _acks_never())
-        wait_until(lambda: ix.publisher.watchers == 1 and any(u.snapshot_done for u in got), what="the snapshot sent")  # type: ignore[union-attr]
-        ix.index_keys(["k"], 100)  # returns once the silent watcher's lease ran out
-        assert ix.publisher.watchers == 0
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            on_loop(_await(reader))
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "lease" in (err.value.details() or "")
-        assert [list(u.key_hashes) for u in got if u.key_hashes] == [[_hash("k")]]  # sent the batch, never answered
-
-
-def test_a_broken_watch_holds_the_batch_to_the_end_of_its_lease_and_a_released_one_does_not(tmp_path: Path) -> None:
-    # A 3 s lease: the release must arrive well inside it even on a loaded machine.
-    with Indexer(tmp_path, lease_s=3.0) as ix:
-        publisher = ix.publisher
-        assert publisher is not None
-        for how in ("broken", "released"):
-            queue: asyncio.Queue[Any] = on_loop(_queue())
-
-            call, (reader, got) = _raw_watch(ix.address, _queued(queue))
-            wait_until(lambda: publisher.watchers == 1 and any(u.snapshot_done for u in got), what="the snapshot sent")
-            watcher = next(iter(publisher._watchers))
-            seen = got[-1].seq  # (a heartbeat may follow before the check: compare with this one)
-            on_loop(_put(queue, indexer_pb2.WatchKeyPresenceRequest(seq=seen)))
-            wait_until(lambda: watcher.acked == seen, what="the snapshot acknowledged")
-
-            async def batch_then_leave() -> tuple[float, float]:
-                with ix.lock:
-                    waits = publisher.add([_hash(f"{how}-key")])
-                if how == "broken":
-                    call.cancel()
-                else:
-                    queue.put_nowait(indexer_pb2.WatchKeyPresenceRequest(release=True))
-                await publisher.acknowledged(waits)
-                return time.monotonic(), watcher.lease_until
-
-            done_at, lease_until = on_loop(batch_then_leave())
-            if how == "broken":
-                assert done_at >= lease_until  # the router may still trust its copy until then
-            else:
-                assert done_at < lease_until  # it said it stopped using its copy
-            wait_until(lambda: publisher.watchers == 0, what="the watcher gone")
-
-
-async def _queued(queue: "asyncio.Queue[Any]") -> AsyncIterator[indexer_pb2.WatchKeyPresenceRequest]:
-    """The acknowledgements a test puts on `queue`, until None."""
-    while (ack := await queue.get()) is not None:
-        yield ack
-
-
-async def _queue() -> "asyncio.Queue[Any]":
-    return asyncio.Queue()
-
-
-async def _put(queue: "asyncio.Queue[Any]", item: Any) -> None:
-    queue.put_nowait(item)
-
-
 def test_a_read_only_indexer_is_never_ruled_out(tmp_path: Path, copies: PresenceCopies) -> None:
-    with Indexer(tmp_path, lease_s=1.0, keep_presence=False) as ix:
-        call, (reader, _got) = _raw_watch(ix.address, _acks_never())
+    with Indexer(tmp_path, keep_presence=False) as ix:
+        call, (reader, _got) = _raw_watch(ix.address)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             on_loop(_await(reader))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "read-only" in (err.value.details() or "")
@@ -263,7 +196,7 @@ async def _refused(copies: PresenceCopies, address: str) -> str:
 
 def test_a_full_filter_is_rebuilt_larger_and_watched_again(tmp_path: Path, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:
     _small_filters(monkeypatch)
-    with Indexer(tmp_path, lease_s=1.0) as ix:
+    with Indexer(tmp_path) as ix:
         assert ix.publisher is not None
         _watched(copies, ix.address)
         first = ix.publisher.filter
@@ -281,150 +214,13 @@ async def _copy_bits(copies: PresenceCopies, address: str) -> int:
     return f.log2_bits if f is not None else 0
 
 
-class _GatedCall:
-    """A watch call whose updates the router reads only when the test lets it: a router that
-    stalls (a busy loop, a slow network) and reads updates long after they were sent."""
-
-    def __init__(self, call: Any, gate: "asyncio.Semaphore") -> None:
-        self._call, self._gate = call, gate
-
-    def cancel(self) -> bool:
-        return bool(self._call.cancel())
-
-    async def read(self) -> Any:
-        u = await self._call.read()
-        if u is not grpc.aio.EOF:
-            await self._gate.acquire()
-        return u
-
-
-async def _semaphore() -> "asyncio.Semaphore":
-    return asyncio.Semaphore(0)
-
-
-def _gated_copies(address: str) -> tuple[PresenceCopies, Any, Any]:
-    """Router copies whose watch reads an update only when `gate` is released (a busy router);
-    also the gate and the channel (the caller closes the channel)."""
-    gate = on_loop(_semaphore())
-    channel = on_loop(_channel(address))
-
-    def stub(_address: str) -> Any:
-        class Stub:
-            def WatchKeyPresence(self, acks: Any) -> _GatedCall:
-                return _GatedCall(indexer_pb2_grpc.IndexerServiceStub(channel).WatchKeyPresence(acks), gate)
-        return Stub()
-
-    return on_loop(_make(stub)), gate, channel
-
-
-def _no_trusted_miss(copies: PresenceCopies, address: str, key: str) -> None:
-    """A copy the router trusts never rules out a key the indexer finds."""
-    async def check() -> None:
-        if copies.valid(address):
-            assert not copies.rules_out(address, [_hash(key)]), "a valid copy rules out a key the indexer finds"
-    on_loop(check())
-
-
-def _close_gated(copies: PresenceCopies, gate: Any, channel: Any) -> None:
-    on_loop(_release_all(gate))
-    on_loop(copies.close())
-    on_loop(channel.close())
-
-
-def test_an_update_read_after_its_watcher_was_dropped_does_not_make_the_copy_trusted(tmp_path: Path) -> None:
-    with Indexer(tmp_path, lease_s=0.3) as ix:
-        publisher = ix.publisher
-        assert publisher is not None
-        copies, gate, channel = _gated_copies(ix.address)
-        try:
-            _rules_out(copies, ix.address, "x")
-            opened = on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
-            assert opened
-            # The router stalls: the batch waits for it until its lease runs out, is written,
-            # and the next batch is written without waiting (no watcher left).
-            ix.index_keys(["late-1"], 100)
-            assert publisher.watchers == 0
-            ix.index_keys(["late-2"], 200)
-            assert ix.index.query("T", "late-2", 10, 0, 2**62) == [200]
-
-            async def read_on() -> None:
-                # The router reads on, one update at a time: whenever its copy counts as valid
-                # it must hold late-2, which QueryMessage finds now.
-                for _ in range(50):
-                    if copies.valid(ix.address):
-                        assert not copies.rules_out(ix.address, [_hash("late-2")]), "a valid copy rules out a key the indexer finds"
-                    gate.release()
-                    await asyncio.sleep(0.02)
-            on_loop(read_on())
-        finally:
-            _close_gated(copies, gate, channel)
-
-
-async def _channel(address: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(address)
-
-
-async def _release_until(gate: "asyncio.Semaphore", done: Any) -> bool:
-    for _ in range(500):
-        if done():
-            while not gate.locked():  # take back what the router has not used: it stalls now
-                await gate.acquire()
-            return True
-        gate.release()
-        await asyncio.sleep(0.01)
-    return False
-
-
-async def _release_all(gate: "asyncio.Semaphore") -> None:
-    for _ in range(1000):
-        gate.release()
-
-
-def test_a_dropped_watcher_echoes_no_acknowledgement_received_after_the_drop() -> None:
-    from quarry.services.errors import Unavailable
-    from quarry.services.indexer.presence import _Watcher
-
-    async def run() -> tuple[int, float]:
-        w = _Watcher(1.0)
-        w.enqueue(indexer_pb2.WatchKeyPresenceResponse())
-        lease_until = w.lease_until
-        w.close(Unavailable("lease ran out"))
-        w.ack(1)  # in flight when the indexer gave up: the batch may be written already
-        return w.acked, w.lease_until - lease_until
-    assert on_loop(run()) == (0, 0.0)
-
-
-def test_a_batch_added_after_a_resize_dropped_the_watchers_waits_out_their_leases(tmp_path: Path) -> None:
-    with Indexer(tmp_path, lease_s=1.0) as ix:
-        publisher = ix.publisher
-        assert publisher is not None
-        copies, gate, channel = _gated_copies(ix.address)
-        try:
-            _rules_out(copies, ix.address, "x")
-            assert on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
-            # The router has not read the stream's end yet (a busy loop): its copy is valid.
-
-            async def resize() -> None:
-                with ix.lock:
-                    publisher._begin_build(1 << 21)  # as when the filter is full
-            first = publisher.filter
-            on_loop(resize())
-            wait_until(lambda: publisher.filter is not first and publisher.watchers == 0, what="the resize dropped the watcher")
-            ix.index_keys(["after-resize"], 100)
-            assert ix.index.query("T", "after-resize", 10, 0, 2**62) == [100]
-
-            _no_trusted_miss(copies, ix.address, "after-resize")
-        finally:
-            _close_gated(copies, gate, channel)
-
-
 def test_a_watch_waiting_for_the_first_build_ends_when_the_indexer_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A large index takes long to build: the watch waits for it, and a stop must end it too.
     monkeypatch.setattr(KeyPresencePublisher, "_build", lambda self, target, files: None)
-    with Indexer(tmp_path, lease_s=1.0) as ix:
+    with Indexer(tmp_path) as ix:
         publisher = ix.publisher
         assert publisher is not None and publisher.filter is None
-        call, (reader, _got) = _raw_watch(ix.address, _acks_never())
+        call, (reader, _got) = _raw_watch(ix.address)
 
         async def stop() -> None:
             publisher.close()
@@ -460,14 +256,14 @@ class _ScriptedCall:
 
 
 @pytest.mark.parametrize("bad", [
-    indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk_offset=1 << 20, chunk=b"\xff", snapshot_done=True, lease_ms=1000),
-    indexer_pb2.WatchKeyPresenceResponse(seq=1, key_hashes=[1, 2], lease_ms=1000),
-    indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=60, hash_count=6, chunk=b"\xff", snapshot_done=True, lease_ms=1000),
+    indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk_offset=1 << 20, chunk=b"\xff", snapshot_done=True, heartbeat_ms=1000),
+    indexer_pb2.WatchKeyPresenceResponse(seq=1, key_hashes=[1, 2], heartbeat_ms=1000),
+    indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=60, hash_count=6, chunk=b"\xff", snapshot_done=True, heartbeat_ms=1000),
 ])
 def test_a_bad_update_drops_the_copy_with_a_warning_naming_the_field(bad: indexer_pb2.WatchKeyPresenceResponse, caplog: pytest.LogCaptureFixture) -> None:
     def stub(_address: str) -> Any:
         class Stub:
-            def WatchKeyPresence(self, acks: Any) -> _ScriptedCall:
+            def WatchKeyPresence(self, request: Any) -> _ScriptedCall:
                 return _ScriptedCall([bad])
         return Stub()
 
@@ -490,7 +286,7 @@ def test_a_full_filter_at_the_largest_size_is_not_rebuilt_again_and_again(tmp_pa
     # Beyond the largest filter's capacity it only answers "may hold" more often: a rebuild
     # could be no larger, and each would re-read every file and drop every watcher.
     _small_filters(monkeypatch, none_larger=True)
-    with Indexer(tmp_path, lease_s=1.0) as ix:
+    with Indexer(tmp_path) as ix:
         publisher = ix.publisher
         assert publisher is not None
         wait_until(lambda: publisher.filter is not None, what="the first filter")
@@ -522,7 +318,7 @@ def test_the_pause_before_watching_again_starts_over_after_a_lasting_watch_only(
     # Resizes and restarts end watches that worked for long: over a router's life they must not
     # add up to the longest pause (the broker asked every key query meanwhile). A watch that
     # ends as soon as it starts (a router too slow for the indexer) still backs off: each
-    # snapshot costs the indexer a wait of up to a lease.
+    # snapshot costs the indexer a copy of its filter.
     monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 0.05))
     pauses = _Pauses()
     monkeypatch.setattr("quarry.services.query.presence.asyncio", pauses)
@@ -535,8 +331,8 @@ def test_the_pause_before_watching_again_starts_over_after_a_lasting_watch_only(
 
     def stub(_address: str) -> Any:
         class Stub:
-            def WatchKeyPresence(self, acks: Any) -> _ScriptedCall:
-                return _EndsAfterSnapshot([indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True, lease_ms=1000)])
+            def WatchKeyPresence(self, request: Any) -> _ScriptedCall:
+                return _EndsAfterSnapshot([indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True, heartbeat_ms=1000)])
         return Stub()
 
     copies = on_loop(_make(stub))
@@ -546,52 +342,6 @@ def test_the_pause_before_watching_again_starts_over_after_a_lasting_watch_only(
         assert (pauses.pauses[5] == 0.05) == grows, pauses.pauses
     finally:
         on_loop(copies.close())
-
-
-def test_a_batch_the_tailer_gave_up_on_is_no_longer_in_flight(tmp_path: Path) -> None:
-    # A stop cancels the tailer while a batch waits for a watcher: the batch is not written,
-    # and is delivered and added again later; kept "in flight" it would never leave.
-    from quarry.services.indexer.tailer import Tailer
-    from quarry.v1 import commitlog_pb2
-
-    with Indexer(tmp_path, lease_s=5.0) as ix:
-        publisher = ix.publisher
-        assert publisher is not None
-        _call, (_reader, got) = _raw_watch(ix.address, _acks_never())
-        wait_until(lambda: publisher.watchers == 1 and any(u.snapshot_done for u in got), what="the snapshot sent")
-        tailer = Tailer("127.0.0.1:1", ix.index, IndexCheckpoint(tmp_path / "ckpt"), 0, lock=ix.lock, presence=publisher)
-        record = common_pb2.DispatchRecord(physical_offset=100, topic="T", keys="cancelled", store_timestamp=1_700_000_000_000)
-
-        async def apply_then_cancel() -> int:
-            task = asyncio.ensure_future(tailer._apply([commitlog_pb2.TailResponse(records=[record], next_offset=200, max_offset=200)]))
-            while not any(u.key_hashes for u in got):
-                await asyncio.sleep(0.01)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return len(publisher._inflight)
-        assert on_loop(apply_then_cancel()) == 0
-        assert ix.index.query("T", "cancelled", 10, 0, 2**62) == []
-
-
-def test_a_restarted_indexer_writes_nothing_while_a_copy_of_its_previous_run_may_be_trusted(tmp_path: Path) -> None:
-    with Indexer(tmp_path, lease_s=1.0) as ix:
-        copies, gate, channel = _gated_copies(ix.address)
-        try:
-            _rules_out(copies, ix.address, "x")
-            assert on_loop(_release_until(gate, lambda: copies.valid(ix.address)))
-            # The indexer crashes and starts again at once; the router (busy) has not read the
-            # end of the old stream: its copy is still valid, and the new run knows nothing of it.
-
-            async def restarted() -> KeyPresencePublisher:
-                return KeyPresencePublisher(ix.index, ix.lock, 1.0).start()
-            ix.publisher = on_loop(restarted())
-            wait_until(lambda: ix.publisher.filter is not None, what="the new run's filter")  # type: ignore[union-attr]
-            ix.index_keys(["after-restart"], 100)
-            assert ix.index.query("T", "after-restart", 10, 0, 2**62) == [100]
-
-            _no_trusted_miss(copies, ix.address, "after-restart")
-        finally:
-            _close_gated(copies, gate, channel)
 
 
 def test_a_failed_first_build_is_tried_again_after_a_pause(tmp_path: Path, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -610,11 +360,11 @@ def test_a_failed_first_build_is_tried_again_after_a_pause(tmp_path: Path, copie
 
     monkeypatch.setattr(IndexFile, "key_hash_chunks", flaky)
     monkeypatch.setattr("quarry.services.indexer.presence.BUILD_RETRY_S", 0.2)
-    with Indexer(tmp_path, lease_s=1.0) as ix:
+    with Indexer(tmp_path) as ix:
         assert ix.publisher is not None
         wait_until(lambda: ix.publisher.failed or ix.publisher.filter, what="the first build's end")  # type: ignore[union-attr]
         assert failures and "transient read error" in ix.publisher.failed
-        _call, (reader, _got) = _raw_watch(ix.address, _acks_never())
+        _call, (reader, _got) = _raw_watch(ix.address)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             on_loop(_await(reader))
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "not built" in (err.value.details() or "")
@@ -629,7 +379,7 @@ def test_a_failing_rebuild_is_not_begun_again_at_every_batch(tmp_path: Path, mon
     from quarry.formats.index_file import IndexFile
 
     _small_filters(monkeypatch)
-    with Indexer(tmp_path, lease_s=1.0) as ix:
+    with Indexer(tmp_path) as ix:
         publisher = ix.publisher
         assert publisher is not None
         wait_until(lambda: publisher.filter is not None, what="the first build")
@@ -645,37 +395,6 @@ def test_a_failing_rebuild_is_not_begun_again_at_every_batch(tmp_path: Path, mon
             wait_until(lambda: publisher._building is None, what="the rebuild's end")
         assert len(builds) == 1  # one attempt, then a pause of BUILD_RETRY_S
         assert publisher.filter is not None and not publisher.failed  # the full filter stays in use
-
-
-def test_a_watcher_whose_acknowledgements_fall_behind_is_dropped_after_a_few_leases(tmp_path: Path) -> None:
-    # It acknowledges its first update again and again: alive (its lease renewed), never
-    # acknowledging a batch. Without a bound it would hold indexing back for ever. A 1 s lease
-    # against acks every 50 ms: only the bound of a few leases, never the lease, can drop it.
-    with Indexer(tmp_path, lease_s=1.0) as ix:
-        publisher = ix.publisher
-        assert publisher is not None
-        queue: asyncio.Queue[Any] = on_loop(_queue())
-
-        _call, (reader, got) = _raw_watch(ix.address, _queued(queue))
-        wait_until(lambda: publisher.watchers == 1 and any(u.snapshot_done for u in got), what="the snapshot sent")
-        watcher = next(iter(publisher._watchers))
-
-        async def stale_acks() -> None:  # every 50 ms, the first update again
-            while watcher.closed is None:
-                queue.put_nowait(indexer_pb2.WatchKeyPresenceRequest(seq=got[0].seq))
-                await asyncio.sleep(0.05)
-        pump = on_loop(_start(stale_acks()))
-        ix.index_keys(["held"], 100)  # returns: the watcher was dropped, its lease waited out
-        assert publisher.watchers == 0 and watcher.acked < watcher.seq
-        assert ix.index.query("T", "held", 10, 0, 2**62) == [100]
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            on_loop(_await(reader))
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "not acknowledged within" in (err.value.details() or "")
-        on_loop(_await(pump))
-
-
-async def _start(coro: Any) -> Any:
-    return asyncio.ensure_future(coro)
 
 
 def test_a_watch_refused_by_acl_is_not_retried_at_once() -> None:
@@ -694,7 +413,7 @@ def test_a_watch_refused_by_acl_is_not_retried_at_once() -> None:
             pass
 
     class Stub:
-        def WatchKeyPresence(self, acks: Any) -> Refused:
+        def WatchKeyPresence(self, request: Any) -> Refused:
             return Refused()
 
     copies = on_loop(_make(lambda _address: Stub()))
@@ -709,26 +428,20 @@ def test_a_watch_refused_by_acl_is_not_retried_at_once() -> None:
 
 def test_a_sender_that_fell_behind_its_heartbeat_still_sends_what_is_queued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A slow link or a busy loop: the heartbeat is overdue when the sender comes back for the
-    # next update. It must send what is queued (the batch, then the drop's end), not spin on
-    # a zero-second wait that cancels each read of the queue before it starts.
-    from types import SimpleNamespace
-
+    # next update. It must send what is queued (the batch, then the drop's end) first.
     from quarry.services.errors import Unavailable
-    from quarry.services.indexer import presence as presence_module
 
     index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
     lock = threading.Lock()
-    now = [time.monotonic()]
-    monkeypatch.setattr(presence_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr("quarry.services.indexer.presence.HEARTBEAT_S", 0.0)
 
     async def scenario() -> tuple[list[int], str]:
-        publisher = KeyPresencePublisher(index, lock, 1.0).start()
-        watch = publisher.watch(_acks_never())
+        publisher = KeyPresencePublisher(index, lock).start()
+        watch = publisher.watch()
         while not (await asyncio.wait_for(watch.__anext__(), 10)).snapshot_done:
             pass
         with lock:
             publisher.add([_hash("k")])
-        now[0] += 10.0  # the sender comes back long after its heartbeat was due
         batch = await asyncio.wait_for(watch.__anext__(), 10)
         publisher.close()  # ends the watch: queued as the stream's end
         with pytest.raises(Unavailable) as ended:
@@ -748,13 +461,13 @@ def test_a_watch_that_falls_silent_without_ending_is_watched_again(monkeypatch: 
     # A half-open connection (the indexer's host gone without a word) never ends the stream:
     # without a limit the copy would stay untrusted, and the broker asked every query, for good.
     monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 0.05))
-    monkeypatch.setattr("quarry.services.query.presence.SILENT_MIN_S", 0.05)
-    snapshot = indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True, lease_ms=20)
+    monkeypatch.setattr("quarry.services.query.presence.SILENT_S", 0.05)
+    snapshot = indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True, heartbeat_ms=20)
     calls: list[_ScriptedCall] = []
 
     def stub(_address: str) -> Any:
         class Stub:
-            def WatchKeyPresence(self, acks: Any) -> _ScriptedCall:
+            def WatchKeyPresence(self, request: Any) -> _ScriptedCall:
                 calls.append(_ScriptedCall([snapshot]))  # then silent, the stream open
                 return calls[-1]
         return Stub()
@@ -765,7 +478,7 @@ def test_a_watch_that_falls_silent_without_ending_is_watched_again(monkeypatch: 
         wait_until(lambda: len(calls) >= 2, what="watched again")
         assert calls[0].cancelled
         silent = [r.kv for r in caplog.records if "key presence watch silent" in r.getMessage()]  # type: ignore[attr-defined]
-        assert silent and silent[0]["indexer"] == "127.0.0.1:9" and "within 0.2 s" in silent[0]["reason"], silent
+        assert silent and silent[0]["indexer"] == "127.0.0.1:9" and "within 0.05 s" in silent[0]["reason"], silent
     finally:
         on_loop(copies.close())
 
@@ -828,7 +541,7 @@ def test_a_watch_over_a_connection_gone_silent_is_found_by_keepalive_and_watched
     monkeypatch.setattr("quarry.channels.KEEPALIVE_TIMEOUT_MS", 300)
     monkeypatch.setattr("quarry.services.serving.MIN_PING_INTERVAL_MS", 100)
     monkeypatch.setattr("quarry.services.query.presence.RETRY_S", (0.01, 0.05))
-    with Indexer(tmp_path, lease_s=1.0) as ix:
+    with Indexer(tmp_path) as ix:
         proxy = _FreezingProxy(ix.address)
         address = on_loop(proxy.start())
         channels: list[Any] = []
@@ -844,7 +557,78 @@ def test_a_watch_over_a_connection_gone_silent_is_found_by_keepalive_and_watched
             proxy.freeze()
             wait_until(lambda: proxy.connections >= 2 and on_loop(_valid(copies, address)), what="watched again over a new connection")
         finally:
-            on_loop(copies.close(0.1))
+            on_loop(copies.close())
             for ch in channels:
                 on_loop(ch.close())
             on_loop(proxy.close())
+
+
+async def _position(copies: PresenceCopies, address: str) -> int:
+    copy = copies._copies.get(address)
+    return copy.position if copy is not None and copy.filter is not None else -2
+
+
+def test_a_copy_behind_a_position_an_answer_showed_is_not_trusted(indexer: Indexer, copies: PresenceCopies) -> None:
+    # Once a query found a message through the broker, a copy older than that answer must not
+    # make a later query skip the broker: it is asked until the copy catches up.
+    _watched(copies, indexer.address)
+    _ruled_out_soon(copies, indexer.address, "absent")
+    at = on_loop(_position(copies, indexer.address))
+
+    async def seen(position: int) -> None:
+        copies.seen(indexer.address, position)
+    on_loop(seen(at + 1000))
+    assert not _rules_out(copies, indexer.address, "absent")
+    indexer.index_keys(["later"], at + 1000)
+    _ruled_out_soon(copies, indexer.address, "absent")  # caught up by the batch's update
+    assert not _rules_out(copies, indexer.address, "later")
+
+
+def test_a_copy_whose_updates_stop_coming_is_not_trusted(indexer: Indexer, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Heartbeats stop (a stalled stream the router has not yet seen end): the copy may lack
+    # what the indexer wrote since, so the broker is asked.
+    _watched(copies, indexer.address)
+    _ruled_out_soon(copies, indexer.address, "absent")
+
+    async def stale() -> None:
+        copies._copies[indexer.address].fresh_until = time.monotonic() - 0.001
+    monkeypatch.setattr("quarry.services.indexer.presence.HEARTBEAT_S", 3600.0)  # no heartbeat refreshes it
+    on_loop(stale())
+    assert not _rules_out(copies, indexer.address, "absent")
+
+
+def test_a_watcher_that_stops_reading_delays_no_batch_and_is_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stopped or slow router: its updates queue up while the indexer writes on, each batch
+    # written at once; past MAX_QUEUED the watcher is dropped, its stream ended.
+    from quarry.services.errors import Unavailable
+
+    monkeypatch.setattr("quarry.services.indexer.presence.MAX_QUEUED", 5)
+    index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
+    lock = threading.Lock()
+
+    async def scenario() -> tuple[list[int], int, str]:
+        publisher = KeyPresencePublisher(index, lock).start()
+        watch = publisher.watch()
+        while not (await asyncio.wait_for(watch.__anext__(), 10)).snapshot_done:
+            pass
+        assert publisher.watchers == 1
+        written = []
+        for i in range(10):  # the watcher reads nothing meanwhile
+            record = common_pb2.DispatchRecord(physical_offset=100 + i, topic="T", keys=f"k{i}", store_timestamp=1_700_000_000_000 + i)
+            with lock:
+                batch = index.prepare_records([record])
+                index.write_prepared(batch)
+                publisher.add(batch.key_hashes)  # returns at once: nothing to wait for
+            written.append(index.last_update_phy_offset)
+        watchers = publisher.watchers
+        with pytest.raises(Unavailable) as ended:
+            while True:
+                await asyncio.wait_for(watch.__anext__(), 10)
+        return written, watchers, str(ended.value)
+
+    try:
+        written, watchers, why = on_loop(scenario())
+    finally:
+        index.close()
+    assert written == list(range(100, 110))
+    assert watchers == 0 and "updates not read" in why
