@@ -176,6 +176,21 @@ async function login(context, step) {
     rows: step.table ? await rows(page, step.table) : [], scriptCookie: await page.evaluate(() => document.cookie) };
 }
 
+// Times a view from navigation to its first row (step.selector), step.repeat times, each a fresh
+// load in the same running browser (bench/console.py); reports each time in milliseconds.
+async function firstRow(context, step) {
+  const page = context.pages()[0] || (await context.newPage());
+  const ms = [];
+  for (let i = 0; i < (step.repeat || 1); i++) {
+    await page.goto("about:blank");
+    const t0 = performance.now();
+    await page.goto(`${scenario.base}${step.path}`, { waitUntil: "commit" });
+    await page.waitForSelector(step.selector);
+    ms.push(performance.now() - t0);
+  }
+  return { times: ms, rows: await page.$$eval(step.selector, (r) => r.length) };
+}
+
 async function logout(context, step) {
   const page = context.pages()[0];
   await Promise.all([page.waitForURL((u) => u.pathname === "/login"), page.click("#logout")]);
@@ -234,7 +249,7 @@ const b = await newBrowser();
 const results = [];
 try {
   for (const step of scenario.steps) {
-    const run = { search, browse, message, view, login, logout, dlq, cluster, history }[step.do];
+    const run = { search, browse, message, view, login, logout, dlq, cluster, history, firstRow }[step.do];
     const started = Date.now();
     const result = step.do === "paste" ? await paste(step) : await run(b.context, step);
     result.ms = Date.now() - started;
