@@ -8,19 +8,26 @@ the same Java client, the same messages, both servers up side by side.
   namesrvAddr: the router's remoting port). Rate, p50, p99 and Quarry / RocketMQ. Each thread
   count sends to RocketMQ then to Quarry, then (round 2, when --rounds 2) Quarry then RocketMQ;
   medians of the rounds.
+  Each server's CPU per message stored over each JVM's life (warm-up sends included).
 - Queries: `quarry.bench.Query4` through `DefaultMQAdminExt` (queryMessage by key,
   queryMessageByUniqKey, viewMessage by offsetMsgId), a key present and a key absent, one at a
   time, against both; one IndexFile on the broker (RocketMQ's default 20M entries a file: every
-  message of the run fits in its first). 256 IndexFiles were not run.
+  message of the run fits in its first). Then (--index-files, default 256) the same queries
+  against a fresh pair whose IndexFiles hold 1,000 entries each (both: maxIndexNum /
+  --index-num, a slot per 4 entries), filled by the same sends until each holds 256 IndexFiles;
+  each server's p50 there over its own with one IndexFile.
 - Memory: VmRSS (and its anonymous and file parts) of the broker JVM and the NameServer JVM
   against Quarry's router, commitlog and indexer after the sends, and per million messages sent.
+- Recovery (--recovery-mib, default 1024): a fresh pair, each filled with 1 GiB of log (4 KiB
+  bodies), killed with SIGKILL and started again; seconds from the spawn to the first answer of
+  its remoting port and to every message being back.
 
 The broker runs with RocketMQ's own defaults for its files (1 GiB CommitLog files, 20M-entry
 IndexFiles, ASYNC_FLUSH, ASYNC_MASTER) and a 1 GiB G1 heap, full JIT (RocketMQ's scripts give it
 8 GB; this machine is shared); Quarry's commitlog with 512 MiB segments and flush mode ASYNC.
 
-`.venv/bin/python -m bench rocketmq [--messages N] [--rounds N] [--queries N]` (after `make
-java-clients rocketmq-broker`)
+`.venv/bin/python -m bench rocketmq [--messages N] [--rounds N] [--queries N] [--threads 1,16,64]
+[--index-files N] [--recovery-mib N]` (after `make java-clients rocketmq-broker`)
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ import json
 import os
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +47,7 @@ from scripts.launcher import LocalCluster
 from tests.e2e import java
 from tests.e2e.rocketmq_broker import RocketMQ, classpath as broker_classpath, java_binary
 
+SMALL_INDEX_ENTRIES = 1000  # entries an IndexFile holds in the many-IndexFiles case (500 messages), so that 256 form quickly
 TOPIC = "BenchJavaClients"  # bench.java_clients.java_send's topic
 BODY_BYTES = 1024
 THREADS = (1, 16, 64)
@@ -85,6 +94,25 @@ def memory(pid: int) -> dict[str, float]:
     return out
 
 
+def stored_messages(broker: str, topic: str = TOPIC, queues: int = 32) -> int:
+    """Messages of `topic` held by the broker at remoting address `broker`: the sum of its queues'
+    max offsets (GET_MAX_OFFSET; a queue that does not exist answers 0 on both servers)."""
+    import asyncio
+
+    from quarry.services.remoting import codes
+    from quarry.services.remoting.client import RemotingClient
+
+    async def ask() -> int:
+        async with RemotingClient(broker) as client:
+            total = 0
+            for q in range(queues):
+                answer = await client.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": q}, timeout_s=10)
+                if answer.code == codes.SUCCESS:
+                    total += int(answer.ext_fields.get("offset", "0"))
+            return total
+    return asyncio.run(ask())
+
+
 def query_run(namesrv: str, seed: int, queries: int, work: Path) -> dict[str, object]:
     work.mkdir(parents=True, exist_ok=True)
     cmd = [java.java_binary(), *CLIENT_JVM_FLAGS, f"-Drocketmq.client.logRoot={work / 'logs'}", "-Drocketmq.client.logLevel=WARN",
@@ -99,12 +127,162 @@ def query_run(namesrv: str, seed: int, queries: int, work: Path) -> dict[str, ob
     return answer
 
 
+def index_files_held(rmq: RocketMQ, cluster: LocalCluster) -> dict[str, int]:
+    """IndexFiles each server holds: the broker's store/index directory, the indexer's own count."""
+    from quarry.channels import open_channel
+    from quarry.formats.index_keys import INDEX_FILE_NAME
+    from quarry.v1 import indexer_pb2, indexer_pb2_grpc
+
+    with open_channel(cluster.brokers["broker-a"].indexer.address) as ch:
+        status = indexer_pb2_grpc.IndexerServiceStub(ch).GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=10)
+    return {"rocketmq": sum(1 for f in (rmq.store / "index").glob("*") if INDEX_FILE_NAME.match(f.name)), "quarry": len(status.files),
+            "quarry_filters_pending": status.key_filter_pending_files}
+
+
+def many_index_files(root: Path, files: int, args: argparse.Namespace) -> tuple[dict[str, dict[str, object]], dict[str, int]]:
+    """The queries against fresh servers whose IndexFiles hold SMALL_INDEX_ENTRIES entries each
+    (both: RocketMQ's maxIndexNum and maxHashSlotNum, the indexer's --index-num and --hash-slots,
+    in RocketMQ's default ratio of 4 entries a slot), each filled by the same sends (Bench4, 16
+    threads) until it holds `files` IndexFiles. What each held when the queries began is returned."""
+    namesrv_port, broker_port = _free_ports()
+    small = {"maxIndexNum": SMALL_INDEX_ENTRIES, "maxHashSlotNum": SMALL_INDEX_ENTRIES // 4}
+    rmq = BenchRocketMQ(root / "rocketmq-idx", host="127.0.0.185", settings={**BROKER_DEFAULTS, **small},
+                        namesrv_port=namesrv_port, broker_port=broker_port)
+    cluster = LocalCluster(root=root / "quarry-idx", commitlog_args=["--segment-size", str(512 << 20)],
+                           indexer_args=["--index-num", str(SMALL_INDEX_ENTRIES), "--hash-slots", str(SMALL_INDEX_ENTRIES // 4), "--max-files", "0"])
+    queries: dict[str, dict[str, object]] = {}
+    try:
+        rmq.start(timeout_s=120)
+        cluster.start_router(host="127.0.0.186")
+        cluster.add_broker("broker-a", "127.0.0.187")
+        assert cluster.router is not None
+        targets = {"rocketmq": rmq.namesrv_addr, "quarry": cluster.router.remoting_address}
+        for server in ("rocketmq", "quarry"):
+            for chunk in range(64):
+                cluster.wait_indexed(timeout_s=300)
+                holds = index_files_held(rmq, cluster)[server]
+                if holds >= files:
+                    break
+                # A message enters two entries (its key and its unique key); the JVM's warm-up sends add some.
+                want = (files - holds) * (SMALL_INDEX_ENTRIES - 1) // 2
+                java_send("rmq4", targets[server], 16, max(1000, min(want, 40000)), root / f"fill-{server}-{chunk}")
+            print(f"{files} IndexFiles: {server} filled", flush=True)
+        pause, deadline = threading.Event(), time.monotonic() + 120
+        while index_files_held(rmq, cluster)["quarry_filters_pending"] and time.monotonic() < deadline:
+            pause.wait(0.2)  # the indexer's key filters of sealed files, built in the background at its own pace
+        held = index_files_held(rmq, cluster)
+        for server in ("rocketmq", "quarry"):
+            try:
+                queries[server] = query_run(targets[server], args.seed, args.queries, root / f"query-idx-{server}")
+                print(f"queries at {files} IndexFiles {server}: wrong {queries[server]['wrong']}", flush=True)
+            except Exception as exc:  # noqa: BLE001 - a failed query run is reported
+                queries[server] = {"error": str(exc)[-1500:]}
+                print(f"queries at {files} IndexFiles {server} failed: {exc}", flush=True)
+        after = index_files_held(rmq, cluster)
+        held.update({f"{k}_after_queries": v for k, v in after.items() if not k.endswith("pending")})
+    finally:
+        cluster.stop()
+        rmq.stop()
+    return queries, held
+
+
+RECOVERY_BODY_BYTES = 4096  # the recovery case's bodies: 1 GiB in ~250k messages, sent in a minute or two
+
+
+def recovery(root: Path, mib: int) -> dict[str, dict[str, float]]:
+    """Each server (fresh; the broker with RocketMQ's 1 GiB CommitLog files, the commitlog with
+    512 MiB segments) filled by Bench4 (16 threads, 4 KiB bodies) until its log holds `mib` MiB,
+    killed with SIGKILL and started again: seconds from the spawn until its remoting port first
+    answers GET_MAX_OFFSET, and until the topic's queues hold every message they held before."""
+    from bench.java_clients import _jvm
+
+    namesrv_port, broker_port = _free_ports()
+    rmq = BenchRocketMQ(root / "rocketmq-rec", host="127.0.0.185", settings=dict(BROKER_DEFAULTS), namesrv_port=namesrv_port, broker_port=broker_port)
+    cluster = LocalCluster(root=root / "quarry-rec", commitlog_args=["--segment-size", str(512 << 20)])
+    out: dict[str, dict[str, float]] = {}
+    try:
+        rmq.start(timeout_s=120)
+        cluster.start_router(host="127.0.0.186")
+        b = cluster.add_broker("broker-a", "127.0.0.187")
+        assert cluster.router is not None
+        targets = {"rocketmq": rmq.namesrv_addr, "quarry": cluster.router.remoting_address}
+        brokers = {"rocketmq": rmq.broker_addr, "quarry": b.commitlog.remoting_address}
+        logs = {"rocketmq": rmq.store / "commitlog", "quarry": b.store_dir / "commitlog"}
+        for server in ("rocketmq", "quarry"):
+            for chunk in range(32):
+                if _du(logs[server]) >= mib << 20:
+                    break
+                want = max(2000, ((mib << 20) - _du(logs[server])) // (RECOVERY_BODY_BYTES + 200) + 1)
+                _jvm("quarry.bench.Bench4", [targets[server], TOPIC, "16", str(min(want, 120000)), "0", str(RECOVERY_BODY_BYTES)], "rmq4",
+                     root / f"rec-fill-{server}-{chunk}", 900)
+            held, log_bytes = stored_messages(brokers[server]), _du(logs[server])
+            if server == "rocketmq":
+                rmq.kill_broker()
+                t0 = time.monotonic()
+                rmq.starts += 1
+                rmq.broker = rmq._java("org.apache.rocketmq.broker.BrokerStartup", ["-c", str(rmq.root / "broker.conf")], rmq.logs / f"broker-{rmq.starts}.out")
+            else:
+                b.commitlog.kill()
+                t0 = time.monotonic()
+                starting = threading.Thread(target=b.commitlog.start, kwargs={"wait_s": 900}, daemon=True)
+                starting.start()
+            first = every = 0.0
+            pause = threading.Event()
+            while time.monotonic() - t0 < 900:
+                try:
+                    now_held = stored_messages(brokers[server])
+                except (OSError, EOFError, TimeoutError):  # (not listening yet, or closed while starting)
+                    now_held = -1
+                if now_held >= 0 and not first:
+                    first = time.monotonic() - t0
+                if now_held >= held:
+                    every = time.monotonic() - t0
+                    break
+                pause.wait(0.02)
+            if server == "quarry":
+                starting.join(120)  # (its health says SERVING too)
+            out[server] = {"first_answer_s": first, "all_messages_s": every, "messages": held, "log_mib": log_bytes / 2**20}
+            print(f"recovery {server}: {out[server]}", flush=True)
+    finally:
+        cluster.stop()
+        rmq.stop()
+    return out
+
+
+def query_rows(queries: dict[str, dict[str, object]], qparams: dict[str, object], where: str) -> list[Result]:
+    """p50, p99 of each kind on each server, and Quarry / RocketMQ; `where` names the index's size."""
+    results: list[Result] = []
+    if len(queries) == 2 and all("latMs" in q for q in queries.values()):
+        for kind, label in KINDS.items():
+            figs = {}
+            for server, name in (("rocketmq", "RocketMQ 4.9.7 broker"), ("quarry", "Quarry")):
+                lat = queries[server]["latMs"][kind]  # type: ignore[index]
+                wrong = queries[server]["wrong"][kind]  # type: ignore[index]
+                figs[server] = (pct(lat, 0.5), pct(lat, 0.99))
+                at = {**qparams, "wrong_answers": wrong}
+                results += [Result(f"query {label}{where}, {name}, p50", figs[server][0], "ms", at),
+                            Result(f"query {label}{where}, {name}, p99", figs[server][1], "ms", at)]
+            results += [Result(f"query {label}{where}, Quarry / RocketMQ: p50", figs["quarry"][0] / figs["rocketmq"][0], "x", qparams),
+                        Result(f"query {label}{where}, Quarry / RocketMQ: p99", figs["quarry"][1] / figs["rocketmq"][1], "x", qparams)]
+    else:
+        for server, q in queries.items():
+            if "error" in q:
+                results.append(Result(f"query run failed{where}, {server}: {str(q['error'])[:300]}", 0, "-", qparams))
+    return results
+
+
 def run(argv: list[str]) -> list[Result]:
     p = argparse.ArgumentParser(prog="bench rocketmq")
     p.add_argument("--messages", type=int, default=10000, help="sends at each thread count in one round, each server")
     p.add_argument("--rounds", type=int, default=2, help="rounds (the order of the servers alternates; medians)")
     p.add_argument("--queries", type=int, default=300, help="queries of each kind, each server (0: none)")
     p.add_argument("--seed", type=int, default=2000, help="messages with keys of their own the queries ask for")
+    p.add_argument("--index-files", type=int, default=256,
+                   help="then the queries again on fresh servers filled until each holds this many IndexFiles (<= 1: not run)")
+    p.add_argument("--recovery-mib", type=int, default=1024,
+                   help="then each server on its own filled with this many MiB of log, killed (SIGKILL) and timed back to serving (0: not run)")
+    p.add_argument("--threads", type=lambda v: tuple(int(t) for t in v.split(",")), default=THREADS,
+                   help="sender thread counts, comma-separated (default 1,16,64)")
     args = p.parse_args(argv)
     n, rounds = args.messages, max(1, args.rounds)
     params: dict[str, object] = {"body_bytes": BODY_BYTES, "messages": n, "rounds": rounds, "keys": "on",
@@ -128,21 +306,27 @@ def run(argv: list[str]) -> list[Result]:
             assert cluster.router is not None
             targets = {"rocketmq": rmq.namesrv_addr, "quarry": cluster.router.remoting_address}
             b = cluster.brokers["broker-a"]
+            brokers = {"rocketmq": rmq.broker_addr, "quarry": b.commitlog.remoting_address}
             assert rmq.broker is not None and rmq.namesrv is not None
             pids = {"rocketmq broker JVM": rmq.broker.pid, "quarry router": cluster.router.proc.pid,  # type: ignore[union-attr]
                     "quarry commitlog": b.commitlog.proc.pid, "quarry indexer": b.indexer.proc.pid}  # type: ignore[union-attr]
             mem_start = {k: memory(pid) for k, pid in pids.items()}
             mem_start["rocketmq NameServer JVM"] = memory(rmq.namesrv.pid)
             for r in range(rounds):
-                for threads in THREADS:
+                for threads in args.threads:
                     order = ("rocketmq", "quarry") if r % 2 == 0 else ("quarry", "rocketmq")
                     for server in order:
+                        held0 = stored_messages(brokers[server])
                         cpu0, t0 = {k: process_cpu_s(pid) for k, pid in pids.items()}, time.monotonic()
                         s = java_send("rmq4", targets[server], threads, n, root / f"send-{server}-{r}-{threads}")
                         wall = time.monotonic() - t0
-                        # Cores each server process used over the JVM's life (its 5 s warm-up and the measured sends).
+                        used = {k: process_cpu_s(pid) - cpu0[k] for k, pid in pids.items() if k.startswith(server)}
+                        took = stored_messages(brokers[server]) - held0  # the measured sends and the JVM's warm-up sends
+                        # Cores each server process used over the JVM's life (its 5 s warm-up and the measured
+                        # sends), and its CPU per message stored meanwhile: less swayed by a loaded machine than rates.
                         cores.setdefault((server, threads), []).append(
-                            {k: round((process_cpu_s(pid) - cpu0[k]) / wall, 2) for k, pid in pids.items() if k.startswith(server)})
+                            {**{k: round(v / wall, 2) for k, v in used.items()},
+                             **{f"{k} us/msg": round(v / max(took, 1) * 1e6, 1) for k, v in used.items()}})
                         runs.setdefault((server, threads), []).append(s)
                         sent[server] += n  # plus each JVM's 5 s of warm-up sends, not counted here
                         print(f"round {r} {server} {threads} threads: {s.rate:,.0f} msg/s p50 {s.p50_ms:.2f} p99 {s.p99_ms:.2f}", flush=True)
@@ -165,9 +349,14 @@ def run(argv: list[str]) -> list[Result]:
         finally:
             cluster.stop()
             rmq.stop()
+        many: dict[str, dict[str, object]] = {}
+        held: dict[str, int] = {}
+        if args.index_files > 1 and args.queries > 0:
+            many, held = many_index_files(root, args.index_files, args)
+        recovered = recovery(root, args.recovery_mib) if args.recovery_mib > 0 else {}
     params["loadavg_1m"] = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     results: list[Result] = []
-    for threads in THREADS:
+    for threads in args.threads:
         at = {**params, "threads": threads}
         med = {s: median_run(runs[(s, threads)]) for s in ("rocketmq", "quarry")}
         for server, label in (("rocketmq", "RocketMQ 4.9.7 broker"), ("quarry", "Quarry")):
@@ -181,23 +370,26 @@ def run(argv: list[str]) -> list[Result]:
                     Result(f"{base}: p50", med["quarry"].p50_ms / med["rocketmq"].p50_ms, "x", at),
                     Result(f"{base}: p99", med["quarry"].p99_ms / med["rocketmq"].p99_ms, "x", at)]
     qparams = {"seed_messages": args.seed, "queries": args.queries, "concurrency": 1, "rocketmq_index_files": index_files,
-               "index_files_256": "not run", "messages_before": f"rocketmq {sent['rocketmq']:,}, quarry {sent['quarry']:,} (+ warm-up sends)"}
-    if all("latMs" in q for q in queries.values()) and queries:
-        for kind, label in KINDS.items():
-            figs = {}
+               "messages_before": f"rocketmq {sent['rocketmq']:,}, quarry {sent['quarry']:,} (+ warm-up sends)"}
+    results += query_rows(queries, qparams, "")
+    if many:
+        where = f", {args.index_files} IndexFiles"
+        results += query_rows(many, {"seed_messages": args.seed, "queries": args.queries, "concurrency": 1, "index_file_entries": SMALL_INDEX_ENTRIES,
+                                     "index_files_held": held}, where)
+        for kind, label in KINDS.items():  # growth: each server's p50 at many IndexFiles over its own at one
             for server, name in (("rocketmq", "RocketMQ 4.9.7 broker"), ("quarry", "Quarry")):
-                lat = queries[server]["latMs"][kind]  # type: ignore[index]
-                wrong = queries[server]["wrong"][kind]  # type: ignore[index]
-                figs[server] = (pct(lat, 0.5), pct(lat, 0.99))
-                at = {**qparams, "wrong_answers": wrong}
-                results += [Result(f"query {label}, {name}, p50", figs[server][0], "ms", at),
-                            Result(f"query {label}, {name}, p99", figs[server][1], "ms", at)]
-            results += [Result(f"query {label}, Quarry / RocketMQ: p50", figs["quarry"][0] / figs["rocketmq"][0], "x", qparams),
-                        Result(f"query {label}, Quarry / RocketMQ: p99", figs["quarry"][1] / figs["rocketmq"][1], "x", qparams)]
-    else:
-        for server, q in queries.items():
-            if "error" in q:
-                results.append(Result(f"query run failed, {server}: {str(q['error'])[:300]}", 0, "-", qparams))
+                one, lots = queries.get(server, {}).get("latMs"), many.get(server, {}).get("latMs")
+                if one and lots:
+                    results.append(Result(f"query {label}, {name}: p50{where} / p50 at 1", pct(lots[kind], 0.5) / pct(one[kind], 0.5), "x",  # type: ignore[index]
+                                          {"index_files_held": held}))
+    if recovered:
+        rparams = {"body_bytes": RECOVERY_BODY_BYTES, "sender": "Bench4, 16 threads", "kill": "SIGKILL", "probe": "GET_MAX_OFFSET of every queue, every 20 ms",
+                   "log_mib": {k: round(v["log_mib"]) for k, v in recovered.items()}, "messages": {k: int(v["messages"]) for k, v in recovered.items()}}
+        for field_, what in (("first_answer_s", "first answer"), ("all_messages_s", "every message back")):
+            for server, name in (("rocketmq", "RocketMQ 4.9.7 broker"), ("quarry", "Quarry commitlog")):
+                results.append(Result(f"recovery after SIGKILL with {args.recovery_mib} MiB in the log, {name}: start to {what}", recovered[server][field_], "s", rparams))
+            if recovered["rocketmq"][field_]:
+                results.append(Result(f"recovery after SIGKILL, start to {what}: Quarry / RocketMQ", recovered["quarry"][field_] / recovered["rocketmq"][field_], "x", rparams))
     stored_msgs = {k: int(q.get("storedBefore", -1)) for k, q in queries.items()}  # type: ignore[call-overload]
     per = {k: (stored_msgs.get(k, -1) if stored_msgs.get(k, -1) > 0 else sent[k]) for k in ("rocketmq", "quarry")}
     mparams = {"messages_sent": f"{sent['rocketmq']:,} measured + each JVM's 5 s of warm-up sends, each server",
