@@ -24,7 +24,7 @@ def _page(brokers: dict[str, CommitLogStore], token: BrowseToken, live: set[str]
 @pytest.mark.parametrize("oldest_first", [True, False])
 @pytest.mark.parametrize("killed_at_page", [0, 1, 4])
 @pytest.mark.parametrize("max_num", [7, 64])
-def test_a_killed_broker_never_empties_a_page_while_a_live_one_has_rows(stores: Stores, oldest_first: bool, killed_at_page: int, max_num: int) -> None:
+def test_a_killed_broker_never_empties_a_page_while_a_live_one_has_rows(stores: Stores, oldest_first: bool, killed_at_page: int, max_num: int) -> None:  # noqa: F811 (stores: the imported fixture)
     brokers, sent = stores
     order = {f"m{i}".encode(): (t, n) for t, n, i in sent}
     token = BrowseToken("d", END, {n: BrokerPlace() for n in brokers})
