@@ -1,12 +1,13 @@
-"""Appending messages: one pass per batch from the messages as they came to the log bytes.
+"""Appending messages: encode and place the records, then the dispatchers (RocketMQ's shape).
 
-Under the append lock, each message is checked (cheap guards; `message_input.reject` names the
-field when one trips), its properties encoded once, the whole record packed with one
-precompiled struct (formats.record.record_struct) at its final position in a buffer per segment
-touched, and its dispatch fields taken as a plain tuple. Nothing is written or changed until the
-whole batch passed (all or nothing on bad input); then one write per segment, one ConsumeQueue
-write per queue, and the tuples go to the Tail cache and back to the caller (`Appended`).
-No object is built per message on the way.
+The store routes a batch first (routing.py: topics, queues); under the append lock each message
+is then checked (cheap guards; `message_input.reject` names the field when one trips), its
+properties encoded once, its whole record packed with one precompiled struct
+(formats.record.record_struct) at its final position in a buffer per segment touched, and its
+dispatch fields taken as a plain tuple, a row. Nothing is written or changed until the whole
+batch passed (all or nothing on bad input); then one write per segment, and the rows go to the
+dispatchers (dispatchers.py: ConsumeQueue units, the Tail cache) and back to the caller
+(`Appended`). No object is built per message on the way.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from quarry.formats import offset_msg_id
-from quarry.formats.consume_queue import CQ_UNIT
 from quarry.formats.crc import crc32
 from quarry.formats.dispatch import tags_code
 from quarry.formats.java_hash import tags_code as java_tags_code
@@ -27,9 +27,10 @@ from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, MESSAGE_MAGIC,
                                    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, blank_record,
                                    host_bytes, middle_size, record_middle, record_struct, topic_field)
 from quarry.formats.scheduled import SCHEDULE_TOPIC
-from quarry.formats.topic import TopicError, validate_topic
-from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
-from quarry.services.commitlog.message_input import MessageFields, not_one_topic, queue_out_of_range, reject
+from quarry.services.commitlog.dispatchers import Dispatcher
+from quarry.services.commitlog.errors import DiskFull, InvalidArgument, ReadOnly
+from quarry.services.commitlog.message_input import MessageFields, reject
+from quarry.services.commitlog.routing import Routes
 from quarry.services.commitlog.store_state import StoreState
 from quarry.services.commitlog.topic_table import save_topics
 from quarry.services.log import log_event
@@ -91,23 +92,17 @@ class Appended:
 
 
 class Appender:
-    """Stores batches of messages (any MessageFields) in the log."""
+    """Places routed batches of messages (any MessageFields) in the log, then hands their
+    dispatch rows to the dispatchers (dispatchers.py) the store registered."""
 
-    def __init__(self, state: StoreState) -> None:
+    def __init__(self, state: StoreState, dispatchers: Sequence[Dispatcher]) -> None:
         self.state = state
-        self._round_robin: dict[str, int] = {}
+        self.dispatchers = list(dispatchers)
         host = state.config.store_host
         self._offset_msg_id = offset_msg_id.formatter(host[0], host[1])  # the host part never changes
         self._store_b = host_bytes(host)
         self._tag_codes: dict[str, int] = {}  # Java hashCode of TAGS: a producer repeats a few tags
         self._scratch: bytearray | None = None
-
-    def next_turn(self, topic: str, queues: int) -> int:
-        """The next round-robin queue of `topic` (the caller holds state.lock), as an append of
-        one message leaving the queue to the broker would choose it."""
-        turn = self._round_robin.get(topic, -1) + 1
-        self._round_robin = {**self._round_robin, topic: turn}
-        return turn % queues
 
     def check(self, msgs: Sequence[MessageFields]) -> None:
         """What can be refused before the lock is taken."""
@@ -118,24 +113,56 @@ class Appender:
         if len(msgs) > MAX_BATCH_MESSAGES:
             raise InvalidArgument("messages", f"at most {MAX_BATCH_MESSAGES} per batch, got {len(msgs)}")
 
-    def append_locked(self, msgs: Sequence[MessageFields], same_topic: bool, peer: tuple[str, int] | None, independent: bool = False) -> Appended:
-        """Store `msgs` in order (the caller holds state.lock and ran `check`). A message whose
-        born host has no IP was born at `peer` (the caller's address). A batch's messages that
-        leave the queue to the broker follow the first one's, unless they are `independent`
-        (each sent in a call of its own): each then takes its own round-robin turn."""
+    def append_locked(self, msgs: Sequence[MessageFields], routes: Routes, peer: tuple[str, int] | None) -> Appended:
+        """Store `msgs` in order at their `routes` (the caller holds state.lock, ran `check` and
+        routing.Routing.route); all or nothing. A message whose born host has no IP was born at
+        `peer` (the caller's address)."""
         state = self.state
-        if state.closed:
-            raise ReadOnly("store is closed")
+        # The last batch's buffer, reused when big enough: a fresh one is zero-filled for nothing.
+        # Given back only after a successful write (a failed batch's may still be viewed).
+        scratch, self._scratch = self._scratch, None
+        queue_ids, created, _ = routes
+        rows, writes, queues, total, end = self._place(msgs, queue_ids, peer, scratch)
+        try:
+            for at, data, used in writes:
+                state.segments.segment_at(at).write(at, memoryview(data)[:used])
+            for dispatcher in self.dispatchers:
+                dispatcher.dispatch(rows)
+            if created:
+                save_topics(state.dir / "config", {**state.topics, **created})
+        except OSError as exc:
+            # Nothing is acknowledged; the next append overwrites whatever part was written.
+            for (topic, qid) in queues:
+                cq = state.cqs.existing(topic, qid)
+                if cq is not None:
+                    cq.truncate_from_phy(state.write_offset)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"no space left on device writing {state.dir}: nothing stored") from exc
+            raise
+        for _, data, _ in writes:
+            if len(data) <= _SCRATCH_MAX and (scratch is None or len(data) > len(scratch)):
+                scratch = data
+        self._scratch = scratch
+        if created:
+            state.topics = {**state.topics, **created}
+            for topic in created:
+                log_event(log, "topic created", topic=topic, queues=created[topic])
+        state.write_offset = end
+        return Appended(rows, self._offset_msg_id, total)
+
+    def _place(self, msgs: Sequence[MessageFields], queue_ids: list[int], peer: tuple[str, int] | None,
+               scratch: bytearray | None) -> tuple[list[tuple], list[tuple[int, bytearray, int]], dict[tuple[str, int], int], int, int]:  # type: ignore[type-arg]
+        """Encode each message's record at its place in the log, in buffers (one per segment
+        touched; `scratch` reused when big enough), with its dispatch row: (rows, writes (log
+        offset of buf[0], buffer, bytes used), the queues touched (-> next queue offset), bytes,
+        end offset). Raises on a message that cannot be stored; changes nothing."""
+        state = self.state
         config = state.config
         n = len(msgs)
         many = n > 1
         max_size = config.max_message_size
         seg_size = config.segment_size
-        topics = state.topics
         cqs = state.cqs
-        created: dict[str, int] = {}  # topics this batch creates, in order
-        rr_old = self._round_robin
-        rr: dict[str, int] = {}  # round-robin counters this batch moved
         tag_codes = self._tag_codes
         store_b = self._store_b
         store_flag = SYSFLAG_STOREHOST_V6 if len(store_b) == 20 else 0
@@ -143,10 +170,8 @@ class Appender:
 
         rows: list[tuple] = []  # type: ignore[type-arg]
         append_row = rows.append
-        writes: list[tuple[int, bytearray, int]] = []  # (log offset of buf[0], buffer, bytes used)
-        queue_first: dict[tuple[str, int], int] = {}  # (topic, queue) -> first queue offset this batch
-        queue_units: dict[tuple[str, int], bytearray] = {}
-        queue_next: dict[tuple[str, int], int] = {}
+        writes: list[tuple[int, bytearray, int]] = []
+        queue_next: dict[tuple[str, int], int] = {}  # (topic, queue) -> next queue offset
         total = 0
         offset = state.write_offset
         seg_end = offset - offset % seg_size + seg_size  # writable segments start at multiples of the size
@@ -157,13 +182,9 @@ class Appender:
         # copies a bytes value into a temporary bytearray first (three per record), a view's does not.
         view = memoryview(b"")
         buf_at = cap = buf_end = 0
-        # The last batch's buffer, reused when big enough: a fresh one is zero-filled for nothing.
-        # Taken here and given back only after a successful write (a failed batch's may still be viewed).
-        scratch, self._scratch = self._scratch, None
         # What stays the same from one message to the next, refreshed when it changes.
         cur_topic: str | None = None
-        first_topic: str | None = None
-        queues = base = 0
+        base = 0
         fixed = 0  # a record's size less body and properties: base (topic, store host) + born host
         tf = b""
         schedule = False
@@ -175,38 +196,19 @@ class Appender:
         structs: dict[int, struct.Struct] = {}  # record_struct by body and properties length, for the born host and topic at hand
         born_extra = 0  # 12 for an IPv6 born host
         host_flags = store_flag  # the born and store hosts' IPv6 bits
-        q_topic: str | None = None
-        q_id = -2
+        q_key: tuple[str, int] | None = None
         q_next = 0
-        units = bytearray()
-        qid = -1
 
         # A protobuf message (its type has HasField) builds an empty sub-message when an unset
-        # born_host is read, ~0.3 us; asking HasField first costs a third of that.
+        # born_host is read; asking HasField first is cheaper.
         proto_type = type(msgs[0]) if n and hasattr(type(msgs[0]), "HasField") else None
-        # Called from the type: m.HasField first looks "HasField" up among the fields (~35 ns more).
+        # Called from the type: m.HasField would first look "HasField" up among the fields.
         has_field = proto_type.HasField if proto_type is not None else None
 
         for i, m in enumerate(msgs):
             topic = m.topic
-            same_as_prev = topic == cur_topic
-            if not same_as_prev:
-                try:
-                    validate_topic(topic)
-                except TopicError:
-                    reject(m, f"messages[{i}]." if many else "", max_size, peer)
-                if first_topic is None:
-                    first_topic = topic
-                elif same_topic and topic != first_topic:
-                    raise not_one_topic(i, first_topic)
-                known = topics.get(topic)
-                if known is None:
-                    known = created.get(topic)
-                if known is None:
-                    if not config.auto_create_topics:
-                        raise NotFound(f"topic {topic} does not exist and auto-creation is off")
-                    known = created[topic] = config.default_queues
-                queues = known
+            same_topic = topic == cur_topic
+            if not same_topic:  # (a valid topic: routing checked it)
                 tf = topic_field(topic)
                 ltf = len(tf)
                 structs = {}
@@ -216,7 +218,6 @@ class Appender:
                 cur_topic = topic
             body = m.body
             lb = len(body)
-            want_qid = m.queue_id
             born_ts = m.born_timestamp
             reconsume = m.reconsume_times
             prepared_offset = m.prepared_transaction_offset
@@ -230,7 +231,7 @@ class Appender:
             optional = born_ts | reconsume | prepared_offset
             flag = m.flag
             # (Also past their fields' widths: a 64-bit one when the OR needs more than 63 bits.)
-            if not 0 < lb <= max_size or want_qid < -1 or optional < 0 or optional >> 63 or reconsume >> 31 or not -0x80000000 <= flag <= 0x7FFFFFFF:
+            if not 0 < lb <= max_size or optional < 0 or optional >> 63 or reconsume >> 31 or not -0x80000000 <= flag <= 0x7FFFFFFF:
                 reject(m, f"messages[{i}]." if many else "", max_size, peer)
             tags = m.tags
             ukey = m.unique_key
@@ -265,29 +266,17 @@ class Appender:
             if total > MAX_BATCH_BYTES:
                 raise InvalidArgument("messages", f"batch exceeds {MAX_BATCH_BYTES} bytes")
 
-            # The queue: as asked, or round robin; a batch's messages after the first follow it.
-            if want_qid < 0:
-                if not same_as_prev or independent:  # (never same_as_prev for the first message)
-                    turn = rr.get(topic)
-                    turn = (rr_old.get(topic, -1) if turn is None else turn) + 1
-                    rr[topic] = turn
-                    qid = turn % queues
-            elif want_qid >= queues:
-                raise queue_out_of_range(f"messages[{i}]." if many else "", want_qid, topic, queues)
-            else:
-                qid = want_qid
-            if not same_as_prev or qid != q_id:  # (q_topic is the previous message's topic)
-                if q_topic is not None:
-                    queue_next[(q_topic, q_id)] = q_next
-                q_topic, q_id = topic, qid
-                key = (topic, qid)
-                got = queue_next.get(key)
+            # The queue offset: the queue's next, counted from its ConsumeQueue's end.
+            qid = queue_ids[i]
+            if not same_topic or q_key is None or qid != q_key[1]:
+                if q_key is not None:
+                    queue_next[q_key] = q_next
+                q_key = (topic, qid)
+                got = queue_next.get(q_key)
                 if got is None:
                     cq = cqs.existing(topic, qid)
-                    got = queue_first[key] = cq.max_offset if cq else 0
-                    queue_units[key] = bytearray()
+                    got = cq.max_offset if cq else 0
                 q_next = got
-                units = queue_units[key]
             # Prepared and rollback records sit at queue offset 0 and do not advance their queue.
             advances = not tx or (tx != SYSFLAG_TRANSACTION_PREPARED and tx != SYSFLAG_TRANSACTION_ROLLBACK)
             queue_offset = q_next if advances else 0
@@ -342,7 +331,7 @@ class Appender:
             rs.pack_into(view, p, size, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, qid, flag, queue_offset, at, stored_flag, middle,
                          lb, body, tf, lp, props_b)
 
-            # The dispatch fields (formats.dispatch.build_dispatch's rule), as a plain tuple.
+            # The dispatch row (formats.dispatch.build_dispatch's rule).
             if schedule:
                 delay = next((v for nm, v in reversed([(q.name, q.value) for q in props]) if nm == DELAY and v), None)
                 code = tags_code(topic, tags or None, delay, now)
@@ -356,43 +345,11 @@ class Appender:
                 code = 0
             append_row((at, size, topic, qid, queue_offset, code, keys_text if lp else "", ukey or None, now, stored_flag, prepared_offset))
             if advances:
-                units += CQ_UNIT.pack(at, size, code)  # as recovery re-dispatches it
                 q_next += 1
             offset = end
-        if q_topic is not None:
-            queue_next[(q_topic, q_id)] = q_next
+        if q_key is not None:
+            queue_next[q_key] = q_next
         if buf is not None:
             view.release()
             writes.append((buf_at, buf, offset - buf_at))
-
-        segments = state.segments
-        try:
-            for at, data, used in writes:
-                segments.segment_at(at).write(at, memoryview(data)[:used])
-            for (topic, qid), first in queue_first.items():
-                written = queue_units[(topic, qid)]
-                if written:
-                    cqs.queue(topic, qid).write_units(first, bytes(written))
-        except OSError as exc:
-            # Nothing is acknowledged; the next append overwrites whatever part was written.
-            for (topic, qid) in queue_first:
-                cq = cqs.existing(topic, qid)
-                if cq is not None:
-                    cq.truncate_from_phy(state.write_offset)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"no space left on device writing {state.dir}: nothing stored") from exc
-            raise
-        for _, data, _ in writes:
-            if len(data) <= _SCRATCH_MAX and (scratch is None or len(data) > len(scratch)):
-                scratch = data
-        self._scratch = scratch
-        if created:
-            state.topics = {**topics, **created}
-            save_topics(state.dir / "config", state.topics)
-            for topic in created:
-                log_event(log, "topic created", topic=topic, queues=config.default_queues)
-        if rr:
-            self._round_robin = {**rr_old, **rr}
-        state.write_offset = offset
-        state.dispatch_cache.add(rows)
-        return Appended(rows, self._offset_msg_id, total)
+        return rows, writes, queue_next, total, offset

@@ -31,13 +31,19 @@ class DispatchCache:
         self._infos: list[tuple] = []  # type: ignore[type-arg]  # DispatchInfo fields
         self._lock = threading.Lock()
 
-    def add(self, infos: Sequence[tuple]) -> None:  # type: ignore[type-arg]
-        """Records just appended, in log order (the caller holds the store's append lock): plain
+    def dispatch(self, infos: Sequence[tuple]) -> None:  # type: ignore[type-arg]
+        """Records just placed, in log order (the caller holds the store's append lock): plain
         tuples of DispatchInfo's fields (the append's rows), or DispatchInfos (kept as plain
-        tuples), all of one kind."""
+        tuples), all of one kind. A dispatcher (dispatchers.py)."""
         if self.capacity <= 0 or not infos:
             return  # off: Tail always reads the log
         with self._lock:
+            if self._offsets and infos[0][0] <= self._offsets[-1]:
+                # Placed again where a failed append had placed records (never served: they lay
+                # past the durable end): the log's records from here are these.
+                cut = bisect.bisect_left(self._offsets, infos[0][0])
+                del self._offsets[cut:]
+                del self._infos[cut:]
             if len(infos) == 1 and type(infos[0]) is tuple:  # a single send's row
                 self._offsets.append(infos[0][0])
                 self._infos.append(infos[0])

@@ -31,12 +31,12 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
-from quarry.formats.consume_queue import encode_unit
 from quarry.formats.dispatch import DispatchInfo, dispatch_info
-from quarry.formats.record import BLANK_HEADER_SIZE, CorruptRecordError, Record, decode_record, takes_queue_offset
+from quarry.formats.record import BLANK_HEADER_SIZE, CorruptRecordError, Record, decode_record
 from quarry.formats.segment_walk import probe
+from quarry.services.commitlog.dispatchers import Dispatcher
 from quarry.services.commitlog.followed_queue import FollowedConsumeQueue, Identity, fd_identity, writers_files
 from quarry.services.commitlog.segments import Segment
 from quarry.services.commitlog.store_state import StoreState
@@ -70,9 +70,10 @@ def complete(record: Record) -> bool:
 class Follower:
     """Keeps `state` (segments, write offset, in-memory queues) up with the writer's directory."""
 
-    def __init__(self, state: StoreState, notify: Callable[[], None], interval_ms: int,
+    def __init__(self, state: StoreState, dispatchers: Sequence[Dispatcher], notify: Callable[[], None], interval_ms: int,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.state = state
+        self.dispatchers = dispatchers  # the store's: its records dispatched as the append's
         self.notify = notify
         self.interval_s = interval_ms / 1000.0
         self.directory = Path(state.dir) / "commitlog"
@@ -368,13 +369,13 @@ class Follower:
 
     def _publish(self, records: list[Record], end: int) -> None:
         """Make the records readable (write offset first: a queue unit never points past it),
-        then queue them, then feed Tail's cache."""
+        then dispatch them (queue units, Tail's cache)."""
         state = self.state
         infos: list[DispatchInfo] = [dispatch_info(r) for r in records]
         with state.lock:
             state.write_offset = state.flushed_offset = end
             topics = state.topics
-            for record, info in zip(records, infos):
+            for record in records:
                 if record.store_host not in state.store_hosts_seen:
                     # Copy on write as well: the heartbeat thread reads the set to announce it.
                     state.store_hosts_seen = state.store_hosts_seen | {record.store_host}
@@ -382,7 +383,6 @@ class Follower:
                     # Copy on write: other threads iterate the topic table without the lock.
                     topics = dict(topics)
                     topics[record.topic] = record.queue_id + 1
-                if takes_queue_offset(record.sys_flag):
-                    state.cqs.queue(record.topic, record.queue_id).write_units(record.queue_offset, encode_unit(info.physical_offset, info.size, info.tags_code))
+            for dispatcher in self.dispatchers:
+                dispatcher.dispatch(infos)
             state.topics = topics
-            state.dispatch_cache.add(infos)

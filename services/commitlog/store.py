@@ -23,12 +23,14 @@ from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
 from quarry.services.commitlog.consumer_groups import ConsumerGroups
 from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
 from quarry.services.commitlog.dispatch_cache import DispatchCache
+from quarry.services.commitlog.dispatchers import ConsumeQueueDispatcher, Dispatcher
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly
 from quarry.services.commitlog.flushing import Flusher, wait_flushed_blocking
 from quarry.services.commitlog.follow import Follower
 from quarry.services.commitlog.message_input import MessageFields, queue_out_of_range
 from quarry.services.commitlog.positions import reconcile_positions
 from quarry.services.commitlog.recovery import recover
+from quarry.services.commitlog.routing import Routing
 from quarry.services.commitlog.segments import SegmentQueue
 from quarry.services.commitlog.store_state import ABORT_FILE, StoreConfig, StoreState
 from quarry.services.commitlog.topic_table import save_topics
@@ -77,14 +79,17 @@ class CommitLogStore:
         self.consumer_groups = ConsumerGroups(self.dir, self.read_only, fsync_each=config.flush_mode == "SYNC")
         if not self.read_only and not config.follow:
             reconcile_positions(self.state.cqs, self.consumer_offsets, self.consumer_groups, self.state.problems.append)
-        self._appender = Appender(self.state)
+        # What reacts to a record once placed, in order (the follower's records as the append's).
+        self.dispatchers: list[Dispatcher] = [ConsumeQueueDispatcher(self.state.cqs), self.state.dispatch_cache]
+        self._routing = Routing(self.state)
+        self._appender = Appender(self.state, self.dispatchers)
         self.flusher = Flusher(self.state, self.delete_expired)
         self.disk_full = ""  # why the last append failed for want of space ("" once one succeeds)
         self.retention_progress = Progress("retention", unit="segments")
         self.follower: Follower | None = None
         if config.follow:
             # Another process writes this directory: catch up with it now, then keep following.
-            self.follower = Follower(self.state, self.flusher.notify, config.follow_interval_ms)
+            self.follower = Follower(self.state, self.dispatchers, self.flusher.notify, config.follow_interval_ms)
             self.follower.poll()
             self.follower.start()
         elif not self.read_only:
@@ -149,18 +154,22 @@ class CommitLogStore:
                     peer: tuple[str, int] | None = None, independent: bool = False) -> Appended:
         """Store messages in order with one write per segment touched; all or nothing on bad input.
         A message whose born host has no IP was born at `peer` (the caller's address).
-        `independent`: the messages come from calls of their own (Appender.append_locked).
+        `independent`: the messages come from calls of their own (routing.Routing.route).
 
         In SYNC mode it returns once the messages are fsynced, unless wait_flush is False: the
         caller then waits itself with `flushing.await_flushed` (an event loop must not block),
         marking the results not flushed on timeout."""
         self._appender.check(msgs)
         with self.state.lock:
+            if self.state.closed:
+                raise ReadOnly("store is closed")
+            routes = self._routing.route(msgs, same_topic, peer, independent)
             try:
-                appended = self._appender.append_locked(msgs, same_topic, peer, independent)
+                appended = self._appender.append_locked(msgs, routes, peer)
             except DiskFull as exc:
                 self.disk_full = str(exc)  # health: NOT_SERVING until space returns (services/commitlog/health.py)
                 raise
+            self._routing.commit(routes)
             self.disk_full = ""
         if self.config.flush_mode == "SYNC" and wait_flush:
             if not wait_flushed_blocking(self.flusher, appended.end, self.config.sync_flush_timeout_ms / 1000.0):
@@ -217,7 +226,7 @@ class CommitLogStore:
                 queues = self.config.default_queues
             if queue_id >= queues:
                 raise queue_out_of_range(field_prefix, queue_id, topic, queues)
-            return queue_id if queue_id >= 0 else self._appender.next_turn(topic, queues)
+            return queue_id if queue_id >= 0 else self._routing.next_turn(topic, queues)
 
     # -- flush ----------------------------------------------------------------------------
     def flush(self, clean: bool = False) -> int:
