@@ -20,7 +20,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator
 
 from quarry.v1 import indexer_pb2
 from quarry.services.errors import Unavailable
@@ -83,7 +83,7 @@ class KeyPresencePublisher:
     def watchers(self) -> int:
         return len(self._watchers)
 
-    def add(self, key_hashes: Sequence[int]) -> None:
+    def add(self, key_hashes: list[int]) -> None:
         """Under the lock, right after a batch is written to the index: its hashes go into the
         filter and, with the index's new position, to every watcher."""
         for f in (self.filter, self._building):
@@ -95,13 +95,12 @@ class KeyPresencePublisher:
         if (cur is not None and self._building is None and cur.added > (1 << cur.log2_bits) // BITS_PER_KEY and cur.log2_bits < MAX_LOG2_BITS
                 and time.monotonic() >= self._retry_at):
             self._begin_build(cur.added * 2)
-        hashes = list(key_hashes)
         for w in list(self._watchers):
             if w.queue.qsize() >= MAX_QUEUED:
                 log_event(log, "key presence watcher dropped: too far behind", logging.WARNING, queued=w.queue.qsize())
                 self._drop(w, Unavailable(f"key presence: {MAX_QUEUED} updates not read; watch again"))
             else:
-                w.queue.put_nowait(indexer_pb2.WatchKeyPresenceResponse(key_hashes=hashes, position=self.index.last_update_phy_offset))
+                w.queue.put_nowait(indexer_pb2.WatchKeyPresenceResponse(key_hashes=key_hashes, position=self.index.last_update_phy_offset))
 
     # -- builds ------------------------------------------------------------------------------
     def _begin_build(self, keys: int) -> None:
