@@ -138,12 +138,13 @@ class RunningAioServer:
 
 async def start_aio_server(
     name: str, bind: str, registrations: Iterable[Registration], max_message_bytes: int = 128 * 1024 * 1024,
-    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None,
+    metrics: ServiceMetrics | None = None, health_check: HealthCheck | None = None, tracker: CallTracker | None = None,
 ) -> RunningAioServer:
     """Create, register (+health, +reflection), bind and start a server for asyncio servicers
     (coroutine handlers); return it serving (SERVING, or what `health_check` says). Call inside
-    the event loop."""
-    tracker = CallTracker(metrics or ServiceMetrics(name))
+    the event loop. `tracker`: the server's call tracker when the caller built it first (the
+    commitlog's send path asks it whether a call has company)."""
+    tracker = tracker or CallTracker(metrics or ServiceMetrics(name))
     acl = aio_acl_interceptors()
     # Calls are tracked by their handlers, wrapped as they are registered; only a server that
     # needs interceptors anyway (ACL) tracks with one, first, so refused calls count too.

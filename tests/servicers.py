@@ -21,6 +21,7 @@ import grpc
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.server import CommitLogServicer
+from quarry.services.commitlog.core import Broker as CommitLogBroker
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.services.indexer.checkpoint import IndexCheckpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
@@ -106,7 +107,7 @@ class InProcessBroker:
             flushed = FlushSignal(loop)
             assert self.store is not None
             self.store.add_flush_listener(flushed.fire)
-            servicer = CommitLogServicer(self.store, self.name, stopping, flushed)
+            servicer = CommitLogServicer(CommitLogBroker(self.store, self.name, stopping, flushed))
             name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
             return [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name)]
 

@@ -12,6 +12,7 @@ from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
 from quarry.formats.addresses import format_host_port
 from quarry.services.commitlog import metrics
 from quarry.services.commitlog.convert import resolve_store_host
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.delayed_delivery import DelayedDelivery
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.health import store_health
@@ -34,6 +35,7 @@ from quarry.services.rmq5.contract import SERVICE_NAME as RMQ5_SERVICE
 from quarry.services.rmq5.contract import service_grpc as rmq5_grpc
 from quarry.services.rmq5.telemetry import ServerPolicy
 from quarry.services.security import configured_accounts
+from quarry.services.call_tracking import CallTracker
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.commitlog")
@@ -84,37 +86,35 @@ async def _serve(args: argparse.Namespace) -> None:
     watches.add(store.retention_progress)
     if store.follower is not None:
         watches.add(store.follower.progress)
-    servicer = CommitLogServicer(store, args.broker_name, stopping, flushed, watches)
+    tracker = CallTracker(metrics.METRICS)
+    broker = Broker(store, args.broker_name, stopping, flushed, watches=watches, consumer_max_attempts=args.max_delivery_attempts,
+                    has_company=lambda: tracker.unary_in_flight > 1)
+    servicer = CommitLogServicer(broker)
     delivery = None
     if not store.read_only:  # (a read-only or followed store's delayed messages are its writer's to deliver)
         try:
-            delivery = DelayedDelivery(servicer.sending, flushed)
+            delivery = DelayedDelivery(broker.sending, flushed)
             watches.add(delivery.progress)
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             store.close()
             raise StartupError(f"{store.dir / 'config' / 'delayOffset.json'}: not a delay offset table ({exc}); fix or move it away") from None
     name = commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name
     # RocketMQ 5 SDKs send here too (local mode), on the same port: see services/rmq5.
-    rmq5 = CommitLogMessagingServicer(servicer, Authenticator.from_settings(configured_accounts(), args), ServerPolicy(max_body_size=args.max_message_size,
-                                      consumer_max_attempts=args.max_delivery_attempts))
-    servicer.online_groups = rmq5.sessions.online_groups
+    rmq5 = CommitLogMessagingServicer(broker, Authenticator.from_settings(configured_accounts(), args), ServerPolicy(max_body_size=args.max_message_size,
+                                      consumer_max_attempts=args.max_delivery_attempts), routers=list(args.router))
+    broker.online_sources.append(rmq5.sessions.online_groups)
     watches.add(rmq5.consumption.dead_lettering)
-    servicer.consumer_max_attempts = args.max_delivery_attempts
-    rmq5.assignments.routers = list(args.router)  # PushConsumers ask here for their share: the routers answer
     # The remoting port listens before health says SERVING: a client (or a test) that waits for
     # SERVING may then use either port.
-    remoting = await start_remoting(args, servicer, store, stopping)
+    remoting = await start_remoting(args, broker)
     # Bodies above the limit are refused by gRPC before the payload is buffered.
     running = await start_aio_server(
         "commitlog", args.bind,
         [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name),
          Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
         max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
-        metrics=metrics.METRICS, health_check=lambda: store_health(store) or "; ".join(watches.stalls()),
+        metrics=metrics.METRICS, health_check=lambda: store_health(store) or "; ".join(watches.stalls()), tracker=tracker,
     )
-    tracker = running.tracker
-    if tracker is not None:
-        servicer.sending.has_company = lambda: tracker.unary_in_flight > 1
     offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()
     watches.add(offsets_persister.progress)
     # What others are told to dial, once, before registering: an address only reachable here shows at start.
@@ -131,12 +131,12 @@ async def _serve(args: argparse.Namespace) -> None:
                                         remoting_addr=remoting.address if remoting is not None else "")
 
         heartbeat = Heartbeats(args.router, _registration, args.heartbeat_interval_ms).start()
-        servicer.sending.on_topic_created = heartbeat.beat_now
+        broker.sending.topic_listeners.append(heartbeat.beat_now)
     delivery_stop = asyncio.Event()
     delivering = asyncio.ensure_future(delivery.run(delivery_stop)) if delivery is not None else None
     checking = None
     if not store.read_only:  # halves not ended are checked with their producers (a read-only store's are its writer's)
-        check = TransactionCheck(store, servicer.transactions, servicer.sending, check_settings(args))
+        check = TransactionCheck(store, broker.transactions, broker.sending, check_settings(args))
         if remoting is not None:
             check.askers.append(remoting.broker.ask_producer)
         check.askers.append(rmq5.ask_producer)  # RocketMQ 5 producers: over their Telemetry streams

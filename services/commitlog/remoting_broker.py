@@ -13,7 +13,6 @@ import itertools
 import json
 import logging
 import random
-import threading
 import time
 from typing import Any
 
@@ -34,9 +33,8 @@ from quarry.services.commitlog import metrics
 from quarry.services.commitlog.broker_settings import BrokerSettings
 from quarry.services.commitlog.broker_stats import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, group_key
 from quarry.services.commitlog.client_table import ClientTable
-from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.errors import StoreError
-from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_mapping import from_client_message
 from quarry.services.commitlog.pull_rates import PullRates
 from quarry.services.commitlog.queue_locks import QueueLocks
@@ -74,13 +72,12 @@ _I32 = (-(1 << 31), (1 << 31) - 1)
 class RemotingBroker:
     """Request handlers of one broker; `handlers()` is what the RemotingServer serves."""
 
-    def __init__(self, servicer: Any, offsets: ConsumerOffsets, appended: FlushSignal, stopping: threading.Event,
-                 indexer_addr: str = "", retry_queues: int = 1, settings: BrokerSettings | None = None) -> None:
-        self.servicer = servicer  # CommitLogServicer: its store and its send path
-        self.store = servicer.store
-        self.offsets = offsets
-        self.appended = appended
-        self.stopping = stopping
+    def __init__(self, broker: Broker, indexer_addr: str = "", retry_queues: int = 1, settings: BrokerSettings | None = None) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.offsets = broker.store.consumer_offsets
+        self.appended = broker.sending.appended_signal()  # long-polling pulls wait on it
+        self.stopping = broker.stopping
         self.clients = ClientTable()
         self.locks = QueueLocks()  # orderly consumers' queue locks (LOCK_BATCH_MQ)
         self.retry_queues = retry_queues
@@ -90,7 +87,7 @@ class RemotingBroker:
         self._opaques = itertools.count(1)  # requests this broker sends clients
         self._pulled = metrics.PULLED_MESSAGES.labels()
         self.pull_rates = PullRates()  # per group and topic: GET_CONSUME_STATS' consumeTps
-        self.stats = servicer.sending.stats  # VIEW_BROKER_STATS_DATA's counters (broker_stats.py): puts counted by the send path
+        self.stats = broker.sending.stats  # VIEW_BROKER_STATS_DATA's counters (broker_stats.py): puts counted by the send path
         self.settings = settings or BrokerSettings()  # GET_BROKER_CONFIG's (broker_settings.py)
         self._pulls_found, self._pulls_missed = [0], [0]  # pull requests that handed messages, and those that did not
         self.runtime = RuntimeInfo(self.store, metrics.SENT_MESSAGES.total, metrics.PULLED_MESSAGES.total, quarry_version(),
@@ -140,22 +137,22 @@ class RemotingBroker:
                     raise RemotingError(codes.MESSAGE_ILLEGAL, "batch body: holds no message")
                 msgs = [from_client_message(topic, it.body, batch_record_properties(it.properties, properties), flag=it.flag, **common)  # type: ignore[arg-type]
                         for it in items]
-                results = await self.servicer.sending.append_flushed(msgs, "RemotingSendBatch")
+                results = await self.broker.sending.append_flushed(msgs, "RemotingSendBatch")
             else:
                 msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *_I32), **common)  # type: ignore[arg-type]
                 dead = retried_send(topic, msg.reconsume_times, self._max_reconsume_times(req))
                 if dead is not None:  # a client's own retry past its last attempt: to the DLQ (send_back.py)
                     if self.store.create_topic(dead.topic, DLQ_QUEUES):
-                        self.servicer.sending.on_topic_created()
+                        self.broker.sending.on_topic_created()
                     msg = dead_lettered(msg, dead)
                 if msg.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED:
                     # A transaction's half, hidden under the half topic until it ends; its topic is
                     # made (as a RocketMQ broker's send does) and its queue chosen now.
                     msg.queue_id = self.store.queue_for(topic, msg.queue_id)
                     if topic not in self.store.topics and self.store.create_topic(topic, self.store.config.default_queues):
-                        self.servicer.sending.on_topic_created()
+                        self.broker.sending.on_topic_created()
                     msg = as_half(msg)
-                results = await self.servicer.sending.append_flushed([msg], "RemotingSend")
+                results = await self.broker.sending.append_flushed([msg], "RemotingSend")
         except StoreError as exc:
             raise remoting_error(exc) from None
         return self._send_response(req, results, topic, common["queue_id"])  # type: ignore[arg-type]
@@ -188,7 +185,7 @@ class RemotingBroker:
             return req.response(codes.SUCCESS)
         if kind not in (SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_ROLLBACK):
             raise RemotingError(codes.SYSTEM_ERROR, f"header field commitOrRollback: {kind} is not 8 (commit), 12 (rollback) or 0")
-        transactions: Transactions = self.servicer.transactions
+        transactions: Transactions = self.broker.transactions
         try:
             half = transactions.half_at(offset)
         except NotAHalf:
@@ -204,7 +201,7 @@ class RemotingBroker:
         except AlreadyResolved as exc:
             raise RemotingError(codes.SYSTEM_ERROR, str(exc)) from None
         try:
-            await self.servicer.sending.append_flushed(Transactions.resolution(half, kind == SYSFLAG_TRANSACTION_COMMIT), "RemotingEndTransaction", same_topic=False)
+            await self.broker.sending.append_flushed(Transactions.resolution(half, kind == SYSFLAG_TRANSACTION_COMMIT), "RemotingEndTransaction", same_topic=False)
         except BaseException as exc:
             transactions.release(half)  # not stored: it may be ended again
             if isinstance(exc, StoreError):
@@ -399,7 +396,7 @@ class RemotingBroker:
         except StoreError as exc:
             raise remoting_error(exc) from None
         if created:
-            self.servicer.sending.on_topic_created()
+            self.broker.sending.on_topic_created()
         elif self.store.topics[topic] != queues:
             raise RemotingError(codes.SYSTEM_ERROR, f"topic {topic} exists with {self.store.topics[topic]} queues; changing the queue count is not supported")
         return req.response(codes.SUCCESS)
@@ -475,7 +472,7 @@ class RemotingBroker:
         return req.response(codes.SUCCESS, body=bodies.broker_stats_data(*((w.sum, w.tps, w.avgpt) for w in view)))
 
     def _mq_key(self, topic: str, queue_id: int) -> str:
-        return json.dumps({"brokerName": self.servicer.broker_name, "queueId": queue_id, "topic": topic}, separators=(",", ":"))
+        return json.dumps({"brokerName": self.broker.name, "queueId": queue_id, "topic": topic}, separators=(",", ":"))
 
     def _store_time_at(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """The store time of the message at a queue offset; 0 when there is none (or it expired),
@@ -565,7 +562,7 @@ class RemotingBroker:
             except StoreError:
                 pass  # read-only store or a group name that makes no topic: no retry topic
         if created:
-            self.servicer.sending.on_topic_created()
+            self.broker.sending.on_topic_created()
         return req.response(codes.SUCCESS)
 
     async def unregister_client(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -626,9 +623,9 @@ class RemotingBroker:
         where = destination(group, record.reconsume_times, None if max_times < 0 else max_times, delay_level)
         try:
             if self.store.create_topic(where.topic, DLQ_QUEUES if where.dead else self.retry_queues):
-                self.servicer.sending.on_topic_created()
+                self.broker.sending.on_topic_created()
             msg = copy_for(record, where, self.store.topics.get(where.topic, 1))
-            await self.servicer.sending.append_flushed([msg], "RemotingSendMsgBack")
+            await self.broker.sending.append_flushed([msg], "RemotingSendMsgBack")
         except StoreError as exc:
             raise remoting_error(exc) from None
         log.debug("sent back: group=%s offset=%d to=%s delay=%d", group, offset, where.topic, where.delay_level)

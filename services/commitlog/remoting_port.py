@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import threading
 
 from quarry.services.commitlog.broker_settings import BrokerSettings, rocketmq_settings
 from quarry.services.commitlog.convert import resolve_store_host
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.remoting_broker import RemotingBroker
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.store import CommitLogStore
 from quarry.services.remoting.acl import ACCESS_KEY, RemotingAcl
 from quarry.services.remoting.server import RemotingServer, known_key_check, limits_from
 from quarry.services.security import configured_accounts
@@ -36,7 +34,7 @@ def advertised(address: str) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, store: CommitLogStore, stopping: threading.Event) -> RemotingPort | None:
+async def start_remoting(args: argparse.Namespace, core: Broker) -> RemotingPort | None:
     """The remoting port listening on --remoting-bind, or None when off. A bind that fails
     or an announced address that does not resolve stops the start (StartupError: one line)."""
     if not args.remoting_bind:
@@ -45,10 +43,9 @@ async def start_remoting(args: argparse.Namespace, servicer: CommitLogServicer, 
         address = advertised(args.remoting_advertise)  # first: a name that does not resolve binds nothing
     except (OSError, ValueError) as exc:
         raise StartupError(f"{named('--remoting-advertise')}: {args.remoting_advertise} is not an address to announce ({exc})") from None
-    offsets = store.consumer_offsets
     accounts = configured_accounts()
     acl = accounts is not None
-    broker = RemotingBroker(servicer, offsets, servicer.sending.appended_signal(), stopping, indexer_addr=args.indexer_addr,
+    broker = RemotingBroker(core, indexer_addr=args.indexer_addr,
                             settings=BrokerSettings(rocketmq_settings(args, acl)))
     # With ACL on, a request naming no account is refused from its header, before its body is read.
     server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None,

@@ -23,14 +23,14 @@ _TOPICS_CACHED = 10_000
 
 
 class SendPath:
-    """One store's appends on the event loop; `on_topic_created` is a hook the process wires
-    (the heartbeat); readers waiting for new records wait on `appended_signal()` (a caught-up
+    """One store's appends on the event loop; `topic_listeners` are told when a send created a
+    topic (the process registers its heartbeat); readers waiting for new records wait on `appended_signal()` (a caught-up
     Tail, RocketMQ 4 long-polling pulls, RocketMQ 5 receives)."""
 
-    def __init__(self, store: CommitLogStore, flushed: FlushSignal) -> None:
+    def __init__(self, store: CommitLogStore, flushed: FlushSignal, has_company: Callable[[], bool] = lambda: True) -> None:
         self.store = store
         self.flushed = flushed
-        self.on_topic_created: Callable[[], None] = lambda: None
+        self.topic_listeners: list[Callable[[], None]] = []  # told when a send created a topic (the heartbeat)
         self.append_listeners: list[Callable[[], None]] = []  # called after every append, on the loop
         self._appended: FlushSignal | None = None  # see appended_signal
         # Labelled metric series, resolved once each.
@@ -38,12 +38,16 @@ class SendPath:
         self._sent: dict[str, tuple[list[float], list[int], list[int]]] = {}  # topic: its metric series, put counts and put bytes
         self.stats = BrokerStats()  # per topic puts (every door's), per group gets (the doors that hand messages)
         self._sent_bytes = metrics.SENT_BYTES.labels()
-        # Whether other unary calls are in flight on the server (the process wires its call
-        # tracker): append_in_turn waits for the turn's end only then.
-        self.has_company: Callable[[], bool] = lambda: True
+        # Whether other unary calls are in flight on the server (the process's call tracker):
+        # append_in_turn waits for the turn's end only then.
+        self.has_company = has_company
         # append_in_turn's callers waiting for this turn's append: (message, born host, answer)
         self._turn: list[tuple[MessageFields, tuple[str, int] | None, asyncio.Future[Appended]]] = []
         metrics.STORE_MAX_OFFSET.set_function(lambda: store.write_offset)
+
+    def on_topic_created(self) -> None:
+        for listener in self.topic_listeners:
+            listener()
 
     def appended_signal(self) -> FlushSignal:
         """Fired by every append (on the loop): what a reader waiting for new records waits on

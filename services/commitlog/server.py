@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 import grpc
 
@@ -16,14 +15,12 @@ from quarry.formats.topic import TopicError, validate_group, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
 from quarry.services.commitlog import consume_status, consumer_progress
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.convert import peer_host, send_result, send_result_columns, send_results, to_group_status, to_stored
 from quarry.services.commitlog.errors import DamagedRecord, Expired, InvalidArgument, NotFound
-from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import TAILER_FLUSH_GAP_S
-from quarry.services.commitlog.sending import SendPath
-from quarry.services.commitlog.store import Appended, CommitLogStore
-from quarry.services.commitlog.transactions import Transactions
-from quarry.services.progress import Watches
+from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.store import Appended
 from quarry.services.status import rpc_errors
 
 log = logging.getLogger("quarry.commitlog")
@@ -40,18 +37,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     (CPU, page-cache reads and writes); the only long waits, for fsync and for new records,
     are awaited on the FlushSignal."""
 
-    def __init__(self, store: CommitLogStore, broker_name: str, stopping: threading.Event, flushed: FlushSignal, watches: Watches | None = None) -> None:
-        self.store = store
-        self.watches = watches or Watches()  # the loops that move a position forward: their stalls are problems
-        self.broker_name = broker_name
-        self.stopping = stopping
-        self.flushed = flushed
-        self.sending = SendPath(store, flushed)  # the send path every front door shares
-        self.transactions = Transactions(store)  # half messages, resolved once whichever door ends them
-        # Set by the RocketMQ 5 door (services/rmq5): groups with a consumer heard from lately,
-        # and deliveries before dead-lettering; read by ConsumeStatus.
-        self.online_groups: Callable[[], set[str]] = lambda: set()
-        self.consumer_max_attempts = 17
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.broker_name = broker.name
+        self.stopping = broker.stopping
+        self.flushed = broker.flushed
+        self.sending = broker.sending
+        self.watches = broker.watches
 
     async def SendMessage(self, request: commitlog_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SendMessageResponse:
         appended = await self.sending.append_in_turn(request.message, "SendMessage", peer=peer_host(context))
@@ -128,8 +121,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         if not records or records[0].queue_offset != request.queue_offset:
             raise NotFound(f"no message at queue offset {request.queue_offset} of {request.topic}/{request.queue_id}; valid range is [{lo}, {hi})")
         found = consume_status.statuses(self.store.consumer_groups, self.store.consumer_offsets, request.topic, request.queue_id,
-                                        request.queue_offset, records[0].tags, int(time.time() * 1000), self.consumer_max_attempts)
-        online = self.online_groups()
+                                        request.queue_offset, records[0].tags, int(time.time() * 1000), self.broker.consumer_max_attempts)
+        online = self.broker.online_groups()
         return commitlog_pb2.ConsumeStatusResponse(groups=[to_group_status(g, g.group in online) for g in found])
 
     async def GetConsumerProgress(self, request: commitlog_pb2.GetConsumerProgressRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.GetConsumerProgressResponse:

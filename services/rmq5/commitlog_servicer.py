@@ -1,7 +1,7 @@
 """MessagingService at a commitlog: SendMessage and EndTransaction for this broker's queues,
 QueryAssignment (asked of a router: assignment.py), the consumer RPCs (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue: services/rmq5/consume.py), plus the client lifecycle RPCs. asyncio flavour: it runs on the commitlog's event loop and
-stores through the quarry.v1 servicer's append path (same store, same fsync wait, same
+stores through the broker's send path (same store, same fsync wait, same
 metrics), translating the store's errors to in-band codes.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.send import TRANSACTION, answer, to_new_message
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, ok
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.transactions import Transactions
 from quarry.services.rmq5.transaction import claim, half_message, orphan_command
 from quarry.services.rmq5.unsupported import fill_unsupported
@@ -34,9 +35,9 @@ MAX_MESSAGES = 1024
 
 
 class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
-    def __init__(self, core: Any, auth: Authenticator, policy: telemetry.ServerPolicy, routers: Sequence[str] = ()) -> None:
-        """`core`: the commitlog's CommitLogServicer (store + sending.append_flushed);
-        `routers`: the routers it registers with (QueryAssignment asks them)."""
+    def __init__(self, core: Broker, auth: Authenticator, policy: telemetry.ServerPolicy, routers: Sequence[str] = ()) -> None:
+        """`core`: the broker (its store, send path and transactions); `routers`: the routers it
+        registers with (QueryAssignment asks them)."""
         self.core = core
         self.auth = auth
         self.policy = policy

@@ -25,6 +25,7 @@ from quarry.formats.properties import BORN_HOST, DELAY, REAL_QID, REAL_TOPIC, SH
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transaction_type
 from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate_topic
 from quarry.services.commitlog import pop
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.flushing import CONSUMER_FLUSH_GAP_S
 from quarry.services.commitlog.message_input import Host, NewMessage, Property
@@ -150,10 +151,10 @@ def dead_letter_copy(record: Record, group: str, attempts: int) -> NewMessage:
 
 
 class Consumption:
-    """The four RPCs over one broker's store; `core` is the commitlog servicer (store, append
-    path, flush signal). Runs on the commitlog's event loop; fsyncs run on worker threads."""
+    """The four RPCs over one broker's store; `core` is the broker (store, send path, flush
+    signal). Runs on the commitlog's event loop; fsyncs run on worker threads."""
 
-    def __init__(self, core: Any, max_attempts: int) -> None:
+    def __init__(self, core: Broker, max_attempts: int) -> None:
         self.core = core
         self.store = core.store
         self.groups = core.store.consumer_groups

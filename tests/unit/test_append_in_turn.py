@@ -14,6 +14,7 @@ from quarry.services.commitlog.errors import InvalidArgument
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_input import Host, NewMessage
 from quarry.services.commitlog.server import CommitLogServicer
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ def _run(tmp_path: Path, body: Callable[[CommitLogServicer], Awaitable[T]], **co
         store = CommitLogStore(StoreConfig(store_dir=tmp_path, **config))
         flushed = FlushSignal(asyncio.get_running_loop())
         store.add_flush_listener(flushed.fire)
-        servicer = CommitLogServicer(store, "broker-a", threading.Event(), flushed)
+        servicer = CommitLogServicer(Broker(store, "broker-a", threading.Event(), flushed))
         try:
             return await body(servicer)
         finally:

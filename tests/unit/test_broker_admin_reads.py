@@ -14,6 +14,7 @@ import pytest
 from quarry.services.commitlog.broker_settings import BrokerSettings, rocketmq_settings
 from quarry.services.commitlog.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats, Snapshot
 from quarry.services.commitlog.config import parse_args
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.remoting_broker import RemotingBroker
@@ -127,8 +128,8 @@ def run(tmp_path: Path, scenario: Callable[[RemotingBroker, CommitLogServicer, C
     async def main() -> None:
         flushed = FlushSignal(asyncio.get_running_loop())
         store.add_flush_listener(flushed.fire)
-        servicer = CommitLogServicer(store, "broker-a", threading.Event(), flushed)
-        broker = RemotingBroker(servicer, store.consumer_offsets, servicer.sending.appended_signal(), threading.Event())
+        servicer = CommitLogServicer(Broker(store, "broker-a", threading.Event(), flushed))
+        broker = RemotingBroker(servicer.broker)
         await scenario(broker, servicer, Connection(("127.0.0.1", 1), None))  # type: ignore[arg-type]
 
     try:

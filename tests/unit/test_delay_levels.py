@@ -16,6 +16,7 @@ from quarry.services.commitlog.delayed_delivery import DelayedDelivery, load_off
 from quarry.services.commitlog.errors import InvalidArgument
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_input import Host, NewMessage
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
 from quarry.v1 import common_pb2
@@ -30,7 +31,7 @@ def _run(store_dir: Path, body: Callable[[CommitLogServicer, FlushSignal], Await
         flushed = FlushSignal(asyncio.get_running_loop())
         store.add_flush_listener(flushed.fire)
         try:
-            return await body(CommitLogServicer(store, "broker-a", threading.Event(), flushed), flushed)
+            return await body(CommitLogServicer(Broker(store, "broker-a", threading.Event(), flushed)), flushed)
         finally:
             store.close()
 

@@ -275,12 +275,12 @@ def _send_servicer(store: CommitLogStore, loop: asyncio.AbstractEventLoop):  # t
     import threading
 
     from quarry.services.commitlog.flush_signal import FlushSignal
-    from quarry.services.commitlog.server import CommitLogServicer
+    from quarry.services.commitlog.core import Broker
     from quarry.services.rmq5.commitlog_servicer import CommitLogMessagingServicer
 
     flushed = FlushSignal(loop)
     store.add_flush_listener(flushed.fire)
-    return CommitLogMessagingServicer(CommitLogServicer(store, "broker-a", threading.Event(), flushed), Authenticator(None),
+    return CommitLogMessagingServicer(Broker(store, "broker-a", threading.Event(), flushed), Authenticator(None),
                                       telemetry.ServerPolicy(max_body_size=4 << 20))
 
 

@@ -18,6 +18,7 @@ from quarry.services.commitlog import append as append_mod
 from quarry.services.commitlog.browse import BrowseRequest, browse
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.convert import to_stored
+from quarry.services.commitlog.core import Broker as CommitLogBroker
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.server import CommitLogServicer
 from quarry.services.commitlog.store import CommitLogStore, StoreConfig
@@ -173,7 +174,7 @@ def test_a_broker_whose_retention_deleted_part_of_the_window_makes_the_answer_in
 
         async def page(begin: int, token: str = "", max_num: int = 1024) -> router_pb2.BrowseTopicResponse:
             flushed = FlushSignal(asyncio.get_running_loop())
-            servicers = {name: CommitLogServicer(s, name, threading.Event(), flushed) for name, s in stores.items()}
+            servicers = {name: CommitLogServicer(CommitLogBroker(s, name, threading.Event(), flushed)) for name, s in stores.items()}
             registry = BrokerRegistry(expiry_ms=60_000)
             for name in stores:
                 registry.register(Broker(name, commitlog_addr=name, indexer_addr="", store_host=f"{name}:10911", topics={"T": 2}))

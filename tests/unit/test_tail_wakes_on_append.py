@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from quarry.services.commitlog import server
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.server import CommitLogServicer
@@ -25,7 +26,7 @@ def test_a_caught_up_tail_gets_the_next_append_without_waiting_for_the_interval(
         store = CommitLogStore(StoreConfig(store_dir=tmp_path, flush_interval_ms=120_000))  # an interval the test never reaches
         flushed = FlushSignal(asyncio.get_running_loop())
         store.add_flush_listener(flushed.fire)
-        servicer = CommitLogServicer(store, "broker-a", threading.Event(), flushed)
+        servicer = CommitLogServicer(Broker(store, "broker-a", threading.Event(), flushed))
         keys: asyncio.Queue[str] = asyncio.Queue()
 
         async def tail() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from quarry.formats.record import decode_record
+from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.message_input import NewMessage
 from quarry.services.commitlog.server import CommitLogServicer
@@ -34,9 +35,9 @@ def _run(tmp_path: Path, scenario: Any, settings: CheckSettings = CheckSettings(
     async def main() -> None:
         flushed = FlushSignal(asyncio.get_running_loop())
         store.add_flush_listener(flushed.fire)
-        servicer = CommitLogServicer(store, "broker-a", threading.Event(), flushed)
+        servicer = CommitLogServicer(Broker(store, "broker-a", threading.Event(), flushed))
         now = [0]
-        check = TransactionCheck(store, servicer.transactions, servicer.sending, settings, clock_ms=lambda: now[0])
+        check = TransactionCheck(store, servicer.broker.transactions, servicer.sending, settings, clock_ms=lambda: now[0])
         await scenario(store, servicer, check, now)
 
     try:
@@ -54,7 +55,7 @@ def test_halves_not_ended_are_asked_about_until_the_last_check_then_discarded(tm
         now[0] = max(h.store_timestamp for h in halves) + 500
         assert (await check.round()).asked == 0 and asked == []
         # The first half is committed by its producer: never asked about.
-        tx: Transactions = servicer.transactions
+        tx: Transactions = servicer.broker.transactions
         first = tx.half_at(halves[0].physical_offset)
         tx.claim(first)
         await servicer.sending.append_flushed(Transactions.resolution(first, True), "test", same_topic=False)
@@ -155,7 +156,7 @@ def test_the_remoting_asker_sends_check_transaction_state_only_to_a_producer_tha
     from quarry.services.remoting.server import Connection
 
     async def scenario(store: CommitLogStore, servicer: CommitLogServicer, check: TransactionCheck, now: list[int]) -> None:
-        broker = RemotingBroker(servicer, store.consumer_offsets, servicer.sending.appended_signal(), threading.Event())
+        broker = RemotingBroker(servicer.broker)
         (appended,) = store.append_many([_half(3)])
         half = store.read(appended.physical_offset)
         req = TransactionCheck.request(half, 1)
