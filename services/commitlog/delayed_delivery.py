@@ -30,8 +30,7 @@ from quarry.formats.scheduled import DELAY_LEVEL_MS, MAX_DELAY_LEVEL, PARKING_TO
 from quarry.formats.topic import is_valid_topic
 from quarry.formats.state_file import read_json, write_json_atomic
 from quarry.services.commitlog.errors import DiskFull, InvalidArgument, NotFound, ReadOnly, StoreError
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.flushing import await_flushed
+from quarry.services.commitlog.flush_signal import FlushSignal, await_flushed
 from quarry.services.commitlog.message_input import Host, NewMessage, Property
 from quarry.services.commitlog.sending import SendPath
 from quarry.services.log import log_event

@@ -6,6 +6,11 @@ bridge: the flusher calls `fire`, waiting coroutines wake, no thread is held per
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from quarry.services.commitlog.flushing import Flusher
 
 
 class FlushSignal:
@@ -58,3 +63,19 @@ class FlushSignal:
                 await event.wait()
         except TimeoutError:
             pass
+
+
+async def await_flushed(flusher: Flusher, signal: FlushSignal, end: int, timeout_s: float) -> bool:
+    """Wait on the loop until the log is fsynced up to `end`; False at the timeout. The one
+    fsync wait of the event loop (threads: flushing.wait_flushed_blocking)."""
+    state = flusher.state
+    flusher.request_flush()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        event = signal.current()  # taken before the check: no wake-up is lost
+        if state.flushed_offset >= end:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await signal.wait(event, left)

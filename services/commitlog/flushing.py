@@ -2,12 +2,11 @@
 
 ASYNC acknowledges once bytes are in the page cache and fsyncs every interval; SYNC
 acknowledges after an fsync that concurrent appenders share (group commit). Waiters, on an
-event loop or not, wait with `await_flushed`: the flusher wakes them through listeners
-(`FlushSignal.fire`), no thread is held per waiter.
+event loop wait with `flush_signal.await_flushed`, threads with `wait_flushed_blocking`: the
+flusher wakes them through listeners, no thread is held per waiter.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -16,7 +15,6 @@ import time
 from typing import Callable
 
 from quarry.services.commitlog.checkpoint import StoreCheckpoint, save_checkpoint
-from quarry.services.commitlog.flush_signal import FlushSignal
 from quarry.services.commitlog.store_state import StoreState
 from quarry.services.log import FailureReport, log_event
 from quarry.services.commitlog.metrics import FLUSH_SECONDS
@@ -173,29 +171,20 @@ class Flusher:
                 self._requests.notify()
 
 
-async def await_flushed(flusher: Flusher, signal: FlushSignal, end: int, timeout_s: float) -> bool:
-    """Wait until the log is fsynced up to `end`; False at the timeout. The one fsync wait."""
-    state = flusher.state
-    flusher.request_flush()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        event = signal.current()  # taken before the check: no wake-up is lost
-        if state.flushed_offset >= end:
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        await signal.wait(event, left)
-
-
 def wait_flushed_blocking(flusher: Flusher, end: int, timeout_s: float) -> bool:
-    """await_flushed for a caller without an event loop (a thread of its own)."""
-    async def main() -> bool:
-        signal = FlushSignal(asyncio.get_running_loop())
-        flusher.add_listener(signal.fire)
-        try:
-            return await await_flushed(flusher, signal, end, timeout_s)
-        finally:
-            flusher.remove_listener(signal.fire)
-
-    return asyncio.run(main())
+    """Wait, on a thread of the caller's, until the log is fsynced up to `end`; False at the
+    timeout. (On the event loop: flush_signal.await_flushed.)"""
+    fired = threading.Event()
+    flusher.add_listener(fired.set)
+    try:
+        flusher.request_flush()
+        deadline = time.monotonic() + timeout_s
+        while flusher.state.flushed_offset < end:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            fired.wait(left)
+            fired.clear()  # the offset is read again after this: no wake-up is lost
+        return True
+    finally:
+        flusher.remove_listener(fired.set)

@@ -12,8 +12,7 @@ from quarry.services.commitlog import metrics
 from quarry.services.commitlog.append import Appended
 from quarry.services.commitlog.broker_stats import TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from quarry.services.commitlog.errors import DiskFull, ReadOnly, StoreError
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.flushing import await_flushed
+from quarry.services.commitlog.flush_signal import FlushSignal, await_flushed
 from quarry.services.commitlog.message_input import MessageFields
 from quarry.services.commitlog.parking import park
 from quarry.services.commitlog.store import CommitLogStore
