@@ -17,7 +17,8 @@ from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.assignment import RouterAssignments
 from quarry.services.security import Account
 from quarry.services.rmq5.auth import Authenticator
-from quarry.services.rmq5.consume import Consumption, check_group
+from quarry.services.rmq5.consume import Consumption
+from quarry.services.rmq5.status import check_group
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
 from quarry.services.rmq5.send import TRANSACTION, answer, to_new_message
 from quarry.services.rmq5.sessions import Sessions

@@ -23,7 +23,7 @@ from quarry.formats import tag_expression
 from quarry.formats.body import readable_body
 from quarry.formats.properties import BORN_HOST, DELAY, REAL_QID, REAL_TOPIC, SHARDING_KEY, SYSTEM_PROPERTY_NAMES, TIMER_DELIVER_MS, UNIQ_KEY
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT, Record, transaction_type
-from quarry.formats.topic import TopicError, dlq_topic, validate_group, validate_topic
+from quarry.formats.topic import dlq_topic
 from quarry.services.commitlog import pop
 from quarry.services.commitlog.core import Broker
 from quarry.services.commitlog.flush_signal import FlushSignal
@@ -32,7 +32,7 @@ from quarry.services.commitlog.message_input import Host, NewMessage, Property
 from quarry.services.log import log_event
 from quarry.services.progress import Progress
 from quarry.services.rmq5.contract import Code, service, v2
-from quarry.services.rmq5.status import RmqError
+from quarry.services.rmq5.status import check_group, check_topic, RmqError
 
 log = logging.getLogger("quarry.rmq5.consume")
 
@@ -51,25 +51,6 @@ def ms_of(d: duration_pb2.Duration) -> int:
 
 def _ts(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
-
-
-def check_group(group: v2.Resource, field: str = "group.name") -> str:
-    name = group.name
-    try:
-        validate_group(name, field)
-    except TopicError as exc:
-        raise RmqError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
-    if group.resource_namespace:
-        raise RmqError(Code.BAD_REQUEST, f"{field.rsplit('.', 1)[0]}.resource_namespace: namespaces are not supported; leave it empty")
-    return name
-
-
-def check_topic(topic: v2.Resource, field: str = "topic.name") -> str:
-    try:
-        validate_topic(topic.name, field)
-    except TopicError as exc:
-        raise RmqError(Code.ILLEGAL_TOPIC, str(exc)) from None
-    return topic.name
 
 
 def filter_of(expr: v2.FilterExpression) -> tuple[str, tag_expression.TagFilter]:

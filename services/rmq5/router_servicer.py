@@ -13,10 +13,9 @@ from quarry.services.query.registry import BrokerRegistry
 from quarry.services.rmq5 import client_calls, telemetry
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
-from quarry.services.rmq5.consume import check_group
 from quarry.services.rmq5.route import assignments, query_route
 from quarry.services.rmq5.sessions import Sessions
-from quarry.services.rmq5.status import RmqError, ok, status_of
+from quarry.services.rmq5.status import check_group, RmqError, ok, status_of
 from quarry.services.rmq5.unsupported import fill_unsupported
 
 _SEND_HERE = "this is the access point (router): SDKs send to the broker endpoints QueryRoute returns"

@@ -4,6 +4,7 @@ RocketMQ's proxy answers, so the SDK raises a readable exception instead of a tr
 """
 from __future__ import annotations
 
+from quarry.formats.topic import TopicError, validate_group, validate_topic
 from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
 from quarry.services.rmq5.contract import Code, v2
 
@@ -65,3 +66,22 @@ def from_store_error(exc: StoreError) -> RmqError:
     if isinstance(exc, DiskFull):
         return RmqError(Code.INTERNAL_SERVER_ERROR, f"broker: {exc}")
     return RmqError(Code.INTERNAL_SERVER_ERROR, str(exc))
+
+
+def check_group(group: v2.Resource, field: str = "group.name") -> str:
+    name = group.name
+    try:
+        validate_group(name, field)
+    except TopicError as exc:
+        raise RmqError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+    if group.resource_namespace:
+        raise RmqError(Code.BAD_REQUEST, f"{field.rsplit('.', 1)[0]}.resource_namespace: namespaces are not supported; leave it empty")
+    return name
+
+
+def check_topic(topic: v2.Resource, field: str = "topic.name") -> str:
+    try:
+        validate_topic(topic.name, field)
+    except TopicError as exc:
+        raise RmqError(Code.ILLEGAL_TOPIC, str(exc)) from None
+    return topic.name
