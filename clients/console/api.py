@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -208,6 +209,7 @@ class Api:
         # another site (a form cannot send application/json) never resends anything.
         self.post_routes: dict[str, Callable[[dict[str, Any]], Response]] = {"/api/resend": self.resend}
         self._producer = producer
+        self._producer_lock = threading.Lock()
 
     def handle_post(self, path: str, body: bytes, content_type: str) -> Response:
         route = self.post_routes.get(path)
@@ -227,12 +229,24 @@ class Api:
             return error_response(exc, self.admin.router_addr)
 
     def producer(self) -> Any:
-        if self._producer is None:
-            from quarry.clients.producer import Producer
+        with self._producer_lock:  # one per Api, even when two resends of a session arrive together
+            if self._producer is None:
+                from quarry.clients.producer import Producer
 
-            # signed as the admin's calls are: a session's resend is that operator's own send
-            self._producer = Producer(self.admin.router_addr, timeout_s=self.admin.timeout_s, account=getattr(self.admin, "account", None))
-        return self._producer
+                # signed as the admin's calls are: a session's resend is that operator's own send
+                self._producer = Producer(self.admin.router_addr, timeout_s=self.admin.timeout_s, account=getattr(self.admin, "account", None))
+            return self._producer
+
+    def close(self) -> None:
+        """Close the routers' channels this Api opened: its AdminClient's and, once a resend
+        created it, its producer's (a session's Api is closed when the session ends)."""
+        with self._producer_lock:
+            producer, self._producer = self._producer, None
+        try:
+            if producer is not None:
+                producer.close()
+        finally:
+            self.admin.close()
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

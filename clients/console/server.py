@@ -274,6 +274,6 @@ def serve(args: Any) -> int:
     finally:
         server.server_close()
         server.RequestHandlerClass.sessions.close()  # type: ignore[attr-defined]
-        admin.close()
+        server.RequestHandlerClass.api.close()  # type: ignore[attr-defined]  # the process's admin, and its resend producer if one was made
         log_event(log, "console stopped")
     return 0

@@ -60,7 +60,7 @@ class Sessions:
             note = f"the routers accepted this account's signed call ({topics} topics listed)"
         except QuarryError as exc:
             if exc.code != "PERMISSION_DENIED":
-                api.admin.close()
+                api.close()
                 return error_response(exc, api.admin.router_addr), None
             note = f"this account may not list every topic (the router: {exc.message}); pages of the topics it may read work"
         sid = secrets.token_urlsafe(32)
@@ -70,7 +70,7 @@ class Sessions:
             ended = [self._sessions.pop(k) for k in idle]
             self._sessions[sid] = Session(access_key, api, now)
         for s in ended:
-            s.api.admin.close()
+            s.api.close()
         return Response(200, {"loggedIn": True, "accessKey": access_key, "note": note}), sid
 
     def get(self, sid: str) -> Session | None:
@@ -79,7 +79,7 @@ class Sessions:
             s = self._sessions.get(sid)
             if s is not None and now - s.last_used > self.idle_s:
                 del self._sessions[sid]
-                s.api.admin.close()
+                s.api.close()
                 return None
             if s is not None:
                 s.last_used = now
@@ -89,10 +89,10 @@ class Sessions:
         with self._lock:
             s = self._sessions.pop(sid, None)
         if s is not None:
-            s.api.admin.close()
+            s.api.close()
 
     def close(self) -> None:
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for s in sessions:
-            s.api.admin.close()
+            s.api.close()

@@ -242,7 +242,9 @@ async function history(context, step) {
   const timeline = await page.$$eval("#trace-timeline li", (lis) => lis.map((li) => ({ type: li.dataset.type, group: li.dataset.group, success: li.dataset.success, ms: Number(li.dataset.ms) })));
   const copies = await page.$$eval("#copies-table tbody tr.msg-row", (trs) => trs.map((tr) => ({ offsetMsgId: tr.dataset.offsetMsgId, uniqueKey: tr.dataset.uniqueKey,
     topic: tr.querySelectorAll("td")[1].textContent, this: tr.dataset.this || "", href: tr.querySelector("a.msg-link").getAttribute("href") })));
-  return { url: page.url(), timeline, copies, traceText: await page.textContent("#trace"), stored: await page.textContent("#stored") };
+  // what the copies section holds, in order: elements by id (or tag), any bare text as such
+  const copiesParts = await page.$eval("#copies", (box) => [...box.childNodes].map((n) => (n.nodeType === 1 ? n.id || n.tagName : `text:${n.textContent}`)));
+  return { url: page.url(), timeline, copies, copiesParts, traceText: await page.textContent("#trace"), stored: await page.textContent("#stored") };
 }
 
 const b = await newBrowser();

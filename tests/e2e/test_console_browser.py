@@ -5,8 +5,11 @@ brokers, 10,000 messages and one sent with the RocketMQ 5 SDK) and a quarry-cons
 
 Search by each id kind and by key; browse three pages of a topic with a tag filter, every
 message once; the histogram's counts equal the browse, and a drag zooms the window; the
-message page; a pasted link reproduces the view; a killed broker shows the banner naming it
-(last: it stops a broker). Screenshots of each page go to build/console-screenshots/ (ignored).
+message page; a pasted link reproduces the view; dead letters resent after the page's
+confirmation and found under their topic by their new ids; the cluster page's store status,
+queue offsets and a group's lag; the message page's trace timeline, copies and segment; a
+killed broker shows the banner naming it (last: it stops a broker). Screenshots of each page
+go to build/console-screenshots/ (ignored).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -227,23 +231,26 @@ def history(world: World) -> dict[str, Any]:
 
     router = world.console.router
     out: dict[str, Any] = {}
+    t0 = int(time.time() * 1000)  # the trace's times (only their order is checked): recent, as a real trace's
     with Producer(router) as producer:
         dead = [producer.send(DLQ_TOPIC, f'{{"payment": {i}}}'.encode(), keys=[f"pay-{i}"], tags="Failing", properties={"color": "red"}) for i in range(2)]
         uid = dead[0].msg_id
         twice = [producer.send(TOPIC, b'{"order": "twice"}', keys=["order-twice"], tags="TagT", unique_key="0A0000990000000000000000000000AA") for _ in range(2)]
-        trace_body = (C.join(["Pub", "1700000000123", "DefaultRegion", "PG-pay", DLQ_TOPIC, uid, "Failing",
-                              "pay-0", "127.0.0.71:10911", "14", "6", "0", dead[0].offset_msg_id, "true"]) + F
-                      + C.join(["SubBefore", "1700000001000", "DefaultRegion", DLQ_GROUP, "r1", uid, "0", "pay-0"]) + F
-                      + C.join(["SubAfter", "r1", uid, "15", "false", "pay-0", "0", "1700000001015", DLQ_GROUP]) + F)
+        stored_at = offset_msg_id.decode(dead[0].offset_msg_id)  # the Pub context's store host, as a producer traces it
+        trace_body = (C.join(["Pub", str(t0), "DefaultRegion", "PG-pay", DLQ_TOPIC, uid, "Failing",
+                              "pay-0", f"{stored_at.ip}:{stored_at.port}", "14", "6", "0", dead[0].offset_msg_id, "true"]) + F
+                      + C.join(["SubBefore", str(t0 + 877), "DefaultRegion", DLQ_GROUP, "r1", uid, "0", "pay-0"]) + F
+                      + C.join(["SubAfter", "r1", uid, "15", "false", "pay-0", "0", str(t0 + 892), DLQ_GROUP]) + F)
         producer.send("RMQ_SYS_TRACE_TOPIC", trace_body.encode(), keys=[uid, "pay-0"])
-    brokers = {b.broker_name: b for b in AdminClient(router).brokers()}
+    with AdminClient(router) as admin:
+        brokers = {b.broker_name: b for b in admin.brokers()}
     for r in dead:  # CONSUMER_SEND_MSG_BACK with delay level -1: straight to %DLQ%<group>, as send_back.py stores it
         remoting = brokers[r.message_queue.broker_name].remoting_addr
         sent_back = _remoting(remoting, codes.CONSUMER_SEND_MSG_BACK, {"group": DLQ_GROUP, "offset": offset_msg_id.decode(r.offset_msg_id).offset,
                                                                       "delayLevel": -1, "originMsgId": r.msg_id, "originTopic": DLQ_TOPIC, "maxReconsumeTimes": 16})
         assert sent_back.code == codes.SUCCESS, sent_back.remark
     # a group that committed offset 10 on queue 0 of broker-a: its lag is what follows
-    a = world.cluster.brokers["broker-a"].commitlog.remoting_address()
+    a = world.cluster.brokers["broker-a"].commitlog.remoting_address
     done = _remoting(a, codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": LAG_GROUP, "topic": TOPIC, "queueId": 0, "commitOffset": 10})
     assert done.code == codes.SUCCESS, done.remark
     world.cluster.wait_indexed()
@@ -254,6 +261,7 @@ def history(world: World) -> dict[str, Any]:
         out["lag_max"] = admin.search_offset(TOPIC, "broker-a", 0, 0).max_queue_offset
         out["twice_stored"] = [admin.query_by_id(t.offset_msg_id).messages[0] for t in twice]
         out["dead_stored"] = admin.query_by_id(dead[0].offset_msg_id).messages[0]
+        out["dead_letters"] = admin.browse_topic(f"%DLQ%{DLQ_GROUP}", oldest_first=True, max_num=10).messages
     out.update(dead=dead, twice=twice, uid=uid)
     return out
 
@@ -274,16 +282,28 @@ def test_dead_letters_are_resent_after_confirmation_and_found_under_their_topic(
             m = found[0]
             assert m.topic == DLQ_TOPIC and m.offset_msg_id == r["newOffsetMsgId"] and m.properties["RESENT_FROM"] in dead_ids
             assert m.keys[0] in ("pay-0", "pay-1") and m.properties["color"] == "red" and "RETRY_TOPIC" not in m.properties
+        # the plan sent nothing and the confirmation sent each once: the topic holds the two
+        # messages first sent and the two resends, no more; the dead letters stay where they were
+        held = admin.browse_topic(DLQ_TOPIC, oldest_first=True, max_num=100).messages
+        assert sorted(m.offset_msg_id for m in held) == sorted([d.offset_msg_id for d in history["dead"]] + [r["newOffsetMsgId"] for r in new.values()])
+        assert sorted(m.offset_msg_id for m in admin.browse_topic(f"%DLQ%{DLQ_GROUP}", oldest_first=True, max_num=100).messages) == sorted(dead_ids)
     (found_page,) = drive(world.console, {"do": "search", "q": next(iter(new)), "topic": DLQ_TOPIC})
     assert [r["uniqueKey"] for r in found_page["rows"]] == [next(iter(new))]
 
 
 def test_the_cluster_page_shows_store_status_queue_offsets_and_consumer_lag(world: World, history: dict[str, Any]) -> None:
+    def written() -> dict[str, int]:
+        with AdminClient(world.console.router) as admin:
+            return {b.broker_name: sum(g.written_bytes for g in admin.broker_status(b.commitlog_addr).segments) for b in admin.brokers()}
+
+    before = written()
     (page,) = drive(world.console, {"do": "cluster", "shot": "cluster"})
+    after = written()
     assert page["banners"] == []
     stores = {s["broker"]: s for s in page["stores"]}
-    assert set(stores) == {"broker-a", "broker-b"} and all(int(s["writtenBytes"]) > 0 and s["damaged"] == "0" for s in stores.values())
-    assert all(s["indexLagBytes"] != "" for s in stores.values())
+    assert set(stores) == {"broker-a", "broker-b"} and all(s["damaged"] == "0" and s["expiredTo"] == "" for s in stores.values())
+    assert all(0 < before[b] <= int(s["writtenBytes"]) <= after[b] for b, s in stores.items()), (before, stores, after)
+    assert all(int(s["indexLagBytes"]) >= 0 for s in stores.values())
     lag = [g for g in page["groups"] if g["group"] == LAG_GROUP]
     assert lag == [{"group": LAG_GROUP, "topic": TOPIC, "source": "offset", "lag": str(history["lag_max"] - 10)}]
     assert {(d["topic"], d["messages"]) for d in page["deadLetters"]} == {(f"%DLQ%{DLQ_GROUP}", "2")}
@@ -297,10 +317,12 @@ def test_the_message_page_shows_the_trace_timeline_its_copies_and_its_segment(wo
     (page,) = drive(world.console, {"do": "history", "path": path, "shot": "message-trace"})
     assert [(t["type"], t["group"], t["success"]) for t in page["timeline"]] == [
         ("Pub", "PG-pay", "true"), ("SubBefore", DLQ_GROUP, "true"), ("SubAfter", DLQ_GROUP, "false")]
-    # its copies: the message and its dead letter keep its unique key, each linked
-    assert {(r["offsetMsgId"], r["this"]) for r in page["copies"]} >= {(m.offset_msg_id, "true")}
+    # its copies: the message and its dead letter keep its unique key, each linked, this one marked
+    (dead_letter,) = [d for d in history["dead_letters"] if d.unique_key == history["uid"]]
+    assert sorted((r["offsetMsgId"], r["this"]) for r in page["copies"]) == sorted([(m.offset_msg_id, "true"), (dead_letter.offset_msg_id, "")])
     assert {r["uniqueKey"] for r in page["copies"]} == {history["uid"]} and {r["topic"] for r in page["copies"]} == {DLQ_TOPIC, f"%DLQ%{DLQ_GROUP}"}
     assert all(r["href"].startswith("/message?") for r in page["copies"])
+    assert page["copiesParts"] == ["copies-count", "copies-table"]  # the count and the table, nothing else (no stray "null")
     assert "Segment file 00000000000000000000, at byte " + str(m.commit_log_offset) in page["stored"]
     twice = history["twice_stored"][0]
     path = f"/message?topic={TOPIC}&broker={twice.broker_name}&queue={twice.queue_id}&offset={twice.queue_offset}"

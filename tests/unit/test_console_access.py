@@ -209,6 +209,41 @@ def test_an_idle_session_ends() -> None:
     assert sessions.get(sid) is None and admin.closed
 
 
+def test_a_session_that_resent_closes_its_producer_with_its_admin_when_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's Api creates its resend producer lazily (signed with the session's account);
+    logout, idle expiry and the console's shutdown close it with the AdminClient."""
+    made: list[Any] = []
+
+    class RecordingProducer:
+        def __init__(self, router_addr: str, timeout_s: float, account: tuple[str, str] | None) -> None:
+            self.account, self.closed = account, False
+            made.append(self)
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr("quarry.clients.producer.Producer", RecordingProducer)
+    now = [100.0]
+    sessions = Sessions(lambda account: Api(FakeRouters(account)), idle_s=60, monotonic=lambda: now[0])
+    ended = []
+    for how in ("logout", "idle", "shutdown", "no resend"):
+        _, sid = sessions.login({"accessKey": "ops", "secretKey": SECRET})
+        assert sid is not None
+        session = sessions.get(sid)
+        assert session is not None
+        if how != "no resend":
+            assert session.api.producer() is session.api.producer()  # one producer per session
+        ended.append((how, session.api.admin))
+        if how == "logout":
+            sessions.logout(sid)
+        elif how == "idle":
+            now[0] += 61
+            assert sessions.get(sid) is None
+    sessions.close()
+    assert [p.account for p in made] == [("ops", SECRET)] * 3 and all(p.closed for p in made)
+    assert all(admin.closed for _, admin in ended)
+
+
 def test_the_console_serves_https_with_the_given_certificate_and_marks_its_cookie_secure(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki", ["127.0.0.1"])
     client = ssl.create_default_context(cafile=pki["ca"])

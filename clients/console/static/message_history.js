@@ -29,7 +29,7 @@ async function showTrace(gen, box, m) {
   }
   const t0 = t.contexts[0].timestamp;
   const span = Math.max(1, t.contexts[t.contexts.length - 1].timestamp + Math.max(0, t.contexts[t.contexts.length - 1].costTimeMs) - t0);
-  box.replaceChildren(el("ol", { class: "timeline", id: "trace-timeline" }, t.contexts.map((c) => el("li", { "data-type": c.traceType, "data-group": c.group, "data-success": c.success, "data-ms": c.timestamp },
+  box.replaceChildren(el("ol", { class: "timeline", id: "trace-timeline" }, t.contexts.map((c) => el("li", { "data-type": c.traceType, "data-group": c.group, "data-success": String(c.success), "data-ms": c.timestamp },
     el("span", { class: "when mono" }, fmtTime(c.timestamp)),
     el("span", { class: "offset mono" }, c.timestamp === t0 ? "" : `+${fmtSpan(c.timestamp - t0)}`),
     el("span", { class: "track" }, el("span", { class: `mark ${c.success ? "ok" : "failed"}`, style: `left: ${(100 * (c.timestamp - t0)) / span}%; width: ${Math.max(0.6, (100 * Math.max(0, c.costTimeMs)) / span)}%` })),
@@ -48,7 +48,7 @@ async function showCopies(gen, box, m) {
   const failed = c.failedBrokers || [];
   box.replaceChildren(el("p", { id: "copies-count", "data-count": c.messages.length },
     c.messages.length === 1 ? "Stored once: no other message has its unique key." : `${c.messages.length} stored messages have unique key ${m.uniqueKey} (this one marked), searched in every topic (${(c.searchedTopics || []).length}).`),
-    failed.length ? el("p", { class: "banner", "data-kind": "incomplete" }, `Incomplete: ${failed.map((f) => `${f.broker || "topic " + f.topic}: ${f.code}`).join("; ")}.`) : null,
+    ...(failed.length ? [el("p", { class: "banner", "data-kind": "incomplete" }, `Incomplete: ${failed.map((f) => `${f.broker || "topic " + f.topic}: ${f.code}`).join("; ")}.`)] : []), // replaceChildren writes a null as the text "null"
     table);
   box.dataset.done = "true";
 }
