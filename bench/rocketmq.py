@@ -127,6 +127,15 @@ def query_run(namesrv: str, seed: int, queries: int, work: Path) -> dict[str, ob
     return answer
 
 
+def fill(namesrv: str, messages: int, body_bytes: int, work: Path) -> None:
+    """`messages` sync sends by Bench4 at 16 threads, no warm-up (what the measured cases send, to fill a store)."""
+    from bench.java_clients import _jvm
+
+    run = _jvm("quarry.bench.Bench4", [namesrv, TOPIC, "16", str(messages), "0", str(body_bytes)], "rmq4", work, 900)
+    if run.returncode != 0:
+        raise RuntimeError(f"Bench4 exited {run.returncode}: {run.stdout[-2000:]} {run.stderr[-3000:]}")
+
+
 def index_files_held(rmq: RocketMQ, cluster: LocalCluster) -> dict[str, int]:
     """IndexFiles each server holds: the broker's store/index directory, the indexer's own count."""
     from quarry.channels import open_channel
@@ -163,9 +172,9 @@ def many_index_files(root: Path, files: int, args: argparse.Namespace) -> tuple[
                 holds = index_files_held(rmq, cluster)[server]
                 if holds >= files:
                     break
-                # A message enters two entries (its key and its unique key); the JVM's warm-up sends add some.
+                # A message enters two entries (its key and its unique key).
                 want = (files - holds) * (SMALL_INDEX_ENTRIES - 1) // 2
-                java_send("rmq4", targets[server], 16, max(1000, min(want, 40000)), root / f"fill-{server}-{chunk}")
+                fill(targets[server], max(500, min(want, 40000)), BODY_BYTES, root / f"fill-{server}-{chunk}")
             print(f"{files} IndexFiles: {server} filled", flush=True)
         pause, deadline = threading.Event(), time.monotonic() + 120
         while index_files_held(rmq, cluster)["quarry_filters_pending"] and time.monotonic() < deadline:
@@ -194,8 +203,6 @@ def recovery(root: Path, mib: int) -> dict[str, dict[str, float]]:
     512 MiB segments) filled by Bench4 (16 threads, 4 KiB bodies) until its log holds `mib` MiB,
     killed with SIGKILL and started again: seconds from the spawn until its remoting port first
     answers GET_MAX_OFFSET, and until the topic's queues hold every message they held before."""
-    from bench.java_clients import _jvm
-
     namesrv_port, broker_port = _free_ports()
     rmq = BenchRocketMQ(root / "rocketmq-rec", host="127.0.0.185", settings=dict(BROKER_DEFAULTS), namesrv_port=namesrv_port, broker_port=broker_port)
     cluster = LocalCluster(root=root / "quarry-rec", commitlog_args=["--segment-size", str(512 << 20)])
@@ -213,8 +220,7 @@ def recovery(root: Path, mib: int) -> dict[str, dict[str, float]]:
                 if _du(logs[server]) >= mib << 20:
                     break
                 want = max(2000, ((mib << 20) - _du(logs[server])) // (RECOVERY_BODY_BYTES + 200) + 1)
-                _jvm("quarry.bench.Bench4", [targets[server], TOPIC, "16", str(min(want, 120000)), "0", str(RECOVERY_BODY_BYTES)], "rmq4",
-                     root / f"rec-fill-{server}-{chunk}", 900)
+                fill(targets[server], min(want, 120000), RECOVERY_BODY_BYTES, root / f"rec-fill-{server}-{chunk}")
             held, log_bytes = stored_messages(brokers[server]), _du(logs[server])
             if server == "rocketmq":
                 rmq.kill_broker()
