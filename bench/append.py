@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bench.runner import Result
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.v1 import common_pb2
 
 BODY = b"x" * 1024

@@ -22,10 +22,10 @@ from pathlib import Path
 from bench.runner import Result
 from quarry.clients.admin import AdminClient
 from quarry.formats import tag_expression
-from quarry.services.commitlog import append as append_mod
-from quarry.services.commitlog.browse import BrowseRequest, browse, store_timestamp_at
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage import append as append_mod
+from quarry.services.commitlog.storage.browse import BrowseRequest, browse, store_timestamp_at
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from scripts.launcher import ServiceProcess, free_port
 
 BASE_MS = 1_700_000_000_000

@@ -21,8 +21,8 @@ from pathlib import Path
 from bench.runner import Result
 from quarry.formats.dispatch import dispatch_info
 from quarry.formats.segment_walk import walk_segments
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 
 SLOTS = 5_000_000

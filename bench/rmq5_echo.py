@@ -22,7 +22,7 @@ from bench.ceiling import ServerProcess
 
 def _serve(port_file: str) -> None:
     from quarry.services.rmq5.contract import Code, service, service_grpc, v2
-    from quarry.services.rmq5.route import ACCEPTED_TYPES, endpoints
+    from quarry.services.query.doors.rmq5_route import ACCEPTED_TYPES, endpoints
     from quarry.services.rmq5.telemetry import ServerPolicy, server_settings
     from quarry.services.rmq5.unsupported import fill_unsupported
 

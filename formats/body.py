@@ -5,7 +5,7 @@ names the codec in sysFlag bits 8-10 (LZ4 1, ZSTD 2, ZLIB 3; none: zlib, the onl
 before). `MessageDecoder.decode` inflates the body for the reader and keeps the sysFlag as
 stored, and so does every Quarry answer; the store keeps the bytes as they were written (a
 RocketMQ broker's own store holds them compressed). Quarry's own records are never compressed:
-a compressed send is stored inflated (services/commitlog/message_mapping.py).
+a compressed send is stored inflated (services/commitlog/broker/message_mapping.py).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """One writer per directory: a `lock` file in it, held with an exclusive POSIX record lock on
 its first byte for as long as the writer runs, as Apache RocketMQ's broker holds its store
 root's (`FileChannel.tryLock(0, 1, false)`). The kernel drops the lock when its process ends,
-however it ends. The commitlog's store takes `lock` (services/commitlog/store_lock.py), an
+however it ends. The commitlog's store takes `lock` (services/commitlog/storage/store_lock.py), an
 index directory `quarry-index.lock` (formats/index_checkpoint.py: an indexer may share its
 commitlog's directory); readers beside a writer take nothing.
 """

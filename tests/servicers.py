@@ -19,17 +19,17 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.core import Broker as CommitLogBroker
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.broker.core import Broker as CommitLogBroker
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.indexer.checkpoint import IndexCheckpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
-from quarry.services.indexer.server import IndexerServicer
+from quarry.services.indexer.doors.quarry_v1 import IndexerServicer
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query.queries import Queries, QuerySettings
 from quarry.services.query.registry import Broker, BrokerRegistry
-from quarry.services.query.server import QueryRouterServicer
+from quarry.services.query.doors.quarry_v1 import QueryRouterServicer
 from quarry.services.serving import Registration, RunningAioServer, start_aio_server, stop_server
 
 BIND = "127.0.0.1:0"

@@ -5,7 +5,7 @@ import argparse
 import socket
 
 from quarry.formats.addresses import format_host_port, parse_router_addresses, split_host_port
-from quarry.services.commitlog.transaction_check import add_check_settings
+from quarry.services.commitlog.broker.transaction_check import add_check_settings
 from quarry.services.remoting.server import add_limit_settings
 from quarry.services.rmq5.auth import add_auth_settings
 from quarry.services.settings import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from quarry.services.commitlog.store import CommitLogStore
+from quarry.services.commitlog.storage.store import CommitLogStore
 
 
 def _free_bytes(path: os.PathLike[str] | str) -> int:

@@ -11,26 +11,26 @@ from pathlib import Path
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
 from quarry.formats.addresses import format_host_port
 from quarry.services.commitlog import metrics
-from quarry.services.commitlog.convert import resolve_store_host
-from quarry.services.commitlog.core import Broker
-from quarry.services.commitlog.delayed_delivery import DelayedDelivery
-from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.doors.quarry_v1_convert import resolve_store_host
+from quarry.services.commitlog.broker.core import Broker
+from quarry.services.commitlog.broker.delayed_delivery import DelayedDelivery
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
 from quarry.services.commitlog.health import store_health
 from quarry.services.commitlog.registration import Heartbeats, announced_topics, registration_request
-from quarry.services.commitlog.offsets_persister import OffsetsPersister
+from quarry.services.commitlog.broker.offsets_persister import OffsetsPersister
 from quarry.services.commitlog.remoting_port import start_remoting
-from quarry.services.commitlog.segments import StoreLayoutError
-from quarry.services.commitlog.store_lock import StoreLockError
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
-from quarry.services.commitlog.transaction_check import TransactionCheck, check_settings
+from quarry.services.commitlog.storage.segments import StoreLayoutError
+from quarry.services.commitlog.storage.store_lock import StoreLockError
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.broker.transaction_check import TransactionCheck, check_settings
 from quarry.services import event_loop
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.settings import metrics_host
 from quarry.services.progress import Watches
 from quarry.services.rmq5.auth import Authenticator
-from quarry.services.rmq5.commitlog_servicer import CommitLogMessagingServicer
+from quarry.services.commitlog.doors.rmq5_messaging import CommitLogMessagingServicer
 from quarry.services.rmq5.contract import SERVICE_NAME as RMQ5_SERVICE
 from quarry.services.rmq5.contract import service_grpc as rmq5_grpc
 from quarry.services.rmq5.telemetry import ServerPolicy

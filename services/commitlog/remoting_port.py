@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from quarry.services.commitlog.broker_settings import BrokerSettings, rocketmq_settings
-from quarry.services.commitlog.convert import resolve_store_host
-from quarry.services.commitlog.core import Broker
-from quarry.services.commitlog.remoting_broker import RemotingBroker
+from quarry.services.commitlog.broker.broker_settings import BrokerSettings, rocketmq_settings
+from quarry.services.commitlog.doors.quarry_v1_convert import resolve_store_host
+from quarry.services.commitlog.broker.core import Broker
+from quarry.services.commitlog.doors.remoting import RemotingBroker
 from quarry.services.remoting.acl import ACCESS_KEY, RemotingAcl
 from quarry.services.remoting.server import RemotingServer, known_key_check, limits_from
 from quarry.services.security import configured_accounts

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from quarry.services.indexer.config import parse_args
-from quarry.services.indexer.server import serve
+from quarry.services.indexer.main import serve
 
 
 def main(argv: list[str] | None = None) -> int:

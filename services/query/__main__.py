@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from quarry.services.query.config import parse_args
-from quarry.services.query.server import serve
+from quarry.services.query.main import serve
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from quarry.services.security import Account
 from quarry.services.rmq5.auth import CLIENT_ID, Authenticator
 from quarry.services.rmq5.contract import Code, service, v2
 from quarry.services.rmq5.sessions import Sessions
-from quarry.services.commitlog.errors import StoreError
+from quarry.services.commitlog.storage.errors import StoreError
 from quarry.services.rmq5.status import RmqError, from_store_error, ok, status_of
 
 log = logging.getLogger("quarry.rmq5")

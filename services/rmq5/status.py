@@ -5,7 +5,7 @@ RocketMQ's proxy answers, so the SDK raises a readable exception instead of a tr
 from __future__ import annotations
 
 from quarry.formats.topic import TopicError, validate_group, validate_topic
-from quarry.services.commitlog.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
+from quarry.services.commitlog.storage.errors import DiskFull, Expired, InvalidArgument, NotFound, ReadOnly, StoreError
 from quarry.services.rmq5.contract import Code, v2
 
 

@@ -15,8 +15,8 @@ def test_every_quarry_v1_method_has_a_permission() -> None:
 
 
 def test_every_remoting_request_served_has_a_rule() -> None:
-    from quarry.services.commitlog.remoting_broker import RemotingBroker
-    from quarry.services.query.nameserver import NameServer
+    from quarry.services.commitlog.doors.remoting import RemotingBroker
+    from quarry.services.query.doors.nameserver import NameServer
 
     broker = RemotingBroker.__new__(RemotingBroker)  # handlers() only names bound methods
     served = set(RemotingBroker.handlers(broker)) | set(NameServer.handlers(NameServer.__new__(NameServer)))

@@ -58,8 +58,8 @@ def test_dockerignore_keeps_what_the_build_copies_and_nothing_else() -> None:
     rules = dockerfile.ignore_rules()
     kept = dockerfile.context_files()
     for must in ("pyproject.toml", "setup.py", "README.md", "requirements.txt", "scripts/gen_protos.py",
-                 "protos/quarry/v1/common.proto", "formats/record.py", "services/commitlog/server.py",
-                 "services/indexer/server.py", "services/query/server.py", "clients/cli.py", "pipeline/cli.py"):
+                 "protos/quarry/v1/common.proto", "formats/record.py", "services/commitlog/doors/quarry_v1.py",
+                 "services/indexer/doors/quarry_v1.py", "services/query/doors/quarry_v1.py", "clients/cli.py", "pipeline/cli.py"):
         assert must in kept, must
     for never in ("tests/golden/msgid.json", "tests/unit/test_settings.py", "bench/runner.py", "docs/containers.md",
                   ".venv/bin/python", ".git/HEAD", "quarry/v1/common_pb2.py", "quarry/v1/common_pb2_grpc.py",

@@ -243,8 +243,8 @@ def test_a_failing_job_prints_one_line_and_the_stacks_only_with_verbose(tmp_path
 
 
 def test_progress_counts_only_the_written_part_of_a_preallocated_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from quarry.services.commitlog.message_input import NewMessage
-    from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+    from quarry.services.commitlog.storage.message_input import NewMessage
+    from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
     store = CommitLogStore(StoreConfig(store_dir=tmp_path / "pre", segment_size=32 << 20))
     store.append_many([NewMessage(topic="PreTopic", body=b"y" * 60, keys=[f"p{i}"]) for i in range(3000)])

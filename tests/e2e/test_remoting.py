@@ -16,7 +16,7 @@ from quarry.clients.admin import AdminClient
 from quarry.clients.producer import Producer
 from quarry.formats import offset_msg_id
 from quarry.formats.record import MESSAGE_MAGIC, body_crc, decode_record
-from quarry.services.commitlog.message_mapping import split_properties
+from quarry.services.commitlog.broker.message_mapping import split_properties
 from quarry.formats.properties import message_properties
 from quarry.formats.topic import is_valid_topic
 from scripts.launcher import LocalCluster

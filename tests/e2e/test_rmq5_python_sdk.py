@@ -19,7 +19,7 @@ from quarry.clients.errors import NotFoundError
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT
 from scripts.launcher import LocalCluster
 from quarry.services.rmq5.contract import Code, service, service_grpc, v2
-from quarry.services.commitlog.transactions import HALF_TOPIC
+from quarry.services.commitlog.broker.transactions import HALF_TOPIC
 from tests.e2e.conftest import wait_until
 from tests.e2e.rmq5_sdk import acl_cluster, client_config, found_everywhere, tls_cluster
 

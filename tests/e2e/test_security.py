@@ -133,7 +133,7 @@ def test_signed_clients_work_through_the_environment(acl_router: tuple[str, Path
 
 
 def test_store_directories_are_private(tmp_path: Path) -> None:
-    from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+    from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
     store = CommitLogStore(StoreConfig(store_dir=tmp_path / "store", segment_size=4096))
     mode = (tmp_path / "store").stat().st_mode & 0o777

@@ -1,4 +1,4 @@
-"""One writer per store (services/commitlog/store_lock.py), through the commitlog process: a
+"""One writer per store (services/commitlog/storage/store_lock.py), through the commitlog process: a
 second commitlog started on a store another one writes refuses to start with one line that
 says why, the first goes on serving, and once the first has stopped the store opens again."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The append's own buffers and shortcuts (services/commitlog/append.py) change no byte: the
+"""The append's own buffers and shortcuts (services/commitlog/storage/append.py) change no byte: the
 write buffer kept from one batch for the next (never zeroed again, so any byte it would write
 that no record covers would be a stale one), records packed through a view of that buffer (a
 view must be let go of before the buffer grows or is reused), and an unset protobuf born_host
@@ -11,9 +11,9 @@ import pytest
 
 from quarry.formats.properties import message_properties
 from quarry.formats.record import encode_record
-from quarry.services.commitlog.errors import InvalidArgument
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.errors import InvalidArgument
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.v1 import common_pb2
 
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from quarry.formats.properties import message_properties
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, encode_record
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.v1 import common_pb2
 
 _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1, max_size=12)

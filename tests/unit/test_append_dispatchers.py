@@ -1,4 +1,4 @@
-"""The append's dispatchers (services/commitlog/dispatchers.py, dispatch_cache.py) and its
+"""The append's dispatchers (services/commitlog/storage/dispatchers.py, dispatch_cache.py) and its
 rollback when what follows the write fails."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 
 from quarry.formats.dispatch import DispatchInfo
 from quarry.formats.record import SYSFLAG_TRANSACTION_PREPARED
-from quarry.services.commitlog import append
-from quarry.services.commitlog.consume_queue_store import ConsumeQueueStore
-from quarry.services.commitlog.dispatch_cache import DispatchCache
-from quarry.services.commitlog.dispatchers import ConsumeQueueDispatcher
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage import append
+from quarry.services.commitlog.storage.consume_queue_store import ConsumeQueueStore
+from quarry.services.commitlog.storage.dispatch_cache import DispatchCache
+from quarry.services.commitlog.storage.dispatchers import ConsumeQueueDispatcher
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
 
 def _row(at: int, queue: int, queue_offset: int, sys_flag: int = 0) -> tuple:  # type: ignore[type-arg]

@@ -10,12 +10,12 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
 
-from quarry.services.commitlog.errors import InvalidArgument
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.message_input import Host, NewMessage
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.core import Broker
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.errors import InvalidArgument
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
+from quarry.services.commitlog.storage.message_input import Host, NewMessage
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.broker.core import Broker
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
 T = TypeVar("T")
 PEER = Host("127.0.0.5", 40000)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from quarry.clients.batch_results import batch_send_results, rebuild_send_results
 from quarry.clients.errors import QuarryError
-from quarry.services.commitlog.convert import send_result_columns, send_results
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.doors.quarry_v1_convert import send_result_columns, send_results
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.v1 import commitlog_pb2, common_pb2
 
 _messages = st.builds(

@@ -11,15 +11,15 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from quarry.services.commitlog.broker_settings import BrokerSettings, rocketmq_settings
-from quarry.services.commitlog.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats, Snapshot
+from quarry.services.commitlog.broker.broker_settings import BrokerSettings, rocketmq_settings
+from quarry.services.commitlog.broker.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats, Snapshot
 from quarry.services.commitlog.config import parse_args
-from quarry.services.commitlog.core import Broker
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.remoting_broker import RemotingBroker
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.broker.core import Broker
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.doors.remoting import RemotingBroker
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.remoting import codes
 from quarry.services.remoting.command import RemotingCommand
 from quarry.services.remoting.server import Connection, RemotingError

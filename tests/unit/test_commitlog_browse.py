@@ -13,12 +13,12 @@ import pytest
 from quarry.formats import tag_expression
 from quarry.formats.java_hash import java_string_hash
 from quarry.formats.scheduled import SCHEDULE_TOPIC
-from quarry.services.commitlog import browse as browse_mod
-from quarry.services.commitlog import append as append_mod
-from quarry.services.commitlog.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
-from quarry.services.commitlog.errors import InvalidArgument, NotFound
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage import browse as browse_mod
+from quarry.services.commitlog.storage import append as append_mod
+from quarry.services.commitlog.storage.browse import LOWER, UPPER, BrowseRequest, browse, search_offset_by_time
+from quarry.services.commitlog.storage.errors import InvalidArgument, NotFound
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
 
 class Clock:

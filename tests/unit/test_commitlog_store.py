@@ -13,9 +13,9 @@ from quarry.formats.dispatch import dispatch_info
 from quarry.formats.record import BLANK_MAGIC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, read_size_and_magic
 from quarry.formats.scheduled import SCHEDULE_TOPIC
 from quarry.formats.segment_walk import WalkResult, list_segments, walk_segments
-from quarry.services.commitlog.errors import Expired, InvalidArgument, NotFound, ReadOnly
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.errors import Expired, InvalidArgument, NotFound, ReadOnly
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from tests.vectors import glob, golden_cases
 
 
@@ -353,7 +353,7 @@ def test_health_says_not_serving_when_the_flusher_fails_or_is_gone(tmp_path: Pat
     """Health from the store's state (the commitlog's health service answers this)."""
     import threading
 
-    from quarry.services.commitlog import flushing
+    from quarry.services.commitlog.storage import flushing
     from quarry.services.commitlog.health import store_health
 
     store = _open(tmp_path / "s", flush_interval_ms=10)

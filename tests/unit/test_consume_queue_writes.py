@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from quarry.formats.consume_queue import CQ_UNIT
-from quarry.services.commitlog.consume_queue_store import ConsumeQueue
+from quarry.services.commitlog.storage.consume_queue_store import ConsumeQueue
 
 
 def test_units_written_one_by_one_and_in_runs_across_file_ends_read_back(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import pytest
 
 from quarry.formats import tag_expression
 from quarry.formats.properties import SHARDING_KEY, TIMER_DELIVER_MS
-from quarry.services.commitlog import consume_status, pop
-from quarry.services.commitlog.consumer_groups import ConsumerGroups, Pending
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.broker import consume_status, pop
+from quarry.services.commitlog.storage.consumer_groups import ConsumerGroups, Pending
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
 
 def test_changes_survive_a_reopen_without_close(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from quarry.services.progress import Progress
-from quarry.services.rmq5.consume import Consumption
+from quarry.services.commitlog.doors.rmq5_consume import Consumption
 
 
 class _Clock:

@@ -1,6 +1,6 @@
 """Delay levels (RocketMQ 4.x): a message sent with one is parked under SCHEDULE_TOPIC_XXXX at
-put time (services/commitlog/parking.py) and stored again under its own topic and queue when
-due (services/commitlog/delayed_delivery.py), the cursors kept in config/delayOffset.json."""
+put time (services/commitlog/broker/parking.py) and stored again under its own topic and queue when
+due (services/commitlog/broker/delayed_delivery.py), the cursors kept in config/delayOffset.json."""
 from __future__ import annotations
 
 import asyncio
@@ -12,13 +12,13 @@ from typing import Any, Awaitable, Callable, TypeVar
 import pytest
 
 from quarry.formats.scheduled import DELAY_LEVEL_MS, SCHEDULE_TOPIC, schedule_of
-from quarry.services.commitlog.delayed_delivery import DelayedDelivery, load_offsets
-from quarry.services.commitlog.errors import InvalidArgument
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.message_input import Host, NewMessage
-from quarry.services.commitlog.core import Broker
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.broker.delayed_delivery import DelayedDelivery, load_offsets
+from quarry.services.commitlog.storage.errors import InvalidArgument
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
+from quarry.services.commitlog.storage.message_input import Host, NewMessage
+from quarry.services.commitlog.broker.core import Broker
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.v1 import common_pb2
 
 T = TypeVar("T")
@@ -164,7 +164,7 @@ def test_a_copy_goes_where_it_can_and_a_record_naming_nowhere_is_passed(tmp_path
 
 
 def test_cursors_are_written_only_once_the_copies_are_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from quarry.services.commitlog import delayed_delivery
+    from quarry.services.commitlog.broker import delayed_delivery
 
     monkeypatch.setattr(delayed_delivery, "FLUSH_WAIT_S", 0.05)
 
@@ -272,7 +272,7 @@ def test_a_level_that_cannot_be_read_is_said_once_and_does_not_stop_the_others(t
 def test_a_dead_letter_copy_of_a_delivered_copy_is_not_held_again() -> None:
     from quarry.formats.record import Record
     from quarry.formats.scheduled import due_at
-    from quarry.services.rmq5.consume import dead_letter_copy
+    from quarry.services.commitlog.doors.rmq5_consume import dead_letter_copy
 
     rec = Record(0, 0, 0, 0, 0, 0, 0, 1_000, Host("10.0.0.1", 1), 1_000, Host("10.0.0.2", 2), 0, 0, b"x", "T",
                  "DELAY\x0118\x02REAL_TOPIC\x01T\x02REAL_QID\x010\x02UNIQ_KEY\x01U-1")

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quarry.formats.scheduled import SCHEDULE_TOPIC
-from quarry.services.commitlog import reads as store_module
-from quarry.services.commitlog.errors import Expired
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage import reads as store_module
+from quarry.services.commitlog.storage.errors import Expired
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
 _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1, max_size=12)
 _messages = st.builds(

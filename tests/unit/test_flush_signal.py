@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from quarry.services.commitlog.flush_signal import FlushSignal
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
 
 
 def test_a_fire_from_another_thread_wakes_the_waiter() -> None:

@@ -14,11 +14,11 @@ from typing import Callable
 
 import pytest
 
-from quarry.services.commitlog import flushing
-from quarry.services.commitlog.append import AppendResult
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
-from quarry.services.commitlog.flushing import wait_flushed_blocking
+from quarry.services.commitlog.storage import flushing
+from quarry.services.commitlog.storage.append import AppendResult
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.flushing import wait_flushed_blocking
 
 
 def _open(d: Path, interval_ms: int = 60_000) -> CommitLogStore:

@@ -12,9 +12,9 @@ import pytest
 
 from quarry.formats.properties import KEYS, UNIQ_KEY, encode_properties
 from quarry.formats.record import encode_record
-from quarry.services.commitlog import follow
-from quarry.services.commitlog.errors import Expired, NotFound
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage import follow
+from quarry.services.commitlog.storage.errors import Expired, NotFound
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.progress import Progress
 from tests.store_writer import Writer
 from tests.tree import tree_snapshot
@@ -152,7 +152,7 @@ def test_the_directory_is_opened_read_only_and_never_changed(writer: Writer) -> 
 
 def test_the_writers_consume_queue_files_answer_and_memory_fills_in_what_they_lack(tmp_path: Path) -> None:
     from quarry.formats.consume_queue import encode_unit
-    from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
+    from quarry.services.commitlog.storage.followed_queue import FollowedConsumeQueue
 
     d = tmp_path / "consumequeue" / "T" / "0"
     d.mkdir(parents=True)
@@ -185,7 +185,7 @@ def test_the_writers_consume_queue_files_answer_and_memory_fills_in_what_they_la
 
 
 def test_a_record_that_stays_broken_is_reported_once_and_health_names_a_dead_follower(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
-    from quarry.services.commitlog import follow
+    from quarry.services.commitlog.storage import follow
     from quarry.services.commitlog.health import store_health
 
     monkeypatch.setattr(follow, "STUCK_REPORT_S", 0.0)
@@ -348,7 +348,7 @@ def test_a_record_that_stays_unreadable_while_the_writer_goes_on_stalls_the_foll
 
 def test_the_writers_queue_units_past_a_cut_are_handed_out_only_once_written_again(tmp_path: Path) -> None:
     from quarry.formats.consume_queue import encode_unit
-    from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
+    from quarry.services.commitlog.storage.followed_queue import FollowedConsumeQueue
 
     d = tmp_path / "consumequeue" / "T" / "0"
     d.mkdir(parents=True)
@@ -388,7 +388,7 @@ def test_a_queues_minimum_moves_past_units_pointing_below_the_expired_commitlog(
     an offset below it is answered as out of the valid range. A real broker showed it: a queue of
     229 units in one 300-unit file said 'valid range is [0, 229)' after expiry."""
     from quarry.formats.consume_queue import encode_unit
-    from quarry.services.commitlog.followed_queue import FollowedConsumeQueue
+    from quarry.services.commitlog.storage.followed_queue import FollowedConsumeQueue
 
     d = tmp_path / "consumequeue" / "T" / "0"
     d.mkdir(parents=True)

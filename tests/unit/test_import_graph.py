@@ -102,9 +102,9 @@ GRAPH = _imports(_modules())
 
 
 def test_the_walk_sees_the_whole_package() -> None:
-    for name in ("quarry.formats.record", "quarry.services.commitlog.store", "quarry.clients.cli", "quarry.pipeline.jobs", "quarry.channels"):
+    for name in ("quarry.formats.record", "quarry.services.commitlog.storage.store", "quarry.clients.cli", "quarry.pipeline.jobs", "quarry.channels"):
         assert name in GRAPH
-    assert "quarry.formats.record" in GRAPH["quarry.services.commitlog.append"]
+    assert "quarry.formats.record" in GRAPH["quarry.services.commitlog.storage.append"]
 
 
 def test_no_import_cycle() -> None:
@@ -162,3 +162,75 @@ def test_the_shared_grpc_plumbing_sits_below_services_and_clients() -> None:
         assert all(t.startswith(("quarry.formats", "quarry.channels", "quarry.signing")) for t in GRAPH[name]), GRAPH[name]
     users = {m for m, t in GRAPH.items() if "quarry.channels" in t}
     assert any(m.startswith("quarry.services") for m in users) and any(m.startswith("quarry.clients") for m in users)
+
+
+# The layers of a service (docs/architecture.md): storage <- broker semantics <- doors <- the
+# composition root (main.py, config, registration, the ports' start-up). Shared by every layer:
+# the service's metrics registry and the services-wide plumbing (log, progress, errors, settings).
+COMMITLOG = "quarry.services.commitlog"
+STORAGE, BROKER, DOORS = f"{COMMITLOG}.storage", f"{COMMITLOG}.broker", f"{COMMITLOG}.doors"
+PROTOCOLS = ("grpc", "quarry.v1", "quarry.services.remoting", "quarry.services.rmq5", "quarry.channels", "asyncio")
+
+
+def _raw_imports(module: str) -> set[str]:
+    """Every name a module imports (third-party and standard library too)."""
+    path = _modules()[module]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module or "")
+    return names
+
+
+def _layer_of(module: str) -> str:
+    for layer in (STORAGE, BROKER, DOORS):
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    return ""
+
+
+def test_the_layers_exist_and_hold_the_modules() -> None:
+    assert {_layer_of(m) for m in GRAPH if m.startswith(COMMITLOG + ".")} >= {STORAGE, BROKER, DOORS}
+    assert "quarry.services.commitlog.storage.store" in GRAPH and "quarry.services.commitlog.broker.core" in GRAPH
+
+
+def test_storage_imports_no_broker_door_or_protocol() -> None:
+    storage = [m for m in GRAPH if _layer_of(m) == STORAGE]
+    wrong = {m: sorted(t for t in GRAPH[m] if _layer_of(t) in (BROKER, DOORS) or t.startswith(("quarry.v1", "quarry.services.remoting", "quarry.services.rmq5")))
+             for m in storage}
+    assert {m: t for m, t in wrong.items() if t} == {}
+    # plain Python over files: no event loop, no gRPC
+    loops = {m: sorted(n for n in _raw_imports(m) if n.split(".")[0] in ("asyncio", "grpc")) for m in storage}
+    assert {m: n for m, n in loops.items() if n} == {}
+
+
+def test_broker_semantics_are_protocol_free() -> None:
+    broker = [m for m in GRAPH if _layer_of(m) == BROKER]
+    wrong = {m: sorted(t for t in GRAPH[m] if _layer_of(t) == DOORS or t.startswith(("quarry.v1", "quarry.services.remoting", "quarry.services.rmq5")))
+             for m in broker}
+    assert {m: t for m, t in wrong.items() if t} == {}
+    grpc_users = {m for m in broker if any(n.split(".")[0] == "grpc" for n in _raw_imports(m))}
+    assert grpc_users == set()
+
+
+def _door(module: str) -> str:
+    """A door is named by its protocol: quarry_v1*, remoting*, rmq5*, nameserver."""
+    name = module.rsplit(".", 1)[1]
+    return next((p for p in ("quarry_v1", "remoting", "rmq5", "nameserver") if name.startswith(p)), name)
+
+
+def test_a_door_never_imports_another_door() -> None:
+    doors = [m for m in GRAPH if ".doors." in m]
+    assert doors, "no doors found"
+    wrong = {m: sorted(t for t in GRAPH[m] if ".doors." in t and (_door(t) != _door(m) or t.rsplit(".doors.", 1)[0] != m.rsplit(".doors.", 1)[0]))
+             for m in doors}
+    assert {m: t for m, t in wrong.items() if t} == {}
+
+
+def test_only_the_composition_root_reaches_into_the_doors() -> None:
+    # storage and broker modules never import a door; other services' modules neither
+    users = {m for m, t in GRAPH.items() for d in t if ".doors." in d and ".doors." not in m}
+    roots = {m for m in users if m.rsplit(".", 1)[1] in ("main", "__main__", "remoting_port", "server")}
+    assert users - roots == set(), sorted(users - roots)

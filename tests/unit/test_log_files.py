@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 from quarry.formats.segment_walk import list_segments
-from quarry.services.commitlog.convert import to_stored
-from quarry.services.commitlog.log_files import LogFiles
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.stored_message import to_stored
+from quarry.services.commitlog.storage.log_files import LogFiles
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
 
 def _store(d: Path, **kw: object) -> CommitLogStore:

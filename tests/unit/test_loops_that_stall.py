@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.offsets_persister import OffsetsPersister
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.broker.offsets_persister import OffsetsPersister
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.progress import Progress
 from tests.e2e.conftest import wait_until
 

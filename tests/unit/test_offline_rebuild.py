@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from quarry.formats.record import takes_queue_offset
-from quarry.services.commitlog.consume_queue_store import MemoryConsumeQueue
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.consume_queue_store import MemoryConsumeQueue
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from tests.vectors import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "messages"

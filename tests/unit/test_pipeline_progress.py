@@ -16,8 +16,8 @@ from quarry.pipeline.planning import per_segment_plan  # noqa: E402
 from quarry.pipeline.progress import LiveCounts, StageCounters, progress_line  # noqa: E402
 from quarry.pipeline.reader import SplitWalker  # noqa: E402
 from quarry.pipeline.stores import open_stores  # noqa: E402
-from quarry.services.commitlog.message_input import NewMessage  # noqa: E402
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig  # noqa: E402
+from quarry.services.commitlog.storage.message_input import NewMessage  # noqa: E402
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig  # noqa: E402
 
 
 class Counter:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quarry.services.commitlog.consumer_groups import Pending
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.consumer_groups import Pending
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
 
 def _open(d: Path) -> CommitLogStore:

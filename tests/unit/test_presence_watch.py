@@ -23,7 +23,7 @@ from quarry.services import key_presence
 from quarry.services.indexer.checkpoint import IndexCheckpoint
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
 from quarry.services.indexer.presence import KeyPresencePublisher
-from quarry.services.indexer.server import IndexerServicer
+from quarry.services.indexer.doors.quarry_v1 import IndexerServicer
 from quarry.services.query.presence import PresenceCopies, key_hashes
 from quarry.services.serving import Registration
 from quarry.v1 import common_pb2, indexer_pb2, indexer_pb2_grpc

@@ -1,8 +1,8 @@
-"""Orderly consumers' queue locks (services/commitlog/queue_locks.py): RocketMQ's
+"""Orderly consumers' queue locks (services/commitlog/broker/queue_locks.py): RocketMQ's
 RebalanceLockManager rules, with a clock the test moves."""
 from __future__ import annotations
 
-from quarry.services.commitlog.queue_locks import MAX_LIVE_MS, QueueLocks
+from quarry.services.commitlog.broker.queue_locks import MAX_LIVE_MS, QueueLocks
 
 Q0, Q1, Q2 = ("T", "broker-a", 0), ("T", "broker-a", 1), ("T", "broker-b", 0)
 

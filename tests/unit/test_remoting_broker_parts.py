@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from quarry.services.commitlog.client_table import EXPIRY_MS, ClientTable
-from quarry.services.commitlog.consumer_offsets import ConsumerOffsets
-from quarry.services.commitlog.errors import InvalidArgument
-from quarry.services.commitlog.message_mapping import from_client_message, inflate, split_properties
-from quarry.services.commitlog.pull_rates import PullRates
+from quarry.services.commitlog.broker.client_table import EXPIRY_MS, ClientTable
+from quarry.services.commitlog.storage.consumer_offsets import ConsumerOffsets
+from quarry.services.commitlog.storage.errors import InvalidArgument
+from quarry.services.commitlog.broker.message_mapping import from_client_message, inflate, split_properties
+from quarry.services.commitlog.broker.pull_rates import PullRates
 
 
 def test_consumer_offsets_persist_in_rocketmq_layout_and_reload(tmp_path: Path) -> None:

@@ -10,18 +10,18 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from quarry.formats.record import SYSFLAG_TRANSACTION_COMMIT
-from quarry.services.commitlog.errors import InvalidArgument, NotFound, ReadOnly
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.errors import InvalidArgument, NotFound, ReadOnly
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.query.registry import Broker, BrokerRegistry
 from quarry.services.rmq5 import telemetry
 from quarry.services.rmq5.auth import Authenticator, authorization_header
 from quarry.services.rmq5.contract import Code, service, v2
-from quarry.services.rmq5.route import endpoints, query_route
-from quarry.services.rmq5.send import to_new_message
+from quarry.services.query.doors.rmq5_route import endpoints, query_route
+from quarry.services.commitlog.doors.rmq5_send import to_new_message
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError, from_store_error
-from quarry.services.commitlog.transactions import HALF_TOPIC, OP_TOPIC, Transactions
-from quarry.services.rmq5.transaction import claim, half_message
+from quarry.services.commitlog.broker.transactions import HALF_TOPIC, OP_TOPIC, Transactions
+from quarry.services.commitlog.doors.rmq5_transaction import claim, half_message
 from quarry.services.rmq5.unsupported import METHODS, fill_unsupported
 from quarry.services.security import Account
 
@@ -230,7 +230,7 @@ class _Ctx:
 
 
 def test_router_telemetry_answers_settings_holds_many_streams_and_ends_them_at_stop() -> None:
-    from quarry.services.rmq5.router_servicer import RouterMessagingServicer
+    from quarry.services.query.doors.rmq5_messaging import RouterMessagingServicer
 
     async def scenario() -> None:
         servicer = RouterMessagingServicer(BrokerRegistry(expiry_ms=1000), Authenticator(None), telemetry.ServerPolicy(4096))
@@ -274,9 +274,9 @@ def test_every_handler_failure_is_answered_in_band_by_one_rule() -> None:
 def _send_servicer(store: CommitLogStore, loop: asyncio.AbstractEventLoop):  # type: ignore[no-untyped-def]
     import threading
 
-    from quarry.services.commitlog.flush_signal import FlushSignal
-    from quarry.services.commitlog.core import Broker
-    from quarry.services.rmq5.commitlog_servicer import CommitLogMessagingServicer
+    from quarry.services.commitlog.broker.flush_signal import FlushSignal
+    from quarry.services.commitlog.broker.core import Broker
+    from quarry.services.commitlog.doors.rmq5_messaging import CommitLogMessagingServicer
 
     flushed = FlushSignal(loop)
     store.add_flush_listener(flushed.fire)

@@ -6,10 +6,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from quarry.services.commitlog.transaction_check import TransactionCheck
+from quarry.services.commitlog.broker.transaction_check import TransactionCheck
 from quarry.services.rmq5.auth import AUTHORIZATION, CLIENT_ID, DATE_TIME, Authenticator, authorization_header
 from quarry.services.rmq5.contract import Code, service, v2
-from quarry.services.rmq5.transaction import half_message
+from quarry.services.commitlog.doors.rmq5_transaction import half_message
 from quarry.services.security import Account
 from tests.unit.test_rmq5 import _Ctx, _send_servicer, _store, sdk_message
 

@@ -12,13 +12,13 @@ import pytest
 from quarry.formats.properties import REAL_TOPIC
 from quarry.services.query.registry import Broker, BrokerRegistry
 from quarry.services.rmq5 import telemetry
-from quarry.services.rmq5.assignment import RouterAssignments
+from quarry.services.commitlog.doors.rmq5_assignment import RouterAssignments
 from quarry.services.rmq5.auth import Authenticator
 from quarry.services.rmq5.contract import Code, service, v2
-from quarry.services.rmq5.route import ALL_QUEUES, assignments, query_route
+from quarry.services.query.doors.rmq5_route import ALL_QUEUES, assignments, query_route
 from quarry.services.rmq5.sessions import Sessions
 from quarry.services.rmq5.status import RmqError
-from quarry.services.rmq5.transaction import half_message, orphan_command
+from quarry.services.commitlog.doors.rmq5_transaction import half_message, orphan_command
 from tests.unit.test_rmq5 import MSG_ID, _Ctx, _send_servicer, _store, sdk_message
 
 
@@ -40,7 +40,7 @@ def test_a_consumer_is_given_a_batch_a_long_poll_and_retry_delays_from_one_secon
 
 
 def test_router_assigns_every_broker_holding_the_topic_all_its_queues() -> None:
-    from quarry.services.rmq5.router_servicer import RouterMessagingServicer
+    from quarry.services.query.doors.rmq5_messaging import RouterMessagingServicer
 
     got = assignments(query_route(_registry(), v2.Resource(name="OrderTopic")))
     assert [(a.message_queue.broker.name, a.message_queue.id) for a in got] == [("broker-a", ALL_QUEUES), ("broker-b", ALL_QUEUES)]
@@ -76,7 +76,7 @@ def test_a_commitlog_without_a_router_or_with_none_answering_says_so() -> None:
 
 
 def test_the_check_of_an_orphaned_half_goes_to_a_producer_of_its_topic_over_telemetry(tmp_path: Path) -> None:
-    from quarry.services.commitlog.transaction_check import TransactionCheck
+    from quarry.services.commitlog.broker.transaction_check import TransactionCheck
 
     store = _store(tmp_path)
 

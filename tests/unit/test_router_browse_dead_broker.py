@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from quarry.services.commitlog.store import CommitLogStore
+from quarry.services.commitlog.storage.store import CommitLogStore
 from quarry.services.query.browse_pages import BrokerPlace, BrowseToken, decode_token, encode_token, merge_page
 from tests.unit.test_router_browse_pages import _answer, stores  # noqa: F401 (stores: the fixture)
 

@@ -14,18 +14,18 @@ from typing import Iterator
 import pytest
 
 from quarry.formats import tag_expression
-from quarry.services.commitlog import append as append_mod
-from quarry.services.commitlog.browse import BrowseRequest, browse
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.convert import to_stored
-from quarry.services.commitlog.core import Broker as CommitLogBroker
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage import append as append_mod
+from quarry.services.commitlog.storage.browse import BrowseRequest, browse
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.stored_message import to_stored
+from quarry.services.commitlog.broker.core import Broker as CommitLogBroker
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.query.browse_pages import BadBrowseTokenError, BrokerPlace, BrowseToken, decode_token, encode_token, merge_page
 from quarry.services.query.queries import Queries, QuerySettings
 from quarry.services.query.registry import Broker, BrokerRegistry
-from quarry.services.query.server import QueryRouterServicer
+from quarry.services.query.doors.quarry_v1 import QueryRouterServicer
 from quarry.v1 import commitlog_pb2, common_pb2, router_pb2
 
 

@@ -7,7 +7,7 @@ import asyncio
 from quarry.services.query import metrics
 from quarry.services.query.fanout import Outcome
 from quarry.services.query.queries import Answer, Scan
-from quarry.services.query.server import _run
+from quarry.services.query.doors.quarry_v1 import _run
 
 
 def _value(metric: object, name: str, **labels: str) -> float:

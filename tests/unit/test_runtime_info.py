@@ -1,11 +1,11 @@
-"""A broker's runtime figures (services/commitlog/runtime_info.py): rates over RocketMQ's three
+"""A broker's runtime figures (services/commitlog/broker/runtime_info.py): rates over RocketMQ's three
 windows from once-a-second samples, daily totals as RocketMQ's BrokerStats keeps them, and
 RocketMQ's own number formats."""
 from __future__ import annotations
 
 from datetime import date
 
-from quarry.services.commitlog.runtime_info import DailyTotals, RateSampler, human_bytes, runtime_text
+from quarry.services.commitlog.broker.runtime_info import DailyTotals, RateSampler, human_bytes, runtime_text
 
 
 def test_rates_cover_10s_1min_and_10min_and_are_zero_until_the_window_was_sampled() -> None:
@@ -47,8 +47,8 @@ def test_rocketmqs_number_formats() -> None:
 def test_pull_requests_found_and_missed_give_rocketmqs_get_tps_keys(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """getFoundTps, getMissTps and getTotalTps (rocketmq-dashboard reads getTotalTps) from the
     pull requests that handed messages and those that did not."""
-    from quarry.services.commitlog import runtime_info
-    from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+    from quarry.services.commitlog.broker import runtime_info
+    from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 
     store = CommitLogStore(StoreConfig(store_dir=tmp_path / "s", segment_size=4096))
     found, missed, now = [0], [0], [0.0]

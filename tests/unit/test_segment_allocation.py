@@ -1,4 +1,4 @@
-"""A segment allocates its blocks ahead of the writes (services/commitlog/segments.py) only as
+"""A segment allocates its blocks ahead of the writes (services/commitlog/storage/segments.py) only as
 room allows: near a full disk a write that fits is stored, and one that does not fails with
 ENOSPC, storing nothing past what fit."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from quarry.services.commitlog.segments import ALLOCATE_AHEAD, Segment
+from quarry.services.commitlog.storage.segments import ALLOCATE_AHEAD, Segment
 from tests.filesystems import small_tmpfs
 
 

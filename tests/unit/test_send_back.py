@@ -1,4 +1,4 @@
-"""A consumed message sent back (services/commitlog/send_back.py): where RocketMQ 4.9's broker
+"""A consumed message sent back (services/commitlog/broker/send_back.py): where RocketMQ 4.9's broker
 puts it (its consumerSendMsgBack and handleRetryAndDLQ rules) and the copy it stores."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 from quarry.formats.properties import encode_properties
 from quarry.formats.record import Record, decode_record, encode_record
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.send_back import (
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.broker.send_back import (
     DEFAULT_MAX_RECONSUME_TIMES, Destination, copy_for, dead_lettered, destination, retried_send,
 )
 

@@ -1,4 +1,4 @@
-"""One writer per store directory (services/commitlog/store_lock.py): the store root's `lock`
+"""One writer per store directory (services/commitlog/storage/store_lock.py): the store root's `lock`
 file with an exclusive POSIX record lock on its first byte, as an Apache RocketMQ broker holds
 it. Another process stands in for the broker: it locks the file as DefaultMessageStore does."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Iterator
 
 import pytest
 
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.formats.index_checkpoint import LOCK_NAME as INDEX_LOCK
 from quarry.formats.index_checkpoint import lock_index_dir
-from quarry.services.commitlog.segments import StoreLayoutError
-from quarry.services.commitlog.store_lock import LOCK_FILE, StoreInUse
+from quarry.services.commitlog.storage.segments import StoreLayoutError
+from quarry.services.commitlog.storage.store_lock import LOCK_FILE, StoreInUse
 
 _HOLD = """
 import fcntl, os, sys
@@ -86,7 +86,7 @@ def test_a_writing_store_holds_the_lock_a_broker_would_take_until_it_closes(tmp_
 def test_a_store_that_does_not_open_gives_its_lock_back(tmp_path: Path) -> None:
     """Refused (here a segment named off the segment size): the lock is free for the next try,
     also in a process that goes on (one that embeds the store)."""
-    from quarry.services.commitlog.segments import StoreLayoutError
+    from quarry.services.commitlog.storage.segments import StoreLayoutError
 
     (tmp_path / "store" / "commitlog").mkdir(parents=True)
     (tmp_path / "store" / "commitlog" / f"{1000:020d}").write_bytes(bytes(4096))
@@ -106,7 +106,7 @@ def test_a_read_only_store_creates_no_lock_file(tmp_path: Path) -> None:
 
 
 def _message():  # type: ignore[no-untyped-def]
-    from quarry.services.commitlog.message_input import NewMessage
+    from quarry.services.commitlog.storage.message_input import NewMessage
     return NewMessage("LockTopic", b"body", ["k"])
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from quarry.services.commitlog import server
-from quarry.services.commitlog.core import Broker
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.doors import quarry_v1 as server
+from quarry.services.commitlog.broker.core import Broker
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.v1 import commitlog_pb2
 
 

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import grpc
 import pytest
 
-from quarry.services.indexer.server import tail_health
+from quarry.services.indexer.main import tail_health
 from quarry.services.indexer.tailer import Tailer
 from quarry.v1 import common_pb2
 from tests.e2e.conftest import wait_until

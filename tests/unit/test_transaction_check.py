@@ -1,4 +1,4 @@
-"""The broker's transaction check (services/commitlog/transaction_check.py): which halves are
+"""The broker's transaction check (services/commitlog/broker/transaction_check.py): which halves are
 asked about, how often, the discard after the last check, the cursor; and the remoting door's
 asker (CHECK_TRANSACTION_STATE to a producer of the half's group, never to one that could not
 have published it)."""
@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from quarry.formats.record import decode_record
-from quarry.services.commitlog.core import Broker
-from quarry.services.commitlog.flush_signal import FlushSignal
-from quarry.services.commitlog.message_input import NewMessage
-from quarry.services.commitlog.server import CommitLogServicer
-from quarry.services.commitlog.store import CommitLogStore, StoreConfig
-from quarry.services.commitlog.transaction_check import (
+from quarry.services.commitlog.broker.core import Broker
+from quarry.services.commitlog.broker.flush_signal import FlushSignal
+from quarry.services.commitlog.storage.message_input import NewMessage
+from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
+from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
+from quarry.services.commitlog.broker.transaction_check import (
     CHECK_GROUP, DISCARD_TOPIC, CheckRequest, CheckSettings, TransactionCheck, as_sent,
 )
-from quarry.services.commitlog.transactions import HALF_TOPIC, Transactions, as_half
+from quarry.services.commitlog.broker.transactions import HALF_TOPIC, Transactions, as_half
 from quarry.services.remoting import codes
 
 HOUR = 3_600_000
@@ -151,7 +151,7 @@ class _Account:
 
 
 def test_the_remoting_asker_sends_check_transaction_state_only_to_a_producer_that_may_publish_the_topic(tmp_path: Path) -> None:
-    from quarry.services.commitlog.remoting_broker import RemotingBroker
+    from quarry.services.commitlog.doors.remoting import RemotingBroker
     from quarry.services.remoting.command import decode_frame
     from quarry.services.remoting.server import Connection
 
