@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from quarry.services.remoting import codes
 
 _INT = struct.Struct(">i")
@@ -104,10 +106,7 @@ def encode_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     if cmd.ext_fields:
         header["extFields"] = cmd.ext_fields
-    return _JSON.encode(header).encode("utf-8")
-
-
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # (json.dumps with options builds one a call)
+    return orjson.dumps(header)  # compact, UTF-8 as it is (what json.dumps gives with ensure_ascii off)
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -173,8 +172,8 @@ def _ext_value(value: Any) -> str | None:
 
 def _decode_json_header(header: bytes) -> RemotingCommand:
     try:
-        data = json.loads(header.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        data = orjson.loads(header)
+    except ValueError as exc:  # (orjson's JSONDecodeError, invalid UTF-8 included)
         raise FrameError(f"JSON header: does not parse ({exc})") from None
     if not isinstance(data, dict):
         raise FrameError("JSON header: expected an object")
