@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -198,15 +199,16 @@ def many_index_files(root: Path, files: int, args: argparse.Namespace) -> tuple[
 RECOVERY_BODY_BYTES = 4096  # the recovery case's bodies: 1 GiB in ~250k messages, sent in a minute or two
 
 
-def recovery(root: Path, mib: int) -> dict[str, dict[str, float]]:
+def recovery(root: Path, mib: int, rounds: int) -> dict[str, dict[str, object]]:
     """Each server (fresh; the broker with RocketMQ's 1 GiB CommitLog files, the commitlog with
     512 MiB segments) filled by Bench4 (16 threads, 4 KiB bodies) until its log holds `mib` MiB,
-    killed with SIGKILL and started again: seconds from the spawn until its remoting port first
-    answers GET_MAX_OFFSET, and until the topic's queues hold every message they held before."""
+    then, `rounds` times, the servers in alternating order, killed with SIGKILL and started again:
+    seconds from the spawn until its remoting port first answers GET_MAX_OFFSET, and until the
+    topic's queues hold every message they held before (the medians, and each round's)."""
     namesrv_port, broker_port = _free_ports()
     rmq = BenchRocketMQ(root / "rocketmq-rec", host="127.0.0.185", settings=dict(BROKER_DEFAULTS), namesrv_port=namesrv_port, broker_port=broker_port)
     cluster = LocalCluster(root=root / "quarry-rec", commitlog_args=["--segment-size", str(512 << 20)])
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, object]] = {}
     try:
         rmq.start(timeout_s=120)
         cluster.start_router(host="127.0.0.186")
@@ -215,40 +217,46 @@ def recovery(root: Path, mib: int) -> dict[str, dict[str, float]]:
         targets = {"rocketmq": rmq.namesrv_addr, "quarry": cluster.router.remoting_address}
         brokers = {"rocketmq": rmq.broker_addr, "quarry": b.commitlog.remoting_address}
         logs = {"rocketmq": rmq.store / "commitlog", "quarry": b.store_dir / "commitlog"}
+        held: dict[str, int] = {}
         for server in ("rocketmq", "quarry"):
             for chunk in range(32):
                 if _du(logs[server]) >= mib << 20:
                     break
                 want = max(2000, ((mib << 20) - _du(logs[server])) // (RECOVERY_BODY_BYTES + 200) + 1)
                 fill(targets[server], min(want, 120000), RECOVERY_BODY_BYTES, root / f"rec-fill-{server}-{chunk}")
-            held, log_bytes = stored_messages(brokers[server]), _du(logs[server])
-            if server == "rocketmq":
-                rmq.kill_broker()
-                t0 = time.monotonic()
-                rmq.starts += 1
-                rmq.broker = rmq._java("org.apache.rocketmq.broker.BrokerStartup", ["-c", str(rmq.root / "broker.conf")], rmq.logs / f"broker-{rmq.starts}.out")
-            else:
-                b.commitlog.kill()
-                t0 = time.monotonic()
-                starting = threading.Thread(target=b.commitlog.start, kwargs={"wait_s": 900}, daemon=True)
-                starting.start()
-            first = every = 0.0
-            pause = threading.Event()
-            while time.monotonic() - t0 < 900:
-                try:
-                    now_held = stored_messages(brokers[server])
-                except (OSError, EOFError, TimeoutError):  # (not listening yet, or closed while starting)
-                    now_held = -1
-                if now_held >= 0 and not first:
-                    first = time.monotonic() - t0
-                if now_held >= held:
-                    every = time.monotonic() - t0
-                    break
-                pause.wait(0.02)
-            if server == "quarry":
-                starting.join(120)  # (its health says SERVING too)
-            out[server] = {"first_answer_s": first, "all_messages_s": every, "messages": held, "log_mib": log_bytes / 2**20}
-            print(f"recovery {server}: {out[server]}", flush=True)
+            held[server] = stored_messages(brokers[server])
+            out[server] = {"messages": held[server], "log_mib": _du(logs[server]) / 2**20, "first_answer_s": [], "all_messages_s": []}
+        pause = threading.Event()
+        for r in range(rounds):
+            for server in (("rocketmq", "quarry") if r % 2 == 0 else ("quarry", "rocketmq")):
+                starting = None
+                if server == "rocketmq":
+                    rmq.kill_broker()
+                    t0 = time.monotonic()
+                    rmq.starts += 1
+                    rmq.broker = rmq._java("org.apache.rocketmq.broker.BrokerStartup", ["-c", str(rmq.root / "broker.conf")], rmq.logs / f"broker-{rmq.starts}.out")
+                else:
+                    b.commitlog.kill()
+                    t0 = time.monotonic()
+                    starting = threading.Thread(target=b.commitlog.start, kwargs={"wait_s": 900}, daemon=True)
+                    starting.start()
+                first = every = 0.0
+                while time.monotonic() - t0 < 900:
+                    try:
+                        now_held = stored_messages(brokers[server])
+                    except (OSError, EOFError, TimeoutError):  # (not listening yet, or closed while starting)
+                        now_held = -1
+                    if now_held >= 0 and not first:
+                        first = time.monotonic() - t0
+                    if now_held >= held[server]:
+                        every = time.monotonic() - t0
+                        break
+                    pause.wait(0.02)
+                if starting is not None:
+                    starting.join(120)  # (its health says SERVING too, before it is killed again)
+                out[server]["first_answer_s"].append(round(first, 3))  # type: ignore[attr-defined]
+                out[server]["all_messages_s"].append(round(every, 3))  # type: ignore[attr-defined]
+                print(f"recovery round {r} {server}: first answer {first:.2f} s, every message {every:.2f} s", flush=True)
     finally:
         cluster.stop()
         rmq.stop()
@@ -287,6 +295,7 @@ def run(argv: list[str]) -> list[Result]:
                    help="then the queries again on fresh servers filled until each holds this many IndexFiles (<= 1: not run)")
     p.add_argument("--recovery-mib", type=int, default=1024,
                    help="then each server on its own filled with this many MiB of log, killed (SIGKILL) and timed back to serving (0: not run)")
+    p.add_argument("--recovery-rounds", type=int, default=3, help="kills and starts of each server, alternating (medians)")
     p.add_argument("--threads", type=lambda v: tuple(int(t) for t in v.split(",")), default=THREADS,
                    help="sender thread counts, comma-separated (default 1,16,64)")
     args = p.parse_args(argv)
@@ -359,7 +368,7 @@ def run(argv: list[str]) -> list[Result]:
         held: dict[str, int] = {}
         if args.index_files > 1 and args.queries > 0:
             many, held = many_index_files(root, args.index_files, args)
-        recovered = recovery(root, args.recovery_mib) if args.recovery_mib > 0 else {}
+        recovered = recovery(root, args.recovery_mib, args.recovery_rounds) if args.recovery_mib > 0 else {}
     params["loadavg_1m"] = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     results: list[Result] = []
     for threads in args.threads:
@@ -390,12 +399,15 @@ def run(argv: list[str]) -> list[Result]:
                                           {"index_files_held": held}))
     if recovered:
         rparams = {"body_bytes": RECOVERY_BODY_BYTES, "sender": "Bench4, 16 threads", "kill": "SIGKILL", "probe": "GET_MAX_OFFSET of every queue, every 20 ms",
-                   "log_mib": {k: round(v["log_mib"]) for k, v in recovered.items()}, "messages": {k: int(v["messages"]) for k, v in recovered.items()}}
+                   "log_mib": {k: round(float(v["log_mib"])) for k, v in recovered.items()},  # type: ignore[arg-type]
+                   "messages": {k: v["messages"] for k, v in recovered.items()}, "rounds": args.recovery_rounds}
         for field_, what in (("first_answer_s", "first answer"), ("all_messages_s", "every message back")):
+            mid = {k: float(statistics.median(v[field_])) for k, v in recovered.items()}  # type: ignore[arg-type]
             for server, name in (("rocketmq", "RocketMQ 4.9.7 broker"), ("quarry", "Quarry commitlog")):
-                results.append(Result(f"recovery after SIGKILL with {args.recovery_mib} MiB in the log, {name}: start to {what}", recovered[server][field_], "s", rparams))
-            if recovered["rocketmq"][field_]:
-                results.append(Result(f"recovery after SIGKILL, start to {what}: Quarry / RocketMQ", recovered["quarry"][field_] / recovered["rocketmq"][field_], "x", rparams))
+                results.append(Result(f"recovery after SIGKILL with {args.recovery_mib} MiB in the log, {name}: start to {what} (median)", mid[server], "s",
+                                      {**rparams, "each_round_s": recovered[server][field_]}))
+            if mid["rocketmq"]:
+                results.append(Result(f"recovery after SIGKILL, start to {what}: Quarry / RocketMQ", mid["quarry"] / mid["rocketmq"], "x", rparams))
     stored_msgs = {k: int(q.get("storedBefore", -1)) for k, q in queries.items()}  # type: ignore[call-overload]
     per = {k: (stored_msgs.get(k, -1) if stored_msgs.get(k, -1) > 0 else sent[k]) for k in ("rocketmq", "quarry")}
     mparams = {"messages_sent": f"{sent['rocketmq']:,} measured + each JVM's 5 s of warm-up sends, each server",
