@@ -240,6 +240,11 @@ class RemotingServer:
         self._connections.add(conn)
         in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         tasks: set[asyncio.Task[None]] = set()
+
+        def handled(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            in_flight.release()
+
         deadline = _Deadline(min(self.idle_s, self.limits.frame_timeout_s))
         try:
             while True:
@@ -268,7 +273,7 @@ class RemotingServer:
                 await in_flight.acquire()
                 task = asyncio.create_task(self._handle(cmd, conn))
                 tasks.add(task)
-                task.add_done_callback(lambda t: (tasks.discard(t), in_flight.release()))
+                task.add_done_callback(handled)
         except asyncio.CancelledError:
             if not deadline.expired or deadline.task is None or deadline.task.uncancel():
                 raise  # (not the deadline's doing: the server is stopping)

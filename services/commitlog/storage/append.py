@@ -16,7 +16,7 @@ import struct
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from quarry.formats import offset_msg_id
 from quarry.formats.crc import crc32
@@ -27,7 +27,7 @@ from quarry.formats.record import (BLANK_HEADER_SIZE, FIXED_SIZE, MESSAGE_MAGIC,
                                    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, blank_record,
                                    host_bytes, middle_size, record_middle, record_struct, topic_field)
 from quarry.formats.scheduled import SCHEDULE_TOPIC
-from quarry.services.commitlog.storage.dispatchers import Dispatcher
+from quarry.services.commitlog.storage.dispatchers import Dispatcher, Row
 from quarry.services.commitlog.storage.errors import DiskFull, InvalidArgument, ReadOnly
 from quarry.services.commitlog.storage.message_input import MessageFields, reject
 from quarry.services.commitlog.storage.routing import Routes
@@ -41,6 +41,11 @@ MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BYTES = 64 * 1024 * 1024
 _TAG_CODES_MAX = 4096
 _SCRATCH_MAX = 8 << 20  # the largest write buffer an Appender keeps between batches
+
+
+def _no_field_presence(message: object, field: str) -> bool:
+    """A message type without HasField: every field reads as set."""
+    return True
 
 
 @dataclass(slots=True)
@@ -67,7 +72,7 @@ class Appended:
 
     __slots__ = ("rows", "offset_msg_id", "bytes", "flushed")
 
-    def __init__(self, rows: list[tuple], offset_msg_id: Callable[[int], str], size: int) -> None:  # type: ignore[type-arg]
+    def __init__(self, rows: list[Row], offset_msg_id: Callable[[int], str], size: int) -> None:
         self.rows = rows
         # offset_msg_id(physical_offset): the offsetMsgId of the record stored there (this store's host)
         self.offset_msg_id = offset_msg_id
@@ -88,7 +93,7 @@ class Appended:
     def end(self) -> int:
         """The log offset just past the last record."""
         last = self.rows[-1]
-        return last[0] + last[1]  # type: ignore[no-any-return]
+        return last[0] + last[1]
 
 
 class Appender:
@@ -151,7 +156,7 @@ class Appender:
         return Appended(rows, self._offset_msg_id, total)
 
     def _place(self, msgs: Sequence[MessageFields], queue_ids: list[int], peer: tuple[str, int] | None,
-               scratch: bytearray | None) -> tuple[list[tuple], list[tuple[int, bytearray, int]], dict[tuple[str, int], int], int, int]:  # type: ignore[type-arg]
+               scratch: bytearray | None) -> tuple[list[Row], list[tuple[int, bytearray, int]], dict[tuple[str, int], int], int, int]:
         """Encode each message's record at its place in the log, in buffers (one per segment
         touched; `scratch` reused when big enough), with its dispatch row: (rows, writes (log
         offset of buf[0], buffer, bytes used), the queues touched (-> next queue offset), bytes,
@@ -168,7 +173,7 @@ class Appender:
         store_flag = SYSFLAG_STOREHOST_V6 if len(store_b) == 20 else 0
         now = int(time.time() * 1000)
 
-        rows: list[tuple] = []  # type: ignore[type-arg]
+        rows: list[Row] = []
         append_row = rows.append
         writes: list[tuple[int, bytearray, int]] = []
         queue_next: dict[tuple[str, int], int] = {}  # (topic, queue) -> next queue offset
@@ -201,9 +206,10 @@ class Appender:
 
         # A protobuf message (its type has HasField) builds an empty sub-message when an unset
         # born_host is read; asking HasField first is cheaper.
-        proto_type = type(msgs[0]) if n and hasattr(type(msgs[0]), "HasField") else None
+        proto_type: type[Any] | None = type(msgs[0]) if n and hasattr(type(msgs[0]), "HasField") else None
         # Called from the type: m.HasField would first look "HasField" up among the fields.
-        has_field = proto_type.HasField if proto_type is not None else None
+        # (Without a protobuf type it is never called: `type(m) is proto_type` is false first.)
+        has_field: Callable[[object, str], bool] = proto_type.HasField if proto_type is not None else _no_field_presence
 
         for i, m in enumerate(msgs):
             topic = m.topic
@@ -336,11 +342,12 @@ class Appender:
                 delay = next((v for nm, v in reversed([(q.name, q.value) for q in props]) if nm == DELAY and v), None)
                 code = tags_code(topic, tags or None, delay, now)
             elif tags:
-                code = tag_codes.get(tags)  # type: ignore[assignment]
-                if code is None:
-                    code = java_tags_code(tags)
+                known = tag_codes.get(tags)
+                if known is None:
+                    known = java_tags_code(tags)
                     if len(tag_codes) < _TAG_CODES_MAX:
-                        tag_codes[tags] = code
+                        tag_codes[tags] = known
+                code = known
             else:
                 code = 0
             append_row((at, size, topic, qid, queue_offset, code, keys_text if lp else "", ukey or None, now, stored_flag, prepared_offset))

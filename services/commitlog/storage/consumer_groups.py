@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from quarry.formats.state_file import fsync_dir, write_json_atomic
 from quarry.services.log import log_event
@@ -287,7 +287,7 @@ class ConsumerGroups:
             return self._groups.setdefault((group, topic), GroupTopic()).queue(queue_id)
 
     def record(self, group: str, topic: str, queue_id: int, *, next_offset: int | None = None,
-               pending: list[Pending] = (), acked: list[tuple[int, int]] = (), dead: list[tuple[int, int]] = ()) -> None:  # type: ignore[assignment]
+               pending: Sequence[Pending] = (), acked: Sequence[tuple[int, int]] = (), dead: Sequence[tuple[int, int]] = ()) -> None:
         """Log one change of a queue (caller holds `lock()` when it read the state it changes)."""
         op: dict[str, Any] = {"g": group, "t": topic, "q": queue_id}
         if next_offset is not None:

@@ -15,23 +15,25 @@ from __future__ import annotations
 import bisect
 import threading
 from operator import itemgetter
-from typing import Sequence
+from typing import Callable, Sequence, cast
 
 from quarry.formats.dispatch import DispatchInfo
+from quarry.services.commitlog.storage.dispatchers import Row
 
 
 _offset = itemgetter(0)  # DispatchInfo.physical_offset
 _as_info = tuple.__new__  # DispatchInfo from a plain tuple of its fields, without re-checking them
+_plain = cast("Callable[[Row], Row]", tuple)  # a DispatchInfo as the plain tuple of its fields
 
 
 class DispatchCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._offsets: list[int] = []
-        self._infos: list[tuple] = []  # type: ignore[type-arg]  # DispatchInfo fields
+        self._infos: list[Row] = []
         self._lock = threading.Lock()
 
-    def dispatch(self, infos: Sequence[tuple]) -> None:  # type: ignore[type-arg]
+    def dispatch(self, infos: Sequence[Row]) -> None:
         """Records just placed, in log order (the caller holds the store's append lock): plain
         tuples of DispatchInfo's fields (the append's rows), or DispatchInfos (kept as plain
         tuples), all of one kind. A dispatcher (dispatchers.py)."""
@@ -49,7 +51,7 @@ class DispatchCache:
                 self._infos.append(infos[0])
             else:
                 self._offsets.extend(map(_offset, infos))
-                self._infos.extend(infos if type(infos[0]) is tuple else map(tuple, infos))
+                self._infos.extend(infos if type(infos[0]) is tuple else map(_plain, infos))
             if len(self._infos) > self.capacity + self.capacity // 4:  # trim in quarters: amortised O(1) per record
                 cut = len(self._infos) - self.capacity
                 del self._offsets[:cut]

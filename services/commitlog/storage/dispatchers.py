@@ -7,15 +7,19 @@ the dispatchers: the ConsumeQueue units here, then the Tail cache (dispatch_cach
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence, TypeAlias
 
 from quarry.formats.consume_queue import CQ_UNIT
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK
 from quarry.services.commitlog.storage.consume_queue_store import ConsumeQueueStore
 
+# DispatchInfo's fields as a plain tuple: physical offset, size, topic, queue id, queue offset,
+# tags code, keys, unique key, store timestamp, sys flag, prepared transaction offset.
+Row: TypeAlias = tuple[int, int, str, int, int, int, str | None, str | None, int, int, int]
+
 
 class Dispatcher(Protocol):
-    def dispatch(self, rows: Sequence[tuple]) -> None:  # type: ignore[type-arg]
+    def dispatch(self, rows: Sequence[Row]) -> None:
         """React to records just placed (the caller holds the store's lock); an OSError means
         the dispatch failed and the append it belongs to is undone."""
 
@@ -27,8 +31,8 @@ class ConsumeQueueDispatcher:
     def __init__(self, cqs: ConsumeQueueStore) -> None:
         self.cqs = cqs
 
-    def dispatch(self, rows: Sequence[tuple]) -> None:  # type: ignore[type-arg]
-        runs: dict[tuple[str, int], list] = {}  # type: ignore[type-arg]  # queue -> [first queue offset, next, units]
+    def dispatch(self, rows: Sequence[Row]) -> None:
+        runs: dict[tuple[str, int], list[Any]] = {}  # queue -> [first queue offset, next, units]
         pack = CQ_UNIT.pack
         queue = self.cqs.queue
         for at, size, topic, qid, queue_offset, code, _, _, _, flag, _ in rows:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -101,7 +102,7 @@ class CommitLogStore:
 
     # -- the shared state, read by the server and tests -------------------------------------
     @property
-    def lock(self):  # type: ignore[no-untyped-def]
+    def lock(self) -> threading.Lock:
         return self.state.lock
 
     @property
