@@ -3,8 +3,8 @@ processes, as RocketMQ 5 runs its proxy inside the broker ("local mode"): the ro
 the access point (QueryRoute), each commitlog answers SendMessage and EndTransaction for its
 own queues; both answer Telemetry, Heartbeat and NotifyClientTermination.
 
-One module per concern: contract (the official generated modules), status (in-band codes),
-auth (the SDKs' MQv2-HMAC-SHA1 header), sessions (client settings and heartbeats), telemetry,
-route, send (SDK message → RocketMQ record), transaction (half records), unsupported (every
-other RPC), and the two servicers (router_servicer, commitlog_servicer) that only wire them.
+The plumbing both doors share, one module per concern: contract (the official generated
+modules), status (in-band codes), auth (the SDKs' MQv2-HMAC-SHA1 header), sessions (client
+settings and heartbeats), telemetry, client_calls, unsupported (every other RPC). The doors are
+services/query/doors/rmq5_*.py and services/commitlog/doors/rmq5_*.py.
 """

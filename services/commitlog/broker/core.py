@@ -1,7 +1,7 @@
 """One broker: its store and the RocketMQ semantics every door shares.
 
-The composition root (main.py) builds it by constructor; each door (quarry.v1 in server.py,
-RocketMQ 4 remoting in remoting_broker.py, RocketMQ 5 in services/rmq5) is given this object
+The composition root (main.py) builds it by constructor; each door (doors/quarry_v1.py,
+RocketMQ 4 remoting in doors/remoting.py, RocketMQ 5 in doors/rmq5_*.py) is given this object
 and never another door or servicer.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ The copy is the stored record as the broker re-stores it: body (as stored) and s
 (transaction bits cleared: a new plain message), flag, born time and host, tags, keys, unique
 key and properties kept; RETRY_TOPIC set to the topic it was first consumed from
 (once), ORIGIN_MESSAGE_ID to the first stored copy's offsetMsgId (once), DELAY to the level (0
-for the DLQ); reconsume times one more. Protocol-free: remoting_broker.py translates.
+for the DLQ); reconsume times one more. Protocol-free: doors/remoting.py translates.
 """
 from __future__ import annotations
 

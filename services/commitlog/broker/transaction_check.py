@@ -4,7 +4,7 @@ A half message (transactions.py) whose producer never ended it (it returned UNKN
 before sending END_TRANSACTION) is asked about: every `interval_ms`, each half older than
 `timeout_ms` (by its store time; a half's CHECK_IMMUNITY_TIME_IN_SECONDS property sets its own)
 that has no op record is handed to the askers (a door's way of asking a live producer of the
-half's PGROUP: RocketMQ 4's CHECK_TRANSACTION_STATE, see remoting_broker.py). The producer
+half's PGROUP: RocketMQ 4's CHECK_TRANSACTION_STATE, see doors/remoting.py). The producer
 answers by ending the transaction as usual. A half is asked about at most `max_checks` times
 (RocketMQ's transactionCheckMax); a check with no producer online to ask counts too, as on a
 RocketMQ broker. The round after the last check, the half is discarded: a copy is stored under

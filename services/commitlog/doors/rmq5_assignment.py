@@ -6,7 +6,7 @@ route (rocketmq-client-java's pickEndpointsToQueryAssignments). In Quarry's loca
 brokers are the commitlogs, and a commitlog knows only its own queues, so it asks the routers it
 registers with, one after another, passing the client's own signed headers on: the router checks
 the client's permissions itself and answers from its registry of every broker
-(router_servicer.QueryAssignment).
+(services/query/doors/rmq5_messaging.py: QueryAssignment).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ record's offsetMsgId, so EndTransaction finds it again with no state kept betwee
 (and after a restart). A half not ended in time is checked back by the broker's transaction
 check (services/commitlog/broker/transaction_check.py): this door asks a live producer publishing the
 half's topic with a RecoverOrphanedTransactionCommand on its Telemetry stream (orphan_command;
-commitlog_servicer.ask_producer), and the SDK's TransactionChecker answers with EndTransaction
+rmq5_messaging.ask_producer), and the SDK's TransactionChecker answers with EndTransaction
 (source SOURCE_SERVER_CHECK), as RocketMQ 5's proxy does.
 """
 from __future__ import annotations
