@@ -1,0 +1,90 @@
+"""The RocketMQ 4 door's message queries: QUERY_MESSAGE (by key, through this broker's
+indexer, as the gRPC queries do), VIEW_MESSAGE_BY_ID and SEARCH_OFFSET_BY_TIMESTAMP. Records go
+out as the bytes stored (what MessageDecoder decodes)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+
+from quarry.channels import open_aio_channel
+from quarry.formats.index_keys import answers_key
+from quarry.formats.properties import REAL_TOPIC
+from quarry.services.commitlog.storage.browse import search_offset_by_time
+from quarry.services.commitlog.storage.errors import StoreError
+from quarry.services.commitlog.storage.store import CommitLogStore
+from quarry.services.remoting import codes
+from quarry.services.remoting.command import RemotingCommand
+from quarry.services.remoting.server import Connection, RemotingError
+from quarry.v1 import indexer_pb2, indexer_pb2_grpc
+
+UNIQUE_KEY_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum, used for unique-key queries
+_I32 = (-(1 << 31), (1 << 31) - 1)  # a Java int's range: header fields a client sends as int
+
+
+class Queries:
+    """The door's query handlers (a mixin of RemotingBroker, remoting.py, whose constructor sets
+    the state below)."""
+
+    store: CommitLogStore
+    _indexer_addr: str
+    _indexer: indexer_pb2_grpc.IndexerServiceStub | None
+    _indexer_channel: grpc.aio.Channel | None
+
+    def _record_bytes(self, physical_offset: int) -> bytes:
+        return self.store.read_bytes(physical_offset)[1]
+
+    async def view_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        offset = req.integer("offset")
+        try:
+            return req.response(codes.SUCCESS, body=self._record_bytes(offset))
+        except StoreError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"can not find message by the offset, {offset}: {exc}") from None
+
+    async def query_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """QUERY_MESSAGE: the records the indexer's entries for topic/key (a unique key with the
+        flag) point at, read from this store. The indexer answers positions only (offsets_only:
+        no second read of each record in its process); the exact-match rule and each record's
+        own store time are applied here, so a hash collision is never handed out."""
+        unique = req.ext_fields.get(codes.UNIQUE_KEY_QUERY_FLAG) == "true"
+        topic, key = req.text("topic"), req.text("key")
+        request = indexer_pb2.QueryMessageRequest(
+            topic=topic, key=key, max_num=UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=_I32[1]),
+            begin_timestamp=max(0, req.integer("beginTimestamp")), end_timestamp=req.integer("endTimestamp"),
+            unique_key_flag=unique, offsets_only=True,
+        )
+        if not self._indexer_addr:
+            raise RemotingError(codes.SYSTEM_ERROR, "this broker has no indexer configured (--indexer-addr): key queries cannot be answered")
+        begin, end = request.begin_timestamp, request.end_timestamp or int(time.time() * 1000)
+        try:
+            answer = await self._indexer_stub().QueryMessage(request, timeout=10.0)
+        except grpc.RpcError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"indexer {self._indexer_addr}: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
+        fields = {"indexLastUpdateTimestamp": answer.index_last_update_timestamp, "indexLastUpdatePhyoffset": answer.index_last_update_phy_offset}
+        body = []
+        for offset in answer.physical_offsets:  # newest entry first
+            try:
+                record, stored = self.store.read_bytes(offset)
+            except StoreError:
+                continue  # expired (or damaged) between the index read and now
+            # The index holds whole seconds and answers by hash: the record itself decides.
+            if begin <= record.store_timestamp <= end and answers_key(
+                    record.topic, record.properties.get(REAL_TOPIC), record.keys, record.unique_key, topic, key, unique):
+                body.append(stored)
+        if not body:
+            return req.response(codes.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", fields)
+        return req.response(codes.SUCCESS, None, fields, b"".join(body))
+
+    def _indexer_stub(self) -> indexer_pb2_grpc.IndexerServiceStub:
+        """The indexer's stub on an asyncio channel, opened in this loop at the first query."""
+        if self._indexer is None:
+            self._indexer_channel = open_aio_channel(self._indexer_addr)
+            self._indexer = indexer_pb2_grpc.IndexerServiceStub(self._indexer_channel)
+        return self._indexer
+
+    async def search_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic, queue_id, ts = req.text("topic"), req.integer("queueId", lo=0, hi=_I32[1]), req.integer("timestamp")
+        cq = self.store.cqs.existing(topic, queue_id)
+        offset = await asyncio.to_thread(search_offset_by_time, self.store, cq, ts) if cq is not None else 0
+        return req.response(codes.SUCCESS, None, {"offset": offset})
