@@ -65,7 +65,7 @@ PERMISSIONS: dict[int, Need] = {
     codes.GET_CONSUMER_CONNECTION_LIST: Need("query", group="consumerGroup", elsewhere="the topics the group's live consumers subscribe to"),
     codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Need("query"), codes.GET_SYSTEM_TOPIC_LIST_FROM_NS: Need("query"),
     codes.UPDATE_AND_CREATE_TOPIC: Need("admin", "topic"),
-    codes.GET_TOPIC_CONFIG: Need("query", "topic"), codes.GET_BROKER_CONFIG: Need("query"),
+    codes.GET_TOPIC_CONFIG: Need("query", "topic"), codes.GET_BROKER_CONFIG: Need("query"), codes.GET_ALL_TOPIC_CONFIG: Need("query"),
     codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Need("query"), codes.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: Need("query"),
     codes.VIEW_BROKER_STATS_DATA: Need("query", elsewhere="the topic the header's statsKey names (topic, or topic@group: then sub on the group too)"),
 }

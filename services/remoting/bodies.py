@@ -78,10 +78,19 @@ def java_properties(values: dict[str, str]) -> bytes:
     return "".join(f"{escape(k, True)}={escape(v, False)}\n" for k, v in values.items()).encode("utf-8")
 
 
+def _topic_config(topic: str, queues: int) -> dict[str, object]:
+    return {"attributes": {}, "order": False, "perm": PERM_READ_WRITE, "readQueueNums": queues, "topicFilterType": "SINGLE_TAG",
+            "topicName": topic, "topicSysFlag": 0, "writeQueueNums": queues}
+
+
 def topic_config(topic: str, queues: int) -> bytes:
     """TopicConfigAndQueueMapping without a mapping (no static topic): a TopicConfig."""
-    return _json({"attributes": {}, "order": False, "perm": PERM_READ_WRITE, "readQueueNums": queues, "topicFilterType": "SINGLE_TAG",
-                  "topicName": topic, "topicSysFlag": 0, "writeQueueNums": queues})
+    return _json(_topic_config(topic, queues))
+
+
+def topic_config_wrapper(topics: dict[str, int], version: dict[str, int]) -> bytes:
+    """TopicConfigSerializeWrapper: every topic's TopicConfig by name, and the table's DataVersion."""
+    return _json({"dataVersion": version, "topicConfigTable": {t: _topic_config(t, q) for t, q in sorted(topics.items())}})
 
 
 def subscription_group_wrapper(table: dict[str, dict[str, object]], version: dict[str, int]) -> bytes:

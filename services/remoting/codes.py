@@ -38,6 +38,7 @@ GET_SYSTEM_TOPIC_LIST_FROM_BROKER = 305
 SEND_MESSAGE_V2 = 310
 VIEW_BROKER_STATS_DATA = 315
 SEND_BATCH_MESSAGE = 320
+GET_ALL_TOPIC_CONFIG = 21  # every topic's TopicConfig (the dashboard's topic list asks it for each topic's type)
 GET_TOPIC_CONFIG = 351  # RocketMQ 5's (rocketmq-tools 5 asks it before a topic's stats)
 
 # Requests a NameServer answers.

@@ -82,6 +82,9 @@ def test_topic_config_and_the_groups_known(tmp_path: Path) -> None:
         with pytest.raises(RemotingError, match="No topic in this broker. topic: Nope") as err:
             await call(broker, conn, codes.GET_TOPIC_CONFIG, topic="Nope")
         assert err.value.code == codes.TOPIC_NOT_EXIST
+        every = json.loads((await call(broker, conn, codes.GET_ALL_TOPIC_CONFIG)).body)
+        assert every["topicConfigTable"]["StatsT"] == config and set(every["dataVersion"]) == {"counter", "timestamp"}
+        assert set(every["topicConfigTable"]) == set(broker.store.topics)
         empty = json.loads((await call(broker, conn, codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body)
         assert empty["subscriptionGroupTable"] == {} and set(empty["dataVersion"]) == {"counter", "timestamp"}
         broker.offsets.commit("G_offsets", "StatsT", 0, 1)

@@ -77,7 +77,7 @@ class RemotingBroker(Sends, Consumers, Admin, Queries):
             # admin: topics, runtime info, stats, configs, connections (remoting_admin.py)
             codes.UPDATE_AND_CREATE_TOPIC: self.create_topic, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             codes.GET_TOPIC_STATS_INFO: self.topic_stats, codes.GET_CONSUME_STATS: self.consume_stats,
-            codes.GET_TOPIC_CONFIG: self.topic_config, codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.subscription_groups,
+            codes.GET_TOPIC_CONFIG: self.topic_config, codes.GET_ALL_TOPIC_CONFIG: self.all_topic_configs, codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.subscription_groups,
             codes.GET_BROKER_CONFIG: self.broker_config, codes.VIEW_BROKER_STATS_DATA: self.stats_data,
             codes.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.system_topics, codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by,
             codes.GET_PRODUCER_CONNECTION_LIST: self.producer_connections, codes.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,

@@ -89,6 +89,11 @@ class Admin:
             raise RemotingError(codes.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         return req.response(codes.SUCCESS, body=bodies.topic_config(topic, queues))
 
+    async def all_topic_configs(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_ALL_TOPIC_CONFIG (rocketmq-dashboard's topic list: each topic's type): every topic
+        this broker holds, as a TopicConfigSerializeWrapper; its DataVersion is the process's start."""
+        return req.response(codes.SUCCESS, body=bodies.topic_config_wrapper(dict(self.store.topics.items()), bodies.data_version(self.settings.since_ms)))
+
     async def system_topics(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_SYSTEM_TOPIC_LIST_FROM_BROKER (asked of the broker the NameServer's system topic
         list names; rocketmq-dashboard's topic list): RocketMQ's system topic names."""
