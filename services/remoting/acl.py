@@ -42,7 +42,7 @@ class Need:
 
 
 # Every request code served on a remoting port, and what it needs. A code missing from both
-# maps is refused (tests/unit/test_acl_table.py keeps the maps and the served codes equal).
+# maps is refused (tests/contract/test_acl_table.py keeps the maps and the served codes equal).
 PERMISSIONS: dict[int, Need] = {
     codes.SEND_MESSAGE: Need("publish", "topic"), codes.SEND_MESSAGE_V2: Need("publish", "b"), codes.SEND_BATCH_MESSAGE: Need("publish", "b"),
     codes.END_TRANSACTION: Need("publish", elsewhere="the half message's real topic (REAL_TOPIC), read by the broker"),
