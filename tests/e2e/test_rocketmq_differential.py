@@ -29,6 +29,25 @@ The keys and the collisions are generated (tests/collisions.py), not hand-picked
   entries are all topic A's, mqadmin's filter leaves none, and mqadmin says "no message" for a
   key whose two messages are stored; Quarry finds both.
 
+Two more cases, each with messages of its own in topic D (not among the ones above):
+
+* a unique key whose embedded time lies after its message's store time (a producer clock 5 s
+  ahead; the UNIQ_KEY generated with MessageClientIDSetter's layout, formats/unique_key.py, and
+  set by the producer, as a client may): mqadmin 4.9.8's queryMsgByUniqueKey searches [0,
+  Long.MAX_VALUE] and finds it, but DefaultMQAdminExt.viewMessage(topic, msgId) (the clients'
+  viewMessage(topic, msgId) too) searches only from getNearlyTimeFromID(msgId) - 1 s: the
+  message's store time lies before that window and RocketMQ answers "no message"; Quarry's
+  window for the id (services/query/unique_key_window.py: ±14 h of time zone, ±1 h of clock
+  skew, the previous month's reading while this month's is not wholly past) holds it;
+* a key query with a window given to the millisecond (DefaultMQAdminExt.queryMessage(topic, key,
+  64, begin, end); mqadmin's queryMsgByKey takes no window): the broker's IndexFile keeps each
+  entry's time as whole seconds since the file's beginTimestamp (IndexFile.putKey) and compares
+  that, not the store time (selectPhyOffset), and nobody filters by store time after it. The
+  window is chosen from the messages' store times as the broker stored them: it begins at a
+  message's store time whose entry reads earlier (dropped although inside) and ends 1 ms before
+  a message's whose entry reads inside (returned although outside); Quarry returns exactly the
+  messages stored within the window.
+
 What RocketMQ answers is predicted from the messages sent (the IndexFile's hash-only match,
 newest first, 64 at most, then mqadmin's filter) and checked against both the broker's raw
 answer and mqadmin's printout; Quarry's answer is checked against the truth (every message of
@@ -38,8 +57,14 @@ answer, Quarry's, and why Quarry's is right.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import re
+import struct
+import time
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,7 +72,11 @@ import pytest
 
 from quarry.clients.admin import AdminClient
 from quarry.clients.errors import NotFoundError
+from quarry.formats import unique_key
 from quarry.formats.java_hash import java_string_hash
+from quarry.formats.offset_msg_id import decode as decode_offset_msg_id
+from quarry.formats.properties import encode_properties
+from quarry.formats.record import decode_record
 from quarry.services.remoting import codes
 from quarry.services.remoting.client import RemotingClient
 from scripts.launcher import LocalCluster, free_port
@@ -60,11 +89,13 @@ from tests.e2e.test_rocketmq_broker_follow import _broker_ports
 
 HOST, QUARRY_HOST = "127.0.0.131", "127.0.0.132"
 BROKER = "broker-a"
-TA, TB, TC = "DiffTopicA", "DiffTopicB", "DiffTopicC"
+TA, TB, TC, TD = "DiffTopicA", "DiffTopicB", "DiffTopicC", "DiffTopicD"
 MANY = 70  # messages with one key: more than mqadmin's (and the broker's) 64
 CAP = 64  # QueryMsgByKeySubCommand's maxNum, and the broker's maxMsgsNumBatch
 UNIQUE_CAP = 32  # queryMessageByUniqKey's maxNum
 PLAIN = 6
+AHEAD_MS = 5000  # the producer's clock, ahead of the broker's, for the unique key's embedded time
+ADMIN_QUERY = Path(__file__).resolve().parent / "AdminQuery4.java"
 
 
 @dataclass
@@ -87,10 +118,11 @@ class World:
     roles: dict[str, tuple[str, str]]  # (topic, key) -> why it was generated
 
 
-def _send(rmq: RocketMQ, messages: list[dict[str, Any]], work: Path, group: str) -> list[Sent]:
+def _send(rmq: RocketMQ, messages: list[dict[str, Any]], work: Path, group: str, pause_ms: int = 0) -> list[Sent]:
     from quarry.formats.offset_msg_id import decode
 
-    plan = {"namesrv": rmq.namesrv_addr, "group": group, "timeoutMs": 5000, "sends": [{"mode": "sync", "messages": messages}]}
+    plan = {"namesrv": rmq.namesrv_addr, "group": group, "timeoutMs": 5000,
+            "sends": [{"mode": "sync", "messages": messages, "pauseMs": pause_ms}]}
     lines = [x for x in java.run_driver("quarry.drivers.Producer4", plan, work_dir=work) if "send" in x]
     assert len(lines) == len(messages) and all(x.get("status") == "SEND_OK" for x in lines), [x for x in lines if x.get("status") != "SEND_OK"][:3]
     return [Sent(x["topic"], x["keys"].split(" "), x["msgId"], x["offsetMsgId"], decode(x["offsetMsgId"]).offset, int(x["queueId"]),
@@ -167,14 +199,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 # -- what each side answers -----------------------------------------------------------------------
-def _broker_raw(addr: str, topic: str, key: str, unique: bool) -> list[Any]:
+def _broker_raw(addr: str, topic: str, key: str, unique: bool, begin: int = 0, end: int = mqadmin_py.LONG_MAX) -> list[Any]:
     """The broker's own QUERY_MESSAGE answer as mqadmin requests it (MQClientAPIImpl.queryMessage:
-    maxNum 64, or 32 for a unique key, over [0, Long.MAX_VALUE]), its records before any filter.
-    (The one broker's address directly: RocketMQ's NameServer routes in fastjson's {0:"addr"}.)"""
+    maxNum 64, or 32 for a unique key, over [0, Long.MAX_VALUE] unless given), its records before
+    any filter. (The one broker's address directly: RocketMQ's NameServer routes in fastjson's
+    {0:"addr"}.)"""
     async def ask() -> list[Any]:
         async with RemotingClient(addr) as broker:
             req = broker.request(codes.QUERY_MESSAGE, {"topic": topic, "key": key, "maxNum": UNIQUE_CAP if unique else CAP,
-                                                       "beginTimestamp": 0, "endTimestamp": mqadmin_py.LONG_MAX})
+                                                       "beginTimestamp": begin, "endTimestamp": end})
             req.ext_fields[codes.UNIQUE_KEY_QUERY_FLAG] = "true" if unique else "false"
             resp = await broker.invoke(req)
         return mqadmin_py.decodes(resp.body) if resp.code == codes.SUCCESS else []
@@ -350,3 +383,152 @@ def test_quarry_pages_past_64_where_mqadmin_stops(world: World, answers: dict[tu
         assert len(first.messages) <= CAP and first.next_token, "a first page, and a token for the rest"
         kc = colliding_key(TB, f"{TA}#many")
         assert {m.topic for m in _quarry_keys(admin, TB, kc)} == {TB}
+
+
+# -- the unique key's window and the millisecond window --------------------------------------------
+def _admin_query(world: World, *args: str) -> dict[str, Any]:
+    """AdminQuery4.java (DefaultMQAdminExt of RocketMQ 4.9.8), its one JSON line."""
+    run = java.run_java(str(ADMIN_QUERY), args[0], world.rmq.namesrv_addr, *args[1:], timeout_s=120, work_dir=world.root / "admin-query")
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    [line] = java.json_lines(run.stdout)
+    return line
+
+
+def _send_raw(addr: str, topic: str, properties: str, body: bytes) -> str:
+    """SEND_MESSAGE_V2 as a 4.x client sends it, the properties (UNIQ_KEY included) the producer's
+    own; the broker's offsetMsgId."""
+    fields = {"a": "PG_diff_raw", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": int(time.time() * 1000),
+              "h": 0, "i": properties, "j": 0, "k": False}
+
+    async def send() -> Any:
+        async with RemotingClient(addr) as broker:
+            return await broker.call(codes.SEND_MESSAGE_V2, fields, body)
+    resp = asyncio.run(asyncio.wait_for(send(), 30))
+    assert resp.code == codes.SUCCESS, (resp.code, resp.remark)
+    return str(resp.ext_fields["msgId"])
+
+
+def test_unique_key_whose_time_is_after_its_store_time(world: World) -> None:
+    """A unique key embedding a time 5 s after its message's store time: DefaultMQAdminExt's
+    viewMessage(topic, msgId) searches from that time less 1 s and says "no message"; the broker
+    holds it (found over [0, Long.MAX_VALUE], as mqadmin's queryMsgByUniqueKey asks); Quarry finds
+    it within its window for the id."""
+    tz = datetime.now().astimezone().tzinfo
+    assert tz is not None
+    gen = unique_key.UniqueKeyGenerator(f"127.0.{random.randrange(1, 255)}.{random.randrange(1, 255)}", os.getpid(),
+                                        random.getrandbits(32), tz, clock=lambda: int(time.time() * 1000) + AHEAD_MS)
+    gen.set_counter(random.getrandbits(16))
+    uid = gen.next_id()
+    embedded = gen.start_time + unique_key.time_span_ms(uid)  # the producer's clock, read as MessageClientIDSetter would
+    offset_msg_id = _send_raw(world.rmq.broker_addr, TD, encode_properties([("TAGS", "TagD"), ("UNIQ_KEY", uid), ("WAIT", "true")]),
+                              b"differential unique key ahead")
+    offset = decode_offset_msg_id(offset_msg_id).offset
+    [record] = wait_until(lambda: _broker_raw(world.rmq.broker_addr, TD, uid, True), timeout_s=30, what="the broker indexes the unique key")
+    stored = record.store_timestamp
+    assert record.physical_offset == offset and embedded - 1000 > stored, (embedded, stored)
+    # DefaultMQAdminExt reads the id's time as this month's once it is past (before, as last month's).
+    wait_until(lambda: int(time.time() * 1000) > embedded, timeout_s=AHEAD_MS / 1000 + 30, what="the id's embedded time is past")
+    rocketmq = _admin_query(world, "uniq", TD, uid)
+    assert rocketmq["begin"] == embedded - 1000, (rocketmq, embedded, str(tz))  # the JVM reads the id as we do
+    assert rocketmq["viewMessage"] is None and rocketmq["error"].startswith("208 "), rocketmq  # NO_MESSAGE
+    assert rocketmq["whole"] == [{"offset": offset, "storeTimestamp": stored}], rocketmq  # mqadmin's [0, MAX]: there
+    # The broker's own answer over the two windows: the window is the cause.
+    assert _broker_raw(world.rmq.broker_addr, TD, uid, True, begin=rocketmq["begin"]) == []
+    assert world.quarry.router is not None
+    with AdminClient(world.quarry.router.address) as admin:
+        got = wait_until(lambda: _quarry_unique(admin, TD, uid), timeout_s=30, what="Quarry indexes the unique key")
+        answer = admin.query_by_unique_key(TD, uid, return_all=True)
+    assert got == {offset_msg_id} and [m.store_timestamp for m in answer.messages] == [stored]
+    # Found in the id's own window, not the whole-index fallback.
+    assert len(answer.notes) == 1 and answer.notes[0].startswith("4.x unique key: searched store times"), answer.notes
+    print(f"\nunique key {uid}: embedded time {embedded} ({embedded - stored} ms after the store time {stored})")
+    print(f"{'who':<44} answer")
+    print(f"{'DefaultMQAdminExt.viewMessage(topic, msgId)':<44} none (searched from {rocketmq['begin']}: {rocketmq['error']})")
+    print(f"{'mqadmin queryMsgByUniqueKey [0, MAX]':<44} offset {offset}")
+    print(f"{'Quarry router':<44} {offset_msg_id} ({answer.notes[0]})")
+    print("why Quarry's is right: the id's time is the producer's clock (its zone, its skew), not the store's; "
+          "a window starting 1 s before it misses a message stored earlier, Quarry's allows for both")
+
+
+def _index_times(world: World, name: str, offsets: set[int]) -> dict[int, int]:
+    """For each CommitLog offset, the time the broker's IndexFile entry of `name` holds, as
+    IndexFile.selectPhyOffset reads it: beginTimestamp + timeDiff * 1000, where the file's
+    beginTimestamp is its entry 1's record's store time (IndexFile.putKey sets it at the first
+    put; the header on disk is only written at a flush). Read from the broker's files."""
+    slots = int(world.rmq.broker_conf()["maxHashSlotNum"])  # type: ignore[call-overload]
+    want, entries_at = _index_hash(name), 40 + 4 * slots
+    out: dict[int, int] = {}
+    for path in sorted((world.rmq.store / "index").iterdir()):
+        data = path.read_bytes()
+        found: dict[int, int] = {}
+        number = 1
+        while entries_at + (number + 1) * 20 <= len(data):
+            h, phy, diff, prev = struct.unpack_from(">iqii", data, entries_at + number * 20)
+            if (h, phy, diff, prev) == (0, 0, 0, 0):
+                break
+            if h == want and phy in offsets:
+                found[phy] = diff
+            number += 1
+        if found:
+            first_phy = struct.unpack_from(">q", data, entries_at + 20 + 4)[0]
+            begin = _view(world.rmq.broker_addr, first_phy).store_timestamp
+            out.update({phy: begin + diff * 1000 for phy, diff in found.items()})
+    return out
+
+
+def _view(addr: str, offset: int) -> Any:
+    async def ask() -> Any:
+        async with RemotingClient(addr) as broker:
+            return await broker.call(codes.VIEW_MESSAGE_BY_ID, {"offset": offset})
+    resp = asyncio.run(asyncio.wait_for(ask(), 30))
+    assert resp.code == codes.SUCCESS, (resp.code, resp.remark)
+    return decode_record(resp.body, 0)
+
+
+def test_millisecond_window_rocketmq_rounds_to_the_second(world: World) -> None:
+    """A key's messages stored over a few seconds; a window [a message's store time, another's
+    store time - 1 ms]: DefaultMQAdminExt.queryMessage drops the first (its entry's time reads up
+    to 999 ms earlier) and returns the second (its entry reads inside); Quarry returns exactly
+    the messages stored within the window."""
+    key = f"ms-{uuid.uuid4().hex[:16]}"
+    n = 40
+    sent = _send(world.rmq, [_msg(TD, [key], 600 + i) for i in range(n)], world.root / "drivers", "PG_diff_ms", pause_ms=60)
+    records = wait_until(lambda: (lambda r: r if len(r) == n else None)(_broker_raw(world.rmq.broker_addr, TD, key, False)),
+                         timeout_s=30, what="the broker indexes every message of the key")
+    stored = {r.physical_offset: r.store_timestamp for r in records}  # the store's own times
+    assert set(stored) == {s.offset for s in sent}
+    read = _index_times(world, f"{TD}#{key}", set(stored))
+    assert set(read) == set(stored) and all(0 <= stored[o] - read[o] < 1000 for o in stored), (stored, read)
+    order = sorted(stored)
+    # First message (not the oldest) whose entry reads earlier than its store time: the window's begin.
+    i = next(k for k in range(1, n) if read[order[k]] < stored[order[k]])
+    begin = stored[order[i]]
+    # First later message whose entry reads at or after begin but earlier than its store time:
+    # the window ends 1 ms before its store time.
+    j = next((k for k in range(i + 1, n) if begin <= read[order[k]] < stored[order[k]] and stored[order[k]] - 1 >= begin), None)
+    assert j is not None, "the messages were stored within one second of the index's clock"
+    end = stored[order[j]] - 1
+    truth = {o for o in order if begin <= stored[o] <= end}
+    predicted = {o for o in order if begin <= read[o] <= end}  # selectPhyOffset's test, newest first, none of them past 64
+    assert order[i] in truth - predicted and order[j] in predicted - truth
+    # The broker, and RocketMQ's admin API (its filter: the key in KEYS, the topic; no time).
+    raw = _broker_raw(world.rmq.broker_addr, TD, key, False, begin=begin, end=end)
+    assert {r.physical_offset for r in raw} == predicted
+    rocketmq = _admin_query(world, "key", TD, key, str(begin), str(end))
+    assert {m["offset"] for m in rocketmq["queryMessage"]} == predicted, rocketmq
+    assert world.quarry.router is not None
+    with AdminClient(world.quarry.router.address) as admin:
+        wait_until(lambda: len(_quarry_keys(admin, TD, key)) == n, timeout_s=30, what="Quarry indexes every message of the key")
+        quarry = admin.query_by_key(TD, key, max_num=CAP, begin=begin, end=end)
+    assert not quarry.next_token
+    got = {m.commit_log_offset for m in quarry.messages}
+    assert got == truth and all(begin <= m.store_timestamp <= end for m in quarry.messages)
+    print(f"\nkey {key}, window [{begin}, {end}] (ms): {len(truth)} messages stored within it")
+    print(f"{'offset':>10} {'stored':>14} {'entry reads':>14} {'inside':>6} {'RocketMQ':>8} {'Quarry':>6}")
+    shown = [k for k, o in enumerate(order) if o in truth | predicted]
+    for o in order[max(0, shown[0] - 1):shown[-1] + 2]:
+        print(f"{o:>10} {stored[o]:>14} {read[o]:>14} {'yes' if o in truth else 'no':>6} "
+              f"{'yes' if o in predicted else 'no':>8} {'yes' if o in got else 'no':>6}")
+    print(f"RocketMQ: {len(predicted - truth)} returned though stored after the end, {len(truth - predicted)} dropped though "
+          "stored within; why Quarry's is right: the IndexFile keeps whole seconds since its beginTimestamp and the broker "
+          "compares those; Quarry widens its index search by 999 ms and checks each record's own store time")
