@@ -94,9 +94,8 @@ class Handler(BaseHTTPRequestHandler):
         if ended:
             self._reply(self._ended())
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if not 0 <= length <= self.MAX_POST_BYTES:
-            self._reply(Response(413, {"error": f"request body: at most {self.MAX_POST_BYTES} bytes"}))
+        length = self._length(self.MAX_POST_BYTES)
+        if length is None:
             return
         body = self.rfile.read(length)
         try:
@@ -122,6 +121,18 @@ class Handler(BaseHTTPRequestHandler):
         return (f"{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict" + (f"; Max-Age={max_age}" if max_age is not None else "")
                 + ("; Secure" if self.secure else ""))
 
+    def _length(self, limit: int) -> int | None:
+        """The request's Content-Length (none: 0), else None once the refusal is sent: 400
+        naming the header when it is no byte count, 413 when it is over `limit`."""
+        raw = (self.headers.get("Content-Length") or "0").strip()
+        if not raw.isdigit():  # not int(): it takes "+5", " 5", "5_0" and "-1"
+            self._reply(Response(400, {"error": f"Content-Length: must be a byte count, got {raw[:40]!r}", "field": "Content-Length"}))
+            return None
+        if int(raw) > limit:
+            self._reply(Response(413, {"error": f"Content-Length: at most {limit} bytes, got {raw}", "field": "Content-Length"}))
+            return None
+        return int(raw)
+
     def _ended(self) -> Response:
         return Response(401, {"error": "your console session ended (logged out, idle too long, or the console restarted): log in again",
                               "code": "SESSION_ENDED"}, {"Set-Cookie": self._cookie("", 0)})
@@ -132,12 +143,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get_content_type() != "application/json":
             self._reply(Response(415, {"error": "Content-Type: must be application/json"}))
             return
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_POST_BYTES:
-            self._reply(Response(413, {"error": f"Content-Length: must be 0..{MAX_POST_BYTES}"}))
+        length = self._length(MAX_POST_BYTES)
+        if length is None:
             return
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -155,7 +162,11 @@ class Handler(BaseHTTPRequestHandler):
                 self.sessions.logout(cookie.value)
             self._reply(Response(200, {"loggedIn": False}, {"Set-Cookie": self._cookie("", 0)}))
             return
-        response, sid = self.sessions.login(body)
+        try:
+            response, sid = self.sessions.login(body)
+        except Exception as exc:  # a bug, not an answer (the session's channels are closed): say so once, keep serving
+            log_event(log, "request failed", logging.ERROR, path=path, error=repr(exc))
+            response, sid = Response(500, {"error": f"console error: {exc!r}"}), None
         if sid is not None:
             response.headers["Set-Cookie"] = self._cookie(sid)
         log_event(log, "login", logging.INFO if sid else logging.WARNING, client=self.client_address[0],

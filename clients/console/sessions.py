@@ -33,8 +33,8 @@ def _credential(body: dict[str, Any], name: str) -> str:
     value = body.get(name)
     if not isinstance(value, str) or not value:
         raise BadInput(name, "required (a non-empty string)")
-    if len(value) > MAX_KEY_CHARS or any(c.isspace() for c in value):
-        raise BadInput(name, f"at most {MAX_KEY_CHARS} characters, no spaces")
+    if len(value) > MAX_KEY_CHARS or not all("!" <= c <= "~" for c in value):  # gRPC metadata: printable ASCII only
+        raise BadInput(name, f"at most {MAX_KEY_CHARS} characters, printable ASCII, no spaces")
     return value
 
 
@@ -63,6 +63,9 @@ class Sessions:
                 api.close()
                 return error_response(exc, api.admin.router_addr), None
             note = f"this account may not list every topic (the router: {exc.message}); pages of the topics it may read work"
+        except BaseException:  # anything else: no session, and its channels closed, not leaked
+            api.close()
+            raise
         sid = secrets.token_urlsafe(32)
         now = self.monotonic()
         with self._lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import ssl
 import threading
 import urllib.error
@@ -148,10 +149,59 @@ def test_a_refused_login_says_the_routers_words_and_sets_no_cookie(console: Cons
 
 
 @pytest.mark.parametrize("body,field", [({"accessKey": "ops"}, "secretKey"), ({"secretKey": "x"}, "accessKey"),
-                                        ({"accessKey": "o ps", "secretKey": "x"}, "accessKey"), ({"accessKey": "ops", "secretKey": 5}, "secretKey")])
+                                        ({"accessKey": "o ps", "secretKey": "x"}, "accessKey"), ({"accessKey": "ops", "secretKey": 5}, "secretKey"),
+                                        ({"accessKey": "opé", "secretKey": "x"}, "accessKey"), ({"accessKey": "ops", "secretKey": "s\x7f"}, "secretKey")])
 def test_bad_login_input_is_a_400_naming_the_field(console: Console, body: dict[str, Any], field: str) -> None:
     status, answer, _ = console.request("/api/login", body)
     assert status == 400 and answer["field"] == field, answer
+    assert console.made == []  # gRPC metadata is ASCII: a key that cannot be sent never reaches the routers
+
+
+def test_a_login_whose_call_fails_otherwise_closes_its_channels_and_answers_500() -> None:
+    made: list[FakeRouters] = []
+
+    class Broken(FakeRouters):
+        def topics(self) -> list[str]:
+            raise ValueError("metadata was invalid")  # what grpc raises for a value it cannot send
+
+    def make_api(account: tuple[str, str]) -> Api:
+        made.append(Broken(account))
+        return Api(made[-1])
+
+    sessions = Sessions(make_api, idle_s=60)
+    with pytest.raises(ValueError):
+        sessions.login({"accessKey": "ops", "secretKey": SECRET})
+    assert made[-1].closed
+    c = Console()
+    try:
+        c.server.RequestHandlerClass.sessions = sessions  # type: ignore[attr-defined]
+        status, body, headers = c.request("/api/login", {"accessKey": "ops", "secretKey": SECRET})
+        assert status == 500 and "metadata was invalid" in body["error"] and "Set-Cookie" not in headers
+        assert len(made) == 2 and made[-1].closed
+    finally:
+        c.close()
+
+
+def raw_http(base: str, request: bytes) -> bytes:
+    """What the console answers to these exact bytes (the connection read to its end)."""
+    host, port = base.rsplit("/", 1)[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+@pytest.mark.parametrize("path", ["/api/resend", "/api/login"])
+@pytest.mark.parametrize("length,status", [("abc", 400), ("-1", 400), ("+5", 400), (str(1 << 21), 413)])
+def test_a_bad_content_length_is_answered_naming_the_header(console: Console, path: str, length: str, status: int) -> None:
+    host = console.base.split("//", 1)[1]
+    out = raw_http(console.base, f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                                 f"Content-Length: {length}\r\n\r\n{{}}".encode())
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.0 {status} ".encode()), out[:200]
+    assert json.loads(body)["field"] == "Content-Length"
 
 
 def test_an_account_that_may_not_list_topics_logs_in_and_its_refusals_are_403s_not_empty_answers(console: Console) -> None:
