@@ -52,6 +52,7 @@ class Transactions:
         self.store = store
         self._lock = threading.Lock()
         self._resolved: set[int] | None = None  # physical offsets of resolved halves, loaded on first use
+        self._pruned_at = 0  # its size after the last prune: halves retention deleted are forgotten
 
     def _load_resolved(self) -> set[int]:
         """Halves resolved before this process started, from the op records' bodies."""
@@ -94,6 +95,14 @@ class Transactions:
             if half.physical_offset in self._resolved:
                 raise AlreadyResolved(f"the transaction of the half message at offset {half.physical_offset} was already committed or rolled back")
             self._resolved.add(half.physical_offset)
+            if len(self._resolved) >= 2 * max(self._pruned_at, 4096):
+                self._prune()
+
+    def _prune(self) -> None:
+        """Forget halves below the log's start: retention deleted them, nothing can end them again."""
+        first = self.store.min_offset
+        self._resolved = {offset for offset in self._resolved or () if offset >= first}
+        self._pruned_at = len(self._resolved)
 
     def is_resolved(self, half: Record) -> bool:
         """Whether `half`'s transaction was committed or rolled back (or is being ended now)."""
