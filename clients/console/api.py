@@ -210,6 +210,7 @@ class Api:
         self.post_routes: dict[str, Callable[[dict[str, Any]], Response]] = {"/api/resend": self.resend}
         self._producer = producer
         self._producer_lock = threading.Lock()
+        self._closed = False
 
     def handle_post(self, path: str, body: bytes, content_type: str) -> Response:
         route = self.post_routes.get(path)
@@ -230,6 +231,8 @@ class Api:
 
     def producer(self) -> Any:
         with self._producer_lock:  # one per Api, even when two resends of a session arrive together
+            if self._closed:  # its session ended while this request ran: a producer made now would never be closed
+                raise QuarryError("SESSION_ENDED", "this console session ended (logged out or idle too long): nothing was sent; log in again")
             if self._producer is None:
                 from quarry.clients.producer import Producer
 
@@ -241,7 +244,7 @@ class Api:
         """Close the routers' channels this Api opened: its AdminClient's and, once a resend
         created it, its producer's (a session's Api is closed when the session ends)."""
         with self._producer_lock:
-            producer, self._producer = self._producer, None
+            producer, self._producer, self._closed = self._producer, None, True
         try:
             if producer is not None:
                 producer.close()

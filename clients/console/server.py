@@ -107,7 +107,9 @@ class Handler(BaseHTTPRequestHandler):
         self._reply(response)
 
     def _session(self) -> tuple[Session | None, str]:
-        """The browser's session, and the cookie's value when it names one that ended."""
+        """The browser's session, and the cookie's value when it names one that ended (every
+        request that asks ends the sessions idle too long)."""
+        self.sessions.sweep()
         try:
             morsel = SimpleCookie(self.headers.get("Cookie", "")).get(COOKIE)
         except CookieError:

@@ -67,25 +67,27 @@ class Sessions:
             api.close()
             raise
         sid = secrets.token_urlsafe(32)
+        self.sweep()
+        with self._lock:
+            self._sessions[sid] = Session(access_key, api, self.monotonic())
+        return Response(200, {"loggedIn": True, "accessKey": access_key, "note": note}), sid
+
+    def sweep(self) -> None:
+        """End every session idle longer than idle_s, closing its channels (the server calls
+        this on every request, so an abandoned session's channels do not wait for a login)."""
         now = self.monotonic()
         with self._lock:
             idle = [k for k, s in self._sessions.items() if now - s.last_used > self.idle_s]
             ended = [self._sessions.pop(k) for k in idle]
-            self._sessions[sid] = Session(access_key, api, now)
         for s in ended:
             s.api.close()
-        return Response(200, {"loggedIn": True, "accessKey": access_key, "note": note}), sid
 
     def get(self, sid: str) -> Session | None:
-        now = self.monotonic()
+        self.sweep()  # this session too, when it is idle
         with self._lock:
             s = self._sessions.get(sid)
-            if s is not None and now - s.last_used > self.idle_s:
-                del self._sessions[sid]
-                s.api.close()
-                return None
             if s is not None:
-                s.last_used = now
+                s.last_used = self.monotonic()
             return s
 
     def logout(self, sid: str) -> None:

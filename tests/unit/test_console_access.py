@@ -259,6 +259,35 @@ def test_an_idle_session_ends() -> None:
     assert sessions.get(sid) is None and admin.closed
 
 
+def test_idle_sessions_end_on_any_request_not_only_at_a_login() -> None:
+    now = [100.0]
+    c = Console()
+    try:
+        c.server.RequestHandlerClass.sessions.monotonic = lambda: now[0]  # type: ignore[attr-defined]
+        _, _, old = c.login("ops", SECRET)
+        now[0] += 30
+        _, _, fresh = c.login("ops", SECRET)
+        abandoned, used = c.made
+        now[0] += 3601 - 30  # the first idle past the default hour, the second not
+        assert c.request("/api/topics", cookie=fresh)[0] == 200  # another browser's request
+        assert abandoned.closed and not used.closed
+        now[0] += 3601
+        assert c.request("/api/session")[0] == 200  # a request with no cookie at all
+        assert used.closed
+    finally:
+        c.close()
+
+
+def test_a_producer_is_never_made_after_its_api_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[Any] = []
+    monkeypatch.setattr("quarry.clients.producer.Producer", lambda *a, **kw: made.append(a) or object())
+    api = Api(FakeRouters(("ops", SECRET)))
+    api.close()  # the session ended while one of its resends was under way
+    with pytest.raises(QuarryError) as refused:
+        api.producer()
+    assert refused.value.code == "SESSION_ENDED" and made == []
+
+
 def test_a_session_that_resent_closes_its_producer_with_its_admin_when_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """A session's Api creates its resend producer lazily (signed with the session's account);
     logout, idle expiry and the console's shutdown close it with the AdminClient."""
