@@ -393,6 +393,20 @@ def test_bad_resend_input_is_400_naming_the_field(api: Api, doc: Any, content_ty
     assert status == 400 and body["field"] == field, body
 
 
+def test_a_retry_or_dead_letter_topic_is_no_origin_and_the_plan_says_why(admin: FakeAdmin) -> None:
+    producer = FakeProducer()
+    pop = dead_letter(1, RETRY_TOPIC="%RETRY%g1", DLQ_ORIGIN_TOPIC="Orders")  # a RocketMQ 5 pop revive's dead letter
+    retry_only = dead_letter(2, RETRY_TOPIC="%RETRY%g1")
+    dlq_only = dead_letter(3, DLQ_ORIGIN_TOPIC="%DLQ%g0")
+    for m in (pop, retry_only, dlq_only):
+        admin.by_id[m.offset_msg_id] = result([m])
+    status, done = post(Api(admin, producer=producer), {"ids": [pop.offset_msg_id, retry_only.offset_msg_id, dlq_only.offset_msg_id], "confirm": True})
+    assert status == 200 and [r.get("toTopic") for r in done["results"]] == ["Orders", None, None]
+    assert [s[0] for s in producer.sent] == ["Orders"]
+    assert "RETRY_TOPIC is %RETRY%g1, a retry topic" in done["results"][1]["refused"]
+    assert "DLQ_ORIGIN_TOPIC is %DLQ%g0, a dead-letter topic" in done["results"][2]["refused"]
+
+
 def test_a_message_not_in_a_dlq_topic_is_not_resent(admin: FakeAdmin) -> None:
     producer = FakeProducer()
     m = msg(5, oid=offset_msg_id.create("10.0.0.1", 10911, 5))
