@@ -195,7 +195,9 @@ class Api:
     """`handle(path, params)` → Response; `admin` is an AdminClient (or anything with its methods)."""
 
     def __init__(self, admin: Any, histogram_slice_s: float = 1.5, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic, producer: Any = None) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, producer: Any = None, resent: dead_letters.Resent | None = None) -> None:
+        """`resent`: the console's record of dead letters already resent, shared by every
+        session's Api (its own when not given)."""
         self.admin = admin
         self.histogram_slice_s = histogram_slice_s
         self.clock = clock
@@ -211,6 +213,7 @@ class Api:
         self._producer = producer
         self._producer_lock = threading.Lock()
         self._closed = False
+        self.resent = resent if resent is not None else dead_letters.Resent()
 
     def handle_post(self, path: str, body: bytes, content_type: str) -> Response:
         route = self.post_routes.get(path)
@@ -506,11 +509,12 @@ class Api:
             raise BadInput("ids", "a non-empty list of offsetMsgIds of dead letters")
         if len(ids) > dead_letters.MAX_RESEND:
             raise BadInput("ids", f"at most {dead_letters.MAX_RESEND} a request, got {len(ids)}")
-        if len(set(ids)) != len(ids):
-            raise BadInput("ids", "an id is listed twice (it would be resent twice)")
         for i in ids:
             if unique_key.id_kind(i) != "v4":
                 raise BadInput("ids", f"an offsetMsgId has 32 or 56 hex characters, got {i!r}")
+        ids = [i.upper() for i in ids]  # the router reads the hex in either case: one dead letter, one spelling
+        if len(set(ids)) != len(ids):
+            raise BadInput("ids", "an id is listed twice (it would be resent twice)")
         confirm = doc.get("confirm", False)
         if not isinstance(confirm, bool):
             raise BadInput("confirm", "must be true or false")
@@ -530,6 +534,15 @@ class Api:
             except dead_letters.NotResendable as exc:
                 rows.append(dead_letters.plan_json(m, None, str(exc)))
                 continue
+            oid = (m.offset_msg_id or i).upper()
+            earlier = self.resent.claim(oid) if confirm else self.resent.refusal(oid)
+            if earlier is not None:
+                why, sent_before = earlier
+                row = dead_letters.plan_json(m, None, why)
+                if sent_before is not None:
+                    row["resentBefore"] = sent_before
+                rows.append(row)
+                continue
             row = dead_letters.plan_json(m, plan)
             if confirm:
                 try:
@@ -537,8 +550,13 @@ class Api:
                     row["sent"] = {"msgId": sent.msg_id, "offsetMsgId": sent.offset_msg_id, "topic": sent.message_queue.topic,
                                    "broker": sent.message_queue.broker_name, "queueId": sent.message_queue.queue_id,
                                    "queueOffset": sent.queue_offset, "status": sent.send_status}
+                    self.resent.done(oid, row["sent"])
                 except QuarryError as exc:
+                    self.resent.release(oid)
                     row["error"] = {"code": exc.code, "message": exc.message}
+                except BaseException:
+                    self.resent.release(oid)
+                    raise
             rows.append(row)
         return Response(200, {"confirmed": confirm, "results": rows,
                               "resent": sum(1 for r in rows if "sent" in r), "refused": sum(1 for r in rows if "refused" in r or "error" in r)})

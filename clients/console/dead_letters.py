@@ -6,10 +6,13 @@ send_back.py), else DLQ_ORIGIN_TOPIC (RocketMQ 5 pop consumers); a value naming 
 %DLQ% topic is passed over (a pop revive names the retry topic in RETRY_TOPIC). The resend keeps the body,
 keys, tags, flag and the user's own properties; RocketMQ's own properties (retry bookkeeping,
 delay, the old UNIQ_KEY) are left out, so it gets its own message id and is delivered at once.
-RESENT_FROM names the dead letter's offsetMsgId, linking the two.
+RESENT_FROM names the dead letter's offsetMsgId, linking the two. A dead letter this console
+process already resent is refused (Resent), naming the earlier resend.
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +23,49 @@ from quarry.formats.topic import DLQ_PREFIX, RETRY_PREFIX, TopicError, validate_
 ORIGIN_PROPERTIES = ("RETRY_TOPIC", "DLQ_ORIGIN_TOPIC")
 RESENT_FROM = "RESENT_FROM"
 MAX_RESEND = 256  # one confirmation's worth; a page of the DLQ view at most
+MAX_REMEMBERED = 100_000  # resends a console process remembers (Resent): a few MB at most
+
+
+class Resent:
+    """The dead letters this console process resent (by offsetMsgId, upper-case), each with
+    what its resend answered, so that a second confirmation (another click, another browser)
+    refuses them instead of sending again. Held in memory for the last `limit` resends: a
+    console restart, another console process, or a resend older than that is not remembered
+    (the resent message's RESENT_FROM still names its dead letter)."""
+
+    def __init__(self, limit: int = MAX_REMEMBERED) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._sent: OrderedDict[str, dict[str, Any] | None] = OrderedDict()  # None: being sent now
+
+    def refusal(self, oid: str) -> tuple[str, dict[str, Any] | None] | None:
+        """Why `oid` must not be sent again (and the earlier resend's answer), or None."""
+        with self._lock:
+            if oid not in self._sent:
+                return None
+            sent = self._sent[oid]
+        if sent is None:
+            return "being resent by another request of this console now", None
+        return f"already resent by this console, as message id {sent['msgId']} (offsetMsgId {sent['offsetMsgId']})", sent
+
+    def claim(self, oid: str) -> tuple[str, dict[str, Any] | None] | None:
+        """refusal(oid), else None with `oid` marked as being sent (then done() or release())."""
+        with self._lock:
+            if oid not in self._sent:
+                self._sent[oid] = None
+                return None
+        return self.refusal(oid)
+
+    def done(self, oid: str, sent: dict[str, Any]) -> None:
+        with self._lock:
+            self._sent[oid] = sent
+            while len(self._sent) > self.limit:
+                self._sent.popitem(last=False)
+
+    def release(self, oid: str) -> None:
+        """The send failed: `oid` may be resent."""
+        with self._lock:
+            self._sent.pop(oid, None)
 
 
 class NotResendable(Exception):

@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from quarry.channels import signs_calls
 from quarry.clients.admin import AdminClient
+from quarry.clients.console import dead_letters
 from quarry.clients.console.api import Api, Response
 from quarry.clients.console.sessions import COOKIE, Session, Sessions
 from quarry.formats.addresses import format_host_port, split_host_port
@@ -231,8 +232,9 @@ def make_server(bind: str, admin: Any, histogram_slice_s: float = 1.5, tls: ssl.
         def make_admin(account: tuple[str, str]) -> Any:
             return AdminClient(admin.router_addr, timeout_s=admin.timeout_s, account=account)
     new_admin = make_admin
-    sessions = Sessions(lambda account: Api(new_admin(account), histogram_slice_s=histogram_slice_s), session_idle_s)
-    handler = type("ConsoleHandler", (Handler,), {"api": Api(admin, histogram_slice_s=histogram_slice_s), "sessions": sessions,
+    resent = dead_letters.Resent()  # one record for the process's Api and every session's: a dead letter is resent once
+    sessions = Sessions(lambda account: Api(new_admin(account), histogram_slice_s=histogram_slice_s, resent=resent), session_idle_s)
+    handler = type("ConsoleHandler", (Handler,), {"api": Api(admin, histogram_slice_s=histogram_slice_s, resent=resent), "sessions": sessions,
                                                   "secure": tls is not None})
     server_class = type("ConsoleServer", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET,
                                                                   "handle_error": _connection_failed})

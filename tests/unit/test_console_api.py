@@ -393,6 +393,65 @@ def test_bad_resend_input_is_400_naming_the_field(api: Api, doc: Any, content_ty
     assert status == 400 and body["field"] == field, body
 
 
+class CaseBlindAdmin(FakeAdmin):
+    def query_by_id(self, oid: str) -> QueryResult:  # as the router: the hex read whatever its case
+        return super().query_by_id(oid.upper())
+
+
+def test_one_dead_letter_named_twice_in_different_case_is_refused_not_resent_twice() -> None:
+    admin, producer = CaseBlindAdmin(), FakeProducer()
+    m = dead_letter(1, RETRY_TOPIC="Orders")
+    admin.by_id[m.offset_msg_id.upper()] = result([m])
+    status, body = post(Api(admin, producer=producer), {"ids": [m.offset_msg_id.upper(), m.offset_msg_id.lower()], "confirm": True})
+    assert status == 400 and body["field"] == "ids" and "twice" in body["error"] and producer.sent == []
+    status, body = post(Api(admin, producer=producer), {"ids": [m.offset_msg_id.lower()], "confirm": True})
+    assert status == 200 and body["resent"] == 1 and body["results"][0]["offsetMsgId"] == m.offset_msg_id.upper()
+
+
+def test_a_dead_letter_already_resent_by_this_console_is_refused_naming_the_earlier_resend() -> None:
+    admin, producer = CaseBlindAdmin(), FakeProducer()
+    m = dead_letter(1, RETRY_TOPIC="Orders")
+    admin.by_id[m.offset_msg_id] = result([m])
+    server = make_server("127.0.0.1:0", admin, make_admin=lambda account: CaseBlindAdmin())
+    try:
+        process_api = server.RequestHandlerClass.api  # type: ignore[attr-defined]
+        process_api._producer = producer
+        _, first = post(process_api, {"ids": [m.offset_msg_id], "confirm": True})
+        assert first["resent"] == 1
+        session_api = server.RequestHandlerClass.sessions.make_api(("ops", "x"))  # type: ignore[attr-defined]
+        session_api.admin.by_id = admin.by_id
+        session_api._producer = producer
+        for doc in ({"ids": [m.offset_msg_id.lower()]}, {"ids": [m.offset_msg_id.lower()], "confirm": True}):  # the plan says so too
+            for api in (process_api, session_api):  # another click, another browser's session
+                status, again = post(api, doc)
+                (row,) = again["results"]
+                assert status == 200 and again["resent"] == 0 and again["refused"] == 1
+                assert first["results"][0]["sent"]["msgId"] in row["refused"] and row["resentBefore"] == first["results"][0]["sent"]
+        assert len(producer.sent) == 1
+    finally:
+        server.server_close()
+
+
+def test_a_resend_that_failed_may_be_confirmed_again(admin: FakeAdmin) -> None:
+    class Failing(FakeProducer):
+        fail = True
+
+        def send(self, *args: Any, **kwargs: Any) -> SendResult:
+            if self.fail:
+                self.fail = False
+                raise UnavailableError("UNAVAILABLE", "no broker took it")
+            return super().send(*args, **kwargs)
+
+    producer = Failing()
+    m = dead_letter(1, RETRY_TOPIC="Orders")
+    admin.by_id[m.offset_msg_id] = result([m])
+    api = Api(admin, producer=producer)
+    _, done = post(api, {"ids": [m.offset_msg_id], "confirm": True})
+    assert done["resent"] == 0 and done["results"][0]["error"]["code"] == "UNAVAILABLE"
+    _, done = post(api, {"ids": [m.offset_msg_id], "confirm": True})
+    assert done["resent"] == 1 and len(producer.sent) == 1
+
+
 def test_a_retry_or_dead_letter_topic_is_no_origin_and_the_plan_says_why(admin: FakeAdmin) -> None:
     producer = FakeProducer()
     pop = dead_letter(1, RETRY_TOPIC="%RETRY%g1", DLQ_ORIGIN_TOPIC="Orders")  # a RocketMQ 5 pop revive's dead letter
