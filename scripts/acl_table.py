@@ -85,7 +85,9 @@ def rows() -> list[tuple[str, str, str, list[str]]]:
         for a in accounts:
             each = [_may(a, p, True) for p in anyof]
             cells.append("yes" if "yes" in each else (", ".join(sorted({c for c in each if c != "no"})) or "no"))
-        out.append(("RocketMQ 5", rpc, " or ".join(anyof) + " on its topic", cells))
+        if rpc in rmq5_auth.GROUP_RPCS:  # and sub on its group: each example account has the default group permission
+            cells = [c if c == "no" else f"{c} (its groups)" if a.default_group_perms and not a.admin else c for c, a in zip(cells, accounts)]
+        out.append(("RocketMQ 5", rpc, " or ".join(anyof) + " on its topic" + ("; sub on its group" if rpc in rmq5_auth.GROUP_RPCS else ""), cells))
     return out
 
 

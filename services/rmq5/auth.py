@@ -78,6 +78,10 @@ PERMISSIONS: dict[str, str | tuple[str, ...] | None] = {
     "ForwardMessageToDeadLetterQueue": "query",
     "Heartbeat": None, "NotifyClientTermination": None, "Telemetry": None,
 }
+# RPCs that act as a consumer group: they also need the group permission "sub" on the request's
+# group (the account's `groups`, else `default_group_perms`), as the RocketMQ 4 door's consumer
+# requests do.
+GROUP_RPCS = frozenset({"QueryAssignment", "ReceiveMessage", "AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"})
 
 
 def signature(secret_key: str, date_time: str) -> str:
@@ -172,9 +176,10 @@ class Authenticator:
         raise RmqError(Code.UNAUTHORIZED, f"{DATE_TIME}: {date_time} is outside the {self.window_s / 60:g}-minute window around this "
                                           f"server's clock ({server} UTC){where}; check the client's clock")
 
-    def check(self, metadata: Mapping[str, str], method: str, permission: str | tuple[str, ...] | None, topics: Iterable[str] = ()) -> None:
-        """Authenticate, then require `permission` (or any one of several) on `topics`;
-        None: any valid account."""
+    def check(self, metadata: Mapping[str, str], method: str, permission: str | tuple[str, ...] | None, topics: Iterable[str] = (),
+              group: str = "") -> None:
+        """Authenticate, then require `permission` (or any one of several) on `topics` and, with
+        `group`, "sub" on that consumer group; None: any valid account."""
         account = self.caller(metadata, method)
         if account is None or permission is None:
             return
@@ -182,5 +187,9 @@ class Authenticator:
         anyof = (permission,) if isinstance(permission, str) else permission
         if not any(account.allows(p, wanted) for p in anyof):
             why = f"access key {account.access_key} lacks {' or '.join(anyof)} permission on {', '.join(wanted) or '*'}"
+            log_event(log, "access denied", logging.WARNING, method=method, access_key=account.access_key, reason=why)
+            raise RmqError(Code.FORBIDDEN, why)
+        if group and not account.allows_group(group):
+            why = f"access key {account.access_key} lacks sub permission on group {group}"
             log_event(log, "access denied", logging.WARNING, method=method, access_key=account.access_key, reason=why)
             raise RmqError(Code.FORBIDDEN, why)

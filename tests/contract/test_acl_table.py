@@ -35,8 +35,11 @@ def test_every_rocketmq5_rpc_served_has_a_rule_and_is_checked_by_it() -> None:
     rpcs = {m.name for s in service.DESCRIPTOR.services_by_name.values() for m in s.methods}
     assert set(auth.PERMISSIONS) <= rpcs
     # Every check a servicer makes names its RPC and the map's permission for it.
-    folder = Path(auth.__file__).parent
-    calls = re.findall(r'check\((?:md|client_calls\.metadata\(context\)), "(\w+)", (None|"\w+"|\([^)]*\))', "".join(p.read_text() for p in folder.glob("*.py")))
+    services = Path(auth.__file__).parent.parent
+    sources = [*services.glob("rmq5/*.py"), *services.glob("*/doors/rmq5_*.py")]
+    assert any("doors" in str(p) for p in sources), "the RocketMQ 5 doors were not found: the glob is stale"
+    text = "".join(p.read_text() for p in sources)
+    calls = re.findall(r'check\((?:md|client_calls\.metadata\(context\)), "(\w+)", (None|"\w+"|\([^)]*\))', text)
     assert calls, "no auth.check calls found: the pattern is stale"
     checked = {rpc for rpc, _ in calls}
     for rpc, permission in calls:
@@ -44,6 +47,12 @@ def test_every_rocketmq5_rpc_served_has_a_rule_and_is_checked_by_it() -> None:
         assert eval(permission) == auth.PERMISSIONS[rpc], f"{rpc} is checked for {permission}, the rule says {auth.PERMISSIONS[rpc]!r}"
     served = checked | {"AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"}  # (checked through _consumer_call's rpc)
     assert served <= set(auth.PERMISSIONS)
+    # A consumer group's RPCs check the group too.
+    for line in re.findall(r'check\((?:md|client_calls\.metadata\(context\)), (?:"\w+"|rpc), [^\n]*', text):
+        rpc = re.search(r'"(\w+)"|(rpc)', line)
+        named = rpc.group(1) if rpc and rpc.group(1) else "AckMessage"  # (_consumer_call's rpc: the consumer RPCs)
+        if named in auth.GROUP_RPCS:
+            assert "group=request.group.name" in line, f"{named} does not check its group: {line}"
 
 
 def test_the_documented_table_is_the_one_the_maps_make() -> None:

@@ -111,3 +111,18 @@ def test_settings_give_the_window_and_zones_and_warn_when_acl_runs_without_tls(m
             assert Authenticator.from_settings(None, args).accounts is None  # ACL off: nothing to say
             assert not caplog.records
     assert Authenticator.from_settings(None, commitlog_args([])).zones == ANY_ZONE
+
+
+def test_a_consumer_rpc_needs_the_group_permission_too() -> None:
+    reader = Account("pub", "pub-secret", topics={"TopicA": {"query"}}, groups={"Billing": {"sub"}, "Audit": set()},
+                     default_group_perms=frozenset())
+    auth = Authenticator({"pub": reader}, 15 * 60, ANY_ZONE, clock=lambda: NOW)
+    md = _md(_at(0))
+    auth.check(md, "ReceiveMessage", "query", ["TopicA"], group="Billing")  # topic and group allowed
+    for group in ("Audit", "Other"):  # named without sub, and not named with no default
+        with pytest.raises(RmqError) as err:
+            auth.check(md, "ReceiveMessage", "query", ["TopicA"], group=group)
+        assert err.value.code == Code.FORBIDDEN and f"lacks sub permission on group {group}" in err.value.message
+    with pytest.raises(RmqError) as err:  # the topic is still checked first
+        auth.check(md, "ReceiveMessage", "query", ["TopicB"], group="Billing")
+    assert "TopicB" in err.value.message

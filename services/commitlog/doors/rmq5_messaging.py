@@ -114,7 +114,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
         """Asked here by PushConsumers (a broker of the route), answered by a router (assignment.py)."""
         try:
             md = client_calls.metadata(context)
-            self.auth.check(md, "QueryAssignment", "query", [request.topic.name])
+            self.auth.check(md, "QueryAssignment", "query", [request.topic.name], group=request.group.name)
             check_group(request.group)
             return await self.assignments.query(request, md)
         except Exception as exc:  # never an unanswered call
@@ -122,7 +122,7 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: service.ReceiveMessageRequest, context: Any) -> AsyncIterator[service.ReceiveMessageResponse]:
         try:
-            self.auth.check(client_calls.metadata(context), "ReceiveMessage", "query", [request.message_queue.topic.name])
+            self.auth.check(client_calls.metadata(context), "ReceiveMessage", "query", [request.message_queue.topic.name], group=request.group.name)
             async for response in self.consumption.receive(request, context):
                 yield response
         except Exception as exc:  # never an unanswered call
@@ -141,9 +141,9 @@ class CommitLogMessagingServicer(service_grpc.MessagingServiceServicer):
 
     async def _consumer_call(self, rpc: str, request: Any, context: Any, response: Callable[..., Any],
                              action: Callable[[Any], Awaitable[Any]]) -> Any:
-        """A unary consumer RPC: the group's topic needs `query` permission; every failure in band."""
+        """A unary consumer RPC: the group's topic needs `query` permission, the group `sub`; every failure in band."""
         try:
-            self.auth.check(client_calls.metadata(context), rpc, "query", [request.topic.name])
+            self.auth.check(client_calls.metadata(context), rpc, "query", [request.topic.name], group=request.group.name)
             return await action(request)
         except Exception as exc:  # never an unanswered call
             return response(status=client_calls.in_band(exc, rpc))

@@ -47,7 +47,7 @@ class RouterMessagingServicer(service_grpc.MessagingServiceServicer):
     async def QueryAssignment(self, request: service.QueryAssignmentRequest, context: Any) -> service.QueryAssignmentResponse:
         """A PushConsumer's share of a topic: every broker holding it (route.assignments)."""
         try:
-            self.auth.check(client_calls.metadata(context), "QueryAssignment", "query", [request.topic.name])
+            self.auth.check(client_calls.metadata(context), "QueryAssignment", "query", [request.topic.name], group=request.group.name)
             check_group(request.group)
             queues = query_route(self.registry, request.topic)
         except RmqError as exc:
