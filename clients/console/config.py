@@ -27,6 +27,9 @@ def _bind(text: str) -> str:
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="quarry-console", description=DESCRIPTION)
     p.add_setting("--bind", "QUARRY_CONSOLE_BIND", "127.0.0.1:8080", "host:port the console's HTTP server listens on (port 0: any free port, logged)", _bind)
+    p.add_setting("--public-name", "QUARRY_CONSOLE_PUBLIC_NAME", "",
+                  "host name(s) operators open the console by, comma-separated (e.g. behind a proxy); besides the --bind host, "
+                  "localhost and any IP address, a request naming another Host is refused (421: DNS rebinding)")
     p.add_setting("--router", "QUARRY_CONSOLE_ROUTER", "127.0.0.1:9876", "router(s) to ask, host:port; several as 'a:9876;b:9876' (tried in turn)", _routers)
     p.add_setting("--timeout-ms", "QUARRY_CONSOLE_TIMEOUT_MS", 10_000, "deadline of one call to a router", int, minimum=1)
     p.add_setting("--histogram-slice-ms", "QUARRY_CONSOLE_HISTOGRAM_SLICE_MS", 1500,

@@ -12,6 +12,7 @@ serves HTTPS only, its cookie marked Secure.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import mimetypes
@@ -37,8 +38,41 @@ from quarry.services.log import configure_logging, log_event
 log = logging.getLogger("quarry.console")
 
 VIEWS = ("/", "/search", "/browse", "/message", "/cluster", "/login")
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 MAX_POST_BYTES = 16 * 1024
 STATIC = resources.files("quarry.clients.console") / "static"
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header (`name`, `name:port`, `[v6]:port`), lower-case, without a
+    trailing dot."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        h = h[1:].split("]", 1)[0]
+    elif h.count(":") == 1:
+        h = h.split(":", 1)[0]
+    return h.rstrip(".")
+
+
+def names_of(bind_host: str, public_names: str = "") -> frozenset[str]:
+    """The Host names the console answers: the bind host (unless a wildcard), localhost's names,
+    and `public_names` (comma-separated: what operators type, e.g. behind a proxy). An IP
+    address is always accepted (host_allowed): DNS rebinding needs a name."""
+    names = {host_name(n) for n in public_names.split(",") if n.strip()} | set(LOCAL_NAMES)
+    if bind_host not in ("", "0.0.0.0", "::"):
+        names.add(host_name(f"[{bind_host}]" if ":" in bind_host else bind_host))
+    return frozenset(names)
+
+
+def host_allowed(header: str | None, names: frozenset[str]) -> bool:
+    if header is None:  # no Host at all: not a browser (every browser sends one), so no rebinding
+        return True
+    name = host_name(header)
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return name in names
 
 
 def _static(name: str) -> bytes | None:
@@ -54,6 +88,8 @@ class Handler(BaseHTTPRequestHandler):
     api: Api  # set on the class made by make_server
     sessions: Sessions
     secure: bool
+    names: frozenset[str]  # the Host names this console answers (names_of)
+    resend_needs_login: bool  # no account of its own: a resend is signed by the operator who logged in
 
     def log_message(self, format: str, *args: Any) -> None:  # one event per request, as every Quarry process logs
         log_event(log, "request", logging.DEBUG, client=self.client_address[0], line=format % args)
@@ -82,8 +118,22 @@ class Handler(BaseHTTPRequestHandler):
 
     MAX_POST_BYTES = 1 << 20
 
+    def _misdirected(self, path: str) -> bool:
+        """Refuse (421) a request whose Host is a name this console does not have: a page of
+        another site whose name was rebound to this address (DNS rebinding) sends its own name.
+        /healthz answers any Host (a probe may use a container's name; it says only "ok")."""
+        host = self.headers.get("Host")
+        if path == "/healthz" or host_allowed(host, self.names):
+            return False
+        log_event(log, "misdirected request", logging.WARNING, client=self.client_address[0], host=host, path=path)
+        self._reply(Response(421, {"error": f"Host {host!r} is not a name of this console: open it by its address, localhost, "
+                                            "or a name given with --public-name (QUARRY_CONSOLE_PUBLIC_NAME)", "field": "Host"}))
+        return True
+
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
+        if self._misdirected(path):
+            return
         origin = self.headers.get("Origin")
         if origin is not None and urlsplit(origin).netloc != self.headers.get("Host", ""):  # another site's page posting here
             self._reply(Response(403, {"error": f"Origin {origin} is not this console"}))
@@ -94,6 +144,10 @@ class Handler(BaseHTTPRequestHandler):
         session, ended = self._session()
         if ended:
             self._reply(self._ended())
+            return
+        if path == "/api/resend" and session is None and self.resend_needs_login:
+            self._reply(Response(401, {"error": "log in to resend: this console has no account of its own (QUARRY_ACCESS_KEY), "
+                                                "so a resend is sent as the operator who logged in", "code": "LOGIN_REQUIRED"}))
             return
         length = self._length(self.MAX_POST_BYTES)
         if length is None:
@@ -179,6 +233,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         path = url.path
+        if self._misdirected(path):
+            return
         if path == "/api/session":
             session, ended = self._session()
             body = {"loggedIn": session is not None, "accessKey": session.access_key if session else "", "sessionEnded": bool(ended),
@@ -224,9 +280,12 @@ def _connection_failed(server: Any, request: Any, client_address: Any) -> None:
 
 
 def make_server(bind: str, admin: Any, histogram_slice_s: float = 1.5, tls: ssl.SSLContext | None = None,
-                session_idle_s: float = 3600, make_admin: Callable[[tuple[str, str]], Any] | None = None) -> ThreadingHTTPServer:
+                session_idle_s: float = 3600, make_admin: Callable[[tuple[str, str]], Any] | None = None,
+                public_names: str = "", resend_needs_login: bool | None = None) -> ThreadingHTTPServer:
     """`make_admin(account)`: the client of a logged-in operator (by default an AdminClient of
-    the same routers signing with that account)."""
+    the same routers signing with that account). `public_names`: Host names answered besides
+    the bind host and localhost's (names_of). `resend_needs_login`: POST /api/resend only from
+    a logged-in session (default: when the process has no account of its own)."""
     host, port = split_host_port(bind)
     if make_admin is None:
         def make_admin(account: tuple[str, str]) -> Any:
@@ -235,7 +294,8 @@ def make_server(bind: str, admin: Any, histogram_slice_s: float = 1.5, tls: ssl.
     resent = dead_letters.Resent()  # one record for the process's Api and every session's: a dead letter is resent once
     sessions = Sessions(lambda account: Api(new_admin(account), histogram_slice_s=histogram_slice_s, resent=resent), session_idle_s)
     handler = type("ConsoleHandler", (Handler,), {"api": Api(admin, histogram_slice_s=histogram_slice_s, resent=resent), "sessions": sessions,
-                                                  "secure": tls is not None})
+                                                  "secure": tls is not None, "names": names_of(host, public_names),
+                                                  "resend_needs_login": not signs_calls() if resend_needs_login is None else resend_needs_login})
     server_class = type("ConsoleServer", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET,
                                                                   "handle_error": _connection_failed})
     server = server_class((host, port), handler)
@@ -268,7 +328,7 @@ def serve(args: Any) -> int:
             return 2
     admin = AdminClient(args.router, timeout_s=args.timeout_ms / 1000)
     try:
-        server = make_server(args.bind, admin, args.histogram_slice_ms / 1000, tls, args.session_idle_minutes * 60)
+        server = make_server(args.bind, admin, args.histogram_slice_ms / 1000, tls, args.session_idle_minutes * 60, public_names=args.public_name)
     except OSError as exc:
         refusal = cannot_listen("--bind", args.bind, exc.strerror or str(exc))
         log_event(log, "refusing to start", logging.CRITICAL, reason=str(refusal))

@@ -20,7 +20,7 @@ import pytest
 
 from quarry.clients.console.api import Api
 from quarry.clients.console.config import parse_args
-from quarry.clients.console.server import make_server, tls_context
+from quarry.clients.console.server import host_allowed, make_server, names_of, tls_context
 from quarry.clients.console.sessions import COOKIE, Sessions
 from quarry.clients.errors import QuarryError
 from quarry.clients.model import QueryResult
@@ -196,6 +196,7 @@ def raw_http(base: str, request: bytes) -> bytes:
 @pytest.mark.parametrize("path", ["/api/resend", "/api/login"])
 @pytest.mark.parametrize("length,status", [("abc", 400), ("-1", 400), ("+5", 400), (str(1 << 21), 413)])
 def test_a_bad_content_length_is_answered_naming_the_header(console: Console, path: str, length: str, status: int) -> None:
+    console.server.RequestHandlerClass.resend_needs_login = False  # type: ignore[attr-defined]  # the length is what is checked here
     host = console.base.split("//", 1)[1]
     out = raw_http(console.base, f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
                                  f"Content-Length: {length}\r\n\r\n{{}}".encode())
@@ -242,6 +243,49 @@ def test_posts_from_another_site_or_not_json_are_refused(console: Console) -> No
     assert console.made == []  # the routers were never asked
     status, _, _ = console.request("/api/login", {"accessKey": "ops", "secretKey": SECRET}, headers={"Origin": console.base})
     assert status == 200
+
+
+def test_a_host_that_is_no_name_of_the_console_is_refused_dns_rebinding() -> None:
+    c = Console()
+    port = c.server.server_address[1]
+    try:
+        # a page of evil.example whose name now resolves to 127.0.0.1: its Origin equals its Host
+        for path, body in (("/api/session", None), ("/api/login", {"accessKey": "ops", "secretKey": SECRET}), ("/", None)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(c.base + path, data=None if body is None else json.dumps(body).encode(),
+                                                              headers={"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}",
+                                                                       "Content-Type": "application/json"}), timeout=10)
+            assert refused.value.code == 421 and "evil.example" in json.loads(refused.value.read())["error"]
+        assert c.made == []  # the routers were never asked
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST.", "10.1.2.3:8080", "[::1]:80"):  # its address, localhost, any IP
+            assert c.request("/api/session", headers={"Host": host})[0] == 200, host
+        with urllib.request.urlopen(urllib.request.Request(c.base + "/healthz", headers={"Host": "console:8080"}), timeout=10) as r:
+            assert r.status == 200  # a probe by a container's name
+    finally:
+        c.close()
+
+
+def test_public_names_are_answered_too() -> None:
+    names = names_of("0.0.0.0", "Console.Example.com, ops.internal")
+    assert host_allowed("console.example.com:443", names) and host_allowed("ops.internal", names) and host_allowed("localhost:8080", names)
+    assert not host_allowed("evil.example", names) and not host_allowed("0.0.0.0.evil.example", names)
+    assert host_allowed("my-box:8080", names_of("my-box")) and not host_allowed("my-box", names_of("127.0.0.1"))
+    assert parse_args(["--public-name", "console.example.com"]).public_name == "console.example.com"
+
+
+def test_a_resend_needs_a_login_when_the_console_has_no_account_of_its_own(console: Console) -> None:
+    status, body, _ = console.request("/api/resend", {"ids": ["A" * 32]})
+    assert status == 401 and body["code"] == "LOGIN_REQUIRED" and "log in" in body["error"]
+    _, _, sid = console.login("ops", SECRET)
+    status, body, _ = console.request("/api/resend", {"ids": []}, cookie=sid)  # past the gate: the body is checked
+    assert status == 400 and body["field"] == "ids"
+    signing = Console()
+    try:
+        signing.server.RequestHandlerClass.resend_needs_login = False  # type: ignore[attr-defined]  # as with QUARRY_ACCESS_KEY set
+        status, body, _ = signing.request("/api/resend", {"ids": []})
+        assert status == 400 and body["field"] == "ids"
+    finally:
+        signing.close()
 
 
 def test_an_idle_session_ends() -> None:
