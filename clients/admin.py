@@ -18,6 +18,11 @@ from quarry.clients.model import QueryResult
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, indexer_pb2, indexer_pb2_grpc, router_pb2, router_pb2_grpc
 
 
+# gRPC's default receive limit is 4 MiB: a browse page, or a broker's every queue and group
+# (GetConsumerProgress, GetStoreStatus's segments), can be larger.
+MAX_RECEIVE = [("grpc.max_receive_message_length", 128 << 20)]
+
+
 class AdminClient:
     """Queries through the router; raises NotFoundError / InvalidArgumentError / UnavailableError."""
 
@@ -27,7 +32,7 @@ class AdminClient:
         self.router_addr = router_addr
         self.timeout_s = timeout_s
         self.account = account
-        self._routers = RouterPool(router_addr, options=[("grpc.max_receive_message_length", 128 << 20)], account=account)
+        self._routers = RouterPool(router_addr, options=MAX_RECEIVE, account=account)
 
     def _call(self, method: str, request: Any) -> Any:
         try:
@@ -87,7 +92,7 @@ class AdminClient:
         return list(self._call("ListTopics", router_pb2.ListTopicsRequest()).topics)
 
     def broker_status(self, commitlog_addr: str) -> commitlog_pb2.GetStoreStatusResponse:
-        with open_channel(commitlog_addr, account=self.account) as ch:
+        with open_channel(commitlog_addr, options=MAX_RECEIVE, account=self.account) as ch:
             stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
             try:
                 return stub.GetStoreStatus(commitlog_pb2.GetStoreStatusRequest(), timeout=self.timeout_s)
@@ -96,7 +101,7 @@ class AdminClient:
 
     def consumer_progress(self, commitlog_addr: str, topic: str = "", group: str = "") -> commitlog_pb2.GetConsumerProgressResponse:
         """One broker's queue offset ranges and each consumer group's offset and lag in them."""
-        with open_channel(commitlog_addr, account=self.account) as ch:
+        with open_channel(commitlog_addr, options=MAX_RECEIVE, account=self.account) as ch:
             try:
                 return commitlog_pb2_grpc.CommitLogServiceStub(ch).GetConsumerProgress(
                     commitlog_pb2.GetConsumerProgressRequest(topic=topic, group=group), timeout=self.timeout_s)
@@ -105,7 +110,7 @@ class AdminClient:
 
     def index_status(self, indexer_addr: str) -> indexer_pb2.GetIndexStatusResponse:
         """One broker's indexer: its files, how far behind the log it is, problems found."""
-        with open_channel(indexer_addr, account=self.account) as ch:
+        with open_channel(indexer_addr, options=MAX_RECEIVE, account=self.account) as ch:
             try:
                 return indexer_pb2_grpc.IndexerServiceStub(ch).GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=self.timeout_s)
             except grpc.RpcError as exc:
