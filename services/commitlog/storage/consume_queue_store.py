@@ -68,7 +68,10 @@ class ConsumeQueue:
             self.dirty.add(start)
             view = view[len(chunk):]
             pos += len(chunk)
-        self.max_offset = max(self.max_offset, queue_offset + len(units) // CQ_UNIT_SIZE)
+            # Raised chunk by chunk: when a later file cannot be made or written (disk full),
+            # the units already on disk are below max_offset, where truncate_from_phy (the
+            # append's rollback) looks for them.
+            self.max_offset = max(self.max_offset, pos // CQ_UNIT_SIZE)
 
     def read_units(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:
         """Up to `count` (phyOffset, size, tagsCode) units from queue_offset, stopping at a hole."""
