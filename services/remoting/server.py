@@ -98,6 +98,7 @@ class Connection:
     peer: tuple[str, int]
     writer: asyncio.StreamWriter
     attributes: dict[str, object] = field(default_factory=dict)
+    in_flight: int = 0  # its requests being handled now (a handler may wait for the others' company)
     _replies: list[bytes] = field(default_factory=list, repr=False)  # frames reply() queued this turn
 
     def send(self, cmd: RemotingCommand) -> None:
@@ -243,6 +244,7 @@ class RemotingServer:
 
         def handled(task: asyncio.Task[None]) -> None:
             tasks.discard(task)
+            conn.in_flight -= 1
             in_flight.release()
 
         deadline = _Deadline(min(self.idle_s, self.limits.frame_timeout_s))
@@ -271,6 +273,7 @@ class RemotingServer:
                     continue  # Quarry sends clients no requests, so no response is awaited
                 deadline.clear()  # (a client whose requests are all in flight is not idle)
                 await in_flight.acquire()
+                conn.in_flight += 1
                 task = asyncio.create_task(self._handle(cmd, conn))
                 tasks.add(task)
                 task.add_done_callback(handled)

@@ -118,3 +118,19 @@ def test_a_call_alone_is_stored_at_once(tmp_path: Path) -> None:
         assert [(await first)[0].unique_key, (await second)[0].unique_key] == ["U-a", "U-b"]
 
     _run(tmp_path, body)
+
+
+def test_the_callers_own_word_on_company_overrides_the_process_s(tmp_path: Path) -> None:
+    async def body(servicer: CommitLogServicer) -> None:
+        sending = servicer.sending
+        sending.has_company = lambda: False  # no quarry.v1 call in flight (a remoting door's sends are not counted there)
+        appends: list[int] = []
+        sending.append_listeners.append(lambda: appends.append(1))
+        await asyncio.gather(*(sending.append_in_turn(_msg(f"a{i}"), "test") for i in range(3)))
+        assert len(appends) == 3  # alone by the process's measure: each stored at once
+        await asyncio.gather(*(sending.append_in_turn(_msg(f"b{i}"), "test", company=True) for i in range(3)))
+        assert len(appends) == 4  # the door knows its connection's other requests: one append for the three
+        await sending.append_in_turn(_msg("c"), "test", company=False)
+        assert len(appends) == 5
+
+    _run(tmp_path, body)

@@ -72,7 +72,7 @@ class SendPath:
         self._observe(rpc, t0)
         return appended
 
-    async def append_in_turn(self, msg: MessageFields, rpc: str, peer: tuple[str, int] | None = None) -> Appended:
+    async def append_in_turn(self, msg: MessageFields, rpc: str, peer: tuple[str, int] | None = None, company: bool | None = None) -> Appended:
         """append_flushed of one message sent in a call of its own. With other calls in flight
         it is stored at the end of this turn of the event loop, with the other such calls'
         messages of the turn: one append (one write, one wake-up of the readers) for all,
@@ -81,9 +81,11 @@ class SendPath:
         turn (requests read, answers written), and waiting lets the loop move those first
         (bench rmq5). A call alone is stored at once: waiting would only cost it a turn. So
         is every call in SYNC mode: it waits for its fsync anyway, and the loop moves the
-        others meanwhile (waiting for the turn as well cost quarry.v1 ~10 % at 16 in flight)."""
+        others meanwhile (waiting for the turn as well cost quarry.v1 ~10 % at 16 in flight).
+        `company` says whether other calls are in flight, where the caller knows (None: the
+        process's `has_company`)."""
         waiting = self._turn
-        if not waiting and (self.store.state.config.flush_mode == "SYNC" or not self.has_company()):
+        if not waiting and (self.store.state.config.flush_mode == "SYNC" or not (self.has_company() if company is None else company)):
             return await self.append_flushed((msg,), rpc, peer=peer)
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()

@@ -1,8 +1,9 @@
 """The RocketMQ 4 door's sends: SEND_MESSAGE (V1, V2 and batch) and END_TRANSACTION, and the
 transaction check's CHECK_TRANSACTION_STATE to a producer.
 
-Sends go through the same path as quarry.v1 (sending.SendPath.append_flushed,
-message_mapping), so a message is the same record whichever door it came in by.
+Sends go through the same path as quarry.v1 (sending.SendPath, message_mapping), so a message
+is the same record whichever door it came in by; a single send joins its loop turn's append
+(append_in_turn) when other requests of its connection are in flight.
 """
 from __future__ import annotations
 
@@ -82,7 +83,12 @@ class Sends:
                     if topic not in self.store.topics and self.store.create_topic(topic, self.store.config.default_queues):
                         self.broker.sending.on_topic_created()
                     msg = as_half(msg)
-                results = await self.broker.sending.append_flushed([msg], "RemotingSend")
+                    results = await self.broker.sending.append_flushed([msg], "RemotingSend")
+                elif dead is not None:
+                    results = await self.broker.sending.append_flushed([msg], "RemotingSend")
+                else:
+                    # One append for the sends of a loop turn (a client's threads share its connection).
+                    results = await self.broker.sending.append_in_turn(msg, "RemotingSend", company=conn.in_flight > 1)
         except StoreError as exc:
             raise remoting_error(exc) from None
         return self._send_response(req, results, topic, common["queue_id"])  # type: ignore[arg-type]
