@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,6 +78,11 @@ class FileInfo:
     entries: int
 
 
+def new_epoch() -> int:
+    """A random index epoch, never 0 (an indexer that keeps none)."""
+    return secrets.randbits(63) or 1
+
+
 @dataclass
 class IndexStore:
     """IndexFiles oldest first; not thread-safe (the indexer serialises access)."""
@@ -87,6 +93,9 @@ class IndexStore:
     problems: list[str] = field(default_factory=list)
     last_update_timestamp: int = 0
     last_update_phy_offset: int = -1
+    # Random per process, renewed whenever last_update_phy_offset moves back (drop_after):
+    # positions compare only within one epoch (key presence, query/presence.py).
+    epoch: int = field(default_factory=lambda: new_epoch())
     rebuild_from: int | None = None  # set when corrupt files were set aside: tail from here
     _unsynced: list[IndexFile] = field(default_factory=list)  # sealed since the last flush
     # Which sealed files may hold a key (see key_filter). A query walks the candidates it
@@ -395,6 +404,7 @@ class IndexStore:
             if f not in self._unsynced:
                 self._unsynced.append(f)
         held = bool(self.files and self.files[-1].entries)
+        self.epoch = new_epoch()  # the position moves back: positions of before say nothing of after
         self.last_update_phy_offset = self.files[-1].header.end_phy_offset if held else -1
         self.last_update_timestamp = self.files[-1].header.end_timestamp if held else 0
         return dropped

@@ -100,7 +100,8 @@ class KeyPresencePublisher:
                 log_event(log, "key presence watcher dropped: too far behind", logging.WARNING, queued=w.queue.qsize())
                 self._drop(w, Unavailable(f"key presence: {MAX_QUEUED} updates not read; watch again"))
             else:
-                w.queue.put_nowait(indexer_pb2.WatchKeyPresenceResponse(key_hashes=key_hashes, position=self.index.last_update_phy_offset))
+                w.queue.put_nowait(indexer_pb2.WatchKeyPresenceResponse(
+                    key_hashes=key_hashes, position=self.index.last_update_phy_offset, epoch=self.index.epoch))
 
     # -- builds ------------------------------------------------------------------------------
     def _begin_build(self, keys: int) -> None:
@@ -193,7 +194,7 @@ class KeyPresencePublisher:
             for i, (offset, chunk) in enumerate(chunks):
                 w.queue.put_nowait(indexer_pb2.WatchKeyPresenceResponse(
                     log2_bits=f.log2_bits, hash_count=f.hashes, chunk_offset=offset, chunk=chunk,
-                    snapshot_done=i == len(chunks) - 1, position=self.index.last_update_phy_offset))
+                    snapshot_done=i == len(chunks) - 1, position=self.index.last_update_phy_offset, epoch=self.index.epoch))
             self._watchers.add(w)
         try:
             while True:
@@ -206,7 +207,7 @@ class KeyPresencePublisher:
                     if not w.queue.empty():  # came as the wait ended: it goes first
                         continue
                     # Adds run on this loop: with none queued, the index's position is the copy's.
-                    update = indexer_pb2.WatchKeyPresenceResponse(position=self.index.last_update_phy_offset)
+                    update = indexer_pb2.WatchKeyPresenceResponse(position=self.index.last_update_phy_offset, epoch=self.index.epoch)
                 if update is None:
                     assert w.closed is not None
                     raise w.closed

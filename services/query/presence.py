@@ -7,6 +7,12 @@ A copy is trusted while its updates keep coming (one at least every heartbeat_ms
 names: STALE_HEARTBEATS of them without one and it is not) and its position is not behind any
 position of that indexer this router has seen in an answer (`seen`): once a query found a
 message through a broker, no later query skips that broker on a copy older than that answer.
+Positions are log offsets, which move back when the indexer drops entries the log no longer
+holds (a cut or repaired log): they compare only within one index epoch (random per indexer
+process, renewed at each such drop), which answers and updates carry. A copy of another epoch
+than the last answer seen is not trusted; the filter itself stays good across a new epoch
+(bits are never cleared: dropped keys only answer "may hold"), so the copy goes on and is
+trusted again once its updates reach the answer's epoch and position.
 
 One watch per indexer address, started by the first query that names it, on the router's
 loop; it watches again after a failure (a new snapshot) or a silence of SILENT_S, and an
@@ -53,7 +59,9 @@ class _Copy:
     def __init__(self) -> None:
         self.filter: KeyPresence | None = None
         self.position = -1  # the index position the copy is whole up to
-        self.seen = -1  # the furthest position of this indexer seen in an answer
+        self.epoch = 0  # of `position` (0: an indexer older than epochs)
+        self.seen = -1  # the furthest position of this indexer seen in an answer ...
+        self.seen_epoch: int | None = None  # ... of the latest answer's epoch (None: no answer yet)
         self.fresh_until = 0.0  # monotonic: trusted until then, unless updated again
         self.task: asyncio.Task[None] | None = None
         self.refused = ""  # the indexer keeps no filter: why (logged once)
@@ -62,7 +70,8 @@ class _Copy:
         self.whole_since = 0.0  # monotonic: when the latest one was
 
     def trusted(self) -> bool:
-        return self.filter is not None and time.monotonic() < self.fresh_until and self.position >= self.seen
+        return (self.filter is not None and time.monotonic() < self.fresh_until
+                and (self.seen_epoch is None or self.epoch == self.seen_epoch) and self.position >= self.seen)
 
     def rules_out(self, hashes: Sequence[int]) -> bool:
         f = self.filter
@@ -101,10 +110,17 @@ class PresenceCopies:
             return False
         return copy.rules_out(hashes)
 
-    def seen(self, indexer_addr: str, position: int) -> None:
-        """An answer of this indexer came from `position`: its copy is not trusted below it."""
+    def seen(self, indexer_addr: str, position: int, epoch: int = 0) -> None:
+        """An answer of this indexer came from `position` of `epoch`: its copy is not trusted
+        below it, nor in another epoch (an answer of a new epoch replaces what was seen: its
+        positions do not compare with the old one's; a late answer of an old epoch does too,
+        which only distrusts the copy until the next answer)."""
         copy = self._copies.get(indexer_addr)
-        if copy is not None and position > copy.seen:
+        if copy is None:
+            return
+        if epoch != copy.seen_epoch:
+            copy.seen_epoch, copy.seen = epoch, position
+        elif position > copy.seen:
             copy.seen = position
 
     def valid(self, indexer_addr: str) -> bool:
@@ -173,7 +189,7 @@ class PresenceCopies:
                         raise ValueError(f"key presence update {u.seq} of {address} came before a whole snapshot")
                     copy.filter.add(u.key_hashes)
                 if copy.filter is not None and building is None:
-                    copy.position = u.position
+                    copy.position, copy.epoch = u.position, u.epoch
                     copy.fresh_until = time.monotonic() + STALE_HEARTBEATS * u.heartbeat_ms / 1000.0
         finally:
             call.cancel()

@@ -406,7 +406,7 @@ class Queries:
             while True:
                 response = await stub.QueryMessage(request, timeout=timeout_s)
                 # Its key presence copy is not trusted below what this answer saw (query/presence.py).
-                self.clients.presence.seen(broker.indexer_addr, response.index_last_update_phy_offset)
+                self.clients.presence.seen(broker.indexer_addr, response.index_last_update_phy_offset, response.index_epoch)
                 if direct:
                     messages, damaged, gone = await self._read_records(broker, commitlog, response.physical_offsets, begin, end, timeout_s)
                 else:

@@ -576,12 +576,59 @@ def test_a_copy_behind_a_position_an_answer_showed_is_not_trusted(indexer: Index
     at = on_loop(_position(copies, indexer.address))
 
     async def seen(position: int) -> None:
-        copies.seen(indexer.address, position)
+        copies.seen(indexer.address, position, indexer.index.epoch)
     on_loop(seen(at + 1000))
     assert not _rules_out(copies, indexer.address, "absent")
     indexer.index_keys(["later"], at + 1000)
     _ruled_out_soon(copies, indexer.address, "absent")  # caught up by the batch's update
     assert not _rules_out(copies, indexer.address, "later")
+
+
+def _cut_index_and_answer(indexer: Indexer, copies: PresenceCopies, key: str, offset: int) -> bool:
+    """In one loop step (the router reads no update meanwhile): the index cut back as the
+    tailer's reconcile does after a log repair, `key` indexed at `offset` as the tailer does,
+    a query of it answered as QueryMessage does (position and epoch) and seen as queries.py
+    sees it; then whether the next query would skip the broker."""
+    publisher = indexer.publisher
+    assert publisher is not None
+
+    async def run() -> bool:
+        with indexer.lock:
+            indexer.index.drop_after(100, 1_700_000_000_100)
+            record = common_pb2.DispatchRecord(physical_offset=offset, topic="T", keys=key, store_timestamp=1_700_000_000_000 + offset)
+            batch = indexer.index.prepare_records([record])
+            indexer.index.write_prepared(batch)
+            publisher.add(batch.key_hashes)
+            assert indexer.index.query("T", key, 10, 0, 2**62) == [offset]
+            position, epoch = indexer.index.last_update_phy_offset, indexer.index.epoch
+        copies.seen(indexer.address, position, epoch)
+        return copies.rules_out(indexer.address, [_hash(key)])
+    return on_loop(run())
+
+
+def test_a_copy_from_before_the_index_was_cut_back_is_not_trusted_after_an_answer_from_after(indexer: Indexer, copies: PresenceCopies) -> None:
+    # Positions are log offsets: a cut (the log repaired below what was indexed) moves the
+    # index's back, so a copy at 2,000 from before the cut is not "at or past" an answer at 600
+    # from after it, though it lacks the key that answer found. The epoch tells them apart.
+    indexer.index_keys(["a"], 100)
+    indexer.index_keys(["b"], 2000)
+    _watched(copies, indexer.address)
+    _ruled_out_soon(copies, indexer.address, "absent")
+    assert on_loop(_position(copies, indexer.address)) == 2000
+    assert not _cut_index_and_answer(indexer, copies, "after-cut", 600)
+    # The copy goes on in the new epoch (its filter holds every key it had, and the new ones).
+    _ruled_out_soon(copies, indexer.address, "absent")
+    assert on_loop(_position(copies, indexer.address)) == 600
+    assert not _rules_out(copies, indexer.address, "after-cut")
+    assert not _rules_out(copies, indexer.address, "a")
+
+    async def answer() -> indexer_pb2.QueryMessageResponse:  # what queries.py hands to seen()
+        async with grpc.aio.insecure_channel(indexer.address) as ch:
+            request = indexer_pb2.QueryMessageRequest(topic="T", key="after-cut", end_timestamp=2**62, offsets_only=True)
+            return await indexer_pb2_grpc.IndexerServiceStub(ch).QueryMessage(request, timeout=10)
+    got = on_loop(answer())
+    assert list(got.physical_offsets) == [600] and got.index_last_update_phy_offset == 600
+    assert got.index_epoch == indexer.index.epoch != 0
 
 
 def test_a_copy_whose_updates_stop_coming_is_not_trusted(indexer: Indexer, copies: PresenceCopies, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,9 +81,9 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
             offsets, next_below = self.index.query_topics_page(
                 scheduled.index_topics(request.topic), request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None
             )
-            last_ts, last_off = self.index.last_update_timestamp, self.index.last_update_phy_offset
+            last_ts, last_off, epoch = self.index.last_update_timestamp, self.index.last_update_phy_offset, self.index.epoch
         response = indexer_pb2.QueryMessageResponse(
-            index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off, next_before_phy_offset=next_below
+            index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off, next_before_phy_offset=next_below, index_epoch=epoch
         )
         if not offsets:
             return response
