@@ -5,7 +5,9 @@ IndexFiles. Routers watch it so that a key query skips the brokers that cannot h
 Their copies are advisory (docs/decisions/key-presence-advisory.md): the tailer adds each
 batch's hashes and position in the step that writes the batch, every watcher gets them
 queued, and nothing waits for a watcher. A watcher that falls MAX_QUEUED updates behind (a
-slow or gone router) is dropped: its stream ends UNAVAILABLE and it watches again. Whether a
+slow or gone router) is dropped: its stream ends UNAVAILABLE and it watches again. Its
+snapshot's chunks are kept apart and do not count (the largest filter is 512 of them: a
+router slow to read it would be dropped before it had it, again at every watch). Whether a
 copy can be trusted is the router's question (services/query/presence.py).
 
 At start the filter is built from the IndexFiles on disk in a thread (the tailer's adds go
@@ -17,6 +19,7 @@ set (more false "may hold", never a miss) until the next resize or restart.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -41,7 +44,8 @@ class _Watcher:
     """One watching stream: its queued updates, and why it ended."""
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[indexer_pb2.WatchKeyPresenceResponse | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[indexer_pb2.WatchKeyPresenceResponse | None] = asyncio.Queue()  # after the snapshot
+        self.snapshot: collections.deque[indexer_pb2.WatchKeyPresenceResponse] = collections.deque()  # sent first
         self.seq = 0  # of the last update queued or sent
         self.closed: Exception | None = None
 
@@ -192,11 +196,13 @@ class KeyPresencePublisher:
             f = self.filter
             chunks = f.chunks(CHUNK_BYTES)
             for i, (offset, chunk) in enumerate(chunks):
-                w.queue.put_nowait(indexer_pb2.WatchKeyPresenceResponse(
+                w.snapshot.append(indexer_pb2.WatchKeyPresenceResponse(
                     log2_bits=f.log2_bits, hash_count=f.hashes, chunk_offset=offset, chunk=chunk,
                     snapshot_done=i == len(chunks) - 1, position=self.index.last_update_phy_offset, epoch=self.index.epoch))
             self._watchers.add(w)
         try:
+            while w.snapshot and w.closed is None:
+                yield w.stamp(w.snapshot.popleft())
             while True:
                 try:
                     # asyncio.timeout, not wait_for: on 3.11 wait_for may swallow a cancellation

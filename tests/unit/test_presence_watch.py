@@ -679,3 +679,34 @@ def test_a_watcher_that_stops_reading_delays_no_batch_and_is_dropped(tmp_path: P
         index.close()
     assert written == list(range(100, 110))
     assert watchers == 0 and "updates not read" in why
+
+
+def test_a_snapshot_larger_than_the_queue_limit_does_not_drop_its_watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # At the largest filter a snapshot is 512 chunks: were they counted toward MAX_QUEUED, a
+    # router slow to read them would be dropped before it had the filter, again at every watch.
+    monkeypatch.setattr("quarry.services.indexer.presence.MAX_QUEUED", 5)
+    monkeypatch.setattr("quarry.services.indexer.presence.CHUNK_BYTES", 64 << 10)  # the smallest filter: 32 chunks
+    index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
+    lock = threading.Lock()
+
+    async def scenario() -> tuple[int, int, list[list[int]]]:
+        publisher = KeyPresencePublisher(index, lock).start()
+        await asyncio.wait_for(publisher._ready.wait(), 10)  # type: ignore[union-attr]
+        watch = publisher.watch()
+        updates = [await asyncio.wait_for(watch.__anext__(), 10)]  # the first chunk: watching
+        for i in range(3):  # fewer than MAX_QUEUED batches while 31 chunks are still to send
+            with lock:
+                publisher.add([_hash(f"k{i}")])
+        watchers = publisher.watchers
+        while not updates[-1].snapshot_done:
+            updates.append(await asyncio.wait_for(watch.__anext__(), 10))
+        batches = [list((await asyncio.wait_for(watch.__anext__(), 10)).key_hashes) for _ in range(3)]
+        publisher.close()
+        return len(updates), watchers, batches
+
+    try:
+        chunks, watchers, batches = on_loop(scenario())
+    finally:
+        index.close()
+    assert chunks == 32 and watchers == 1
+    assert batches == [[_hash(f"k{i}")] for i in range(3)]
