@@ -52,6 +52,7 @@ class _Watcher:
     def stamp(self, update: indexer_pb2.WatchKeyPresenceResponse) -> indexer_pb2.WatchKeyPresenceResponse:
         self.seq += 1
         update.seq, update.heartbeat_ms = self.seq, int(HEARTBEAT_S * 1000)
+        update.queued = len(self.snapshot) + self.queue.qsize()  # behind it as it leaves: the copy is not current
         return update
 
     def close(self, why: Exception) -> None:

@@ -13,6 +13,9 @@ process, renewed at each such drop), which answers and updates carry. A copy of 
 than the last answer seen is not trusted; the filter itself stays good across a new epoch
 (bits are never cleared: dropped keys only answer "may hold"), so the copy goes on and is
 trusted again once its updates reach the answer's epoch and position.
+Nor is a copy trusted while its latest update was sent with more queued behind it (`queued`):
+an update is fresh when it arrives, but a router working through a backlog would otherwise
+trust a copy well behind the index.
 
 One watch per indexer address, started by the first query that names it, on the router's
 loop; it watches again after a failure (a new snapshot) or a silence of SILENT_S, and an
@@ -63,6 +66,7 @@ class _Copy:
         self.seen = -1  # the furthest position of this indexer seen in an answer ...
         self.seen_epoch: int | None = None  # ... of the latest answer's epoch (None: no answer yet)
         self.fresh_until = 0.0  # monotonic: trusted until then, unless updated again
+        self.behind = False  # the latest update left the indexer with more queued behind it
         self.task: asyncio.Task[None] | None = None
         self.refused = ""  # the indexer keeps no filter: why (logged once)
         self.leaving = False
@@ -70,7 +74,7 @@ class _Copy:
         self.whole_since = 0.0  # monotonic: when the latest one was
 
     def trusted(self) -> bool:
-        return (self.filter is not None and time.monotonic() < self.fresh_until
+        return (self.filter is not None and time.monotonic() < self.fresh_until and not self.behind
                 and (self.seen_epoch is None or self.epoch == self.seen_epoch) and self.position >= self.seen)
 
     def rules_out(self, hashes: Sequence[int]) -> bool:
@@ -189,7 +193,7 @@ class PresenceCopies:
                         raise ValueError(f"key presence update {u.seq} of {address} came before a whole snapshot")
                     copy.filter.add(u.key_hashes)
                 if copy.filter is not None and building is None:
-                    copy.position, copy.epoch = u.position, u.epoch
+                    copy.position, copy.epoch, copy.behind = u.position, u.epoch, u.queued > 0
                     copy.fresh_until = time.monotonic() + STALE_HEARTBEATS * u.heartbeat_ms / 1000.0
         finally:
             call.cancel()

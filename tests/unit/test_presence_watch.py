@@ -710,3 +710,55 @@ def test_a_snapshot_larger_than_the_queue_limit_does_not_drop_its_watcher(tmp_pa
         index.close()
     assert chunks == 32 and watchers == 1
     assert batches == [[_hash(f"k{i}")] for i in range(3)]
+
+
+@pytest.mark.parametrize("queued", [0, 3])
+def test_a_copy_whose_update_left_with_more_queued_behind_it_is_not_trusted(queued: int) -> None:
+    # An update is fresh when it arrives, not as old as it is: a router reading through a
+    # backlog gets each update "just now" while the index is well ahead. The indexer says how
+    # many were queued behind each update it sent; until one left with none, the copy is behind.
+    snapshot = indexer_pb2.WatchKeyPresenceResponse(seq=1, log2_bits=10, hash_count=6, chunk=bytes(128), snapshot_done=True,
+                                                    position=100, epoch=7, heartbeat_ms=60_000, queued=1)
+    batch = indexer_pb2.WatchKeyPresenceResponse(seq=2, key_hashes=[_hash("k")], position=500, epoch=7, heartbeat_ms=60_000, queued=queued)
+
+    def stub(_address: str) -> Any:
+        class Stub:
+            def WatchKeyPresence(self, request: Any) -> _ScriptedCall:
+                return _ScriptedCall([snapshot, batch])
+        return Stub()
+
+    copies = on_loop(_make(stub))
+    try:
+        _rules_out(copies, "127.0.0.1:9", "x")  # starts the watch
+        wait_until(lambda: on_loop(_position(copies, "127.0.0.1:9")) == 500, what="the batch in the copy")
+        assert not _rules_out(copies, "127.0.0.1:9", "k")
+        assert _rules_out(copies, "127.0.0.1:9", "absent") == (queued == 0)
+    finally:
+        on_loop(copies.close())
+
+
+def test_each_update_says_how_many_are_queued_behind_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("quarry.services.indexer.presence.CHUNK_BYTES", 1 << 20)
+    index = IndexStore.open(tmp_path / "index", IndexStoreConfig(hash_slot_num=101, index_num=4000))
+    lock = threading.Lock()
+
+    async def scenario() -> list[tuple[bool, int]]:
+        publisher = KeyPresencePublisher(index, lock).start()
+        await asyncio.wait_for(publisher._ready.wait(), 10)  # type: ignore[union-attr]
+        watch = publisher.watch()
+        got = [await asyncio.wait_for(watch.__anext__(), 10)]
+        with lock:
+            for i in range(3):
+                publisher.add([_hash(f"k{i}")])
+        while len(got) < 3 + len(publisher.filter.chunks(1 << 20)):  # type: ignore[union-attr]
+            got.append(await asyncio.wait_for(watch.__anext__(), 10))
+        publisher.close()
+        return [(u.snapshot_done, u.queued) for u in got]
+
+    try:
+        got = on_loop(scenario())
+    finally:
+        index.close()
+    chunks = len(got) - 3
+    # Each chunk but the first left with the rest of the snapshot and the 3 batches behind it.
+    assert got[1:] == [(i == chunks - 1, chunks - 1 - i + 3) for i in range(1, chunks)] + [(False, 2), (False, 1), (False, 0)]
