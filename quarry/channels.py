@@ -77,6 +77,11 @@ def _account() -> tuple[str, str] | None:
     return (access, secret) if access and secret else None
 
 
+def uses_tls() -> bool:
+    """Whether channels opened here use TLS (QUARRY_TLS_CA is set)."""
+    return bool(os.environ.get("QUARRY_TLS_CA"))
+
+
 def signs_calls() -> bool:
     """Whether channels opened here sign every call (an ACL account is configured)."""
     return _account() is not None

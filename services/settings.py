@@ -168,6 +168,14 @@ def remoting_bind(parser: EnvArgumentParser, args: argparse.Namespace, default_p
     return address
 
 
+def add_frames_setting(p: "EnvArgumentParser") -> None:
+    """--frames-port: where the router's unary calls may also come as plain TCP frames
+    (quarry/frames.py; docs/decisions/internal-transport-plain-grpc.md)."""
+    p.add_setting("--frames-port", "QUARRY_FRAMES_PORT", -1,
+                  "TCP port on the --bind host for the router's unary calls as plain frames, told to the router on the gRPC port "
+                  "(0: off, calls stay on gRPC; -1: any free port); never opened with ACL accounts or TLS on", int, minimum=-1)
+
+
 def add_metrics_settings(p: "EnvArgumentParser") -> None:
     """--metrics-port and --metrics-host, the same for every service."""
     p.add_setting("--metrics-port", "QUARRY_METRICS_PORT", 0, "Prometheus metrics port (0: off)", int, minimum=0)

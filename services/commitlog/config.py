@@ -9,7 +9,7 @@ from quarry.services.commitlog.broker.transaction_check import add_check_setting
 from quarry.services.remoting.server import add_limit_settings
 from quarry.services.rmq5.auth import add_auth_settings
 from quarry.services.settings import (
-    EnvArgumentParser, add_metrics_settings, add_process_settings, add_remoting_settings, parse_bool, remoting_bind,
+    EnvArgumentParser, add_frames_setting, add_metrics_settings, add_process_settings, add_remoting_settings, parse_bool, remoting_bind,
 )
 
 REMOTING_PORT = 10931  # the remoting port's default, on the --bind host (RocketMQ's 10911 is the gRPC port here)
@@ -57,6 +57,7 @@ def build_parser() -> EnvArgumentParser:
     add_check_settings(p)
     add_auth_settings(p)
     add_metrics_settings(p)
+    add_frames_setting(p)
     add_process_settings(p)
     return p
 

@@ -6,6 +6,8 @@ import asyncio
 import gc
 import logging
 import threading
+
+import grpc
 from pathlib import Path
 
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, router_pb2
@@ -36,6 +38,7 @@ from quarry.services.rmq5.contract import service_grpc as rmq5_grpc
 from quarry.services.rmq5.telemetry import ServerPolicy
 from quarry.services.security import configured_accounts
 from quarry.services.call_tracking import CallTracker
+from quarry.services.frames_server import announced, start_frames
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
 
 log = logging.getLogger("quarry.commitlog")
@@ -107,12 +110,17 @@ async def _serve(args: argparse.Namespace) -> None:
     # The remoting port listens before health says SERVING: a client (or a test) that waits for
     # SERVING may then use either port.
     remoting = await start_remoting(args, broker)
+    max_message_bytes = max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20))
+    # The router's unary calls may also come as frames (services/frames_server.py).
+    def add_door(s: grpc.aio.Server) -> None:
+        commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s)
+    frames = await start_frames("commitlog", args.frames_port, args.bind, [add_door], tracker, max_message_bytes)
     # Bodies above the limit are refused by gRPC before the payload is buffered.
     running = await start_aio_server(
         "commitlog", args.bind,
-        [Registration(lambda s: commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(servicer, s), name),
+        [Registration(announced(add_door, frames), name),
          Registration(lambda s: rmq5_grpc.add_MessagingServiceServicer_to_server(rmq5, s), RMQ5_SERVICE)],
-        max_message_bytes=max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20)),
+        max_message_bytes=max_message_bytes,
         metrics=metrics.METRICS, health_check=lambda: store_health(store) or "; ".join(watches.stalls()), tracker=tracker,
     )
     offsets_persister = OffsetsPersister(store.consumer_offsets, args.offsets_persist_interval_ms / 1000.0).start()
@@ -165,6 +173,8 @@ async def _serve(args: argparse.Namespace) -> None:
             # No unregister: until it expires, the router keeps reporting this broker as not
             # answering instead of silently leaving its messages out of answers.
             heartbeat.stop(unregister=False)
+        if frames is not None:  # calls still running after the grace end before the store closes
+            asyncio.run_coroutine_threadsafe(frames.close(), loop).result()
         ended = True
         if delivering is not None:  # its round ends (told in _before_grace) before the store closes
             try:
@@ -181,6 +191,8 @@ async def _serve(args: argparse.Namespace) -> None:
         delivery_stop.set()  # no delayed message is delivered to a closing store
         stopping.set()  # lets Tail streams end so the grace period is not spent on them
         rmq5.close()  # and the SDKs' Telemetry streams
+        if frames is not None:
+            frames.stop_accepting()
         flushed.fire()
         if remoting is not None:
             remoting.server.stop_accepting()  # no remoting send may reach a closing store

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from quarry.services.settings import EnvArgumentParser, add_process_settings, parse_bool, add_metrics_settings
+from quarry.services.settings import EnvArgumentParser, add_frames_setting, add_process_settings, parse_bool, add_metrics_settings
 
 
 def build_parser() -> EnvArgumentParser:
@@ -22,6 +22,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--follow-index", "QUARRY_INDEX_FOLLOW", False, "answer from a running RocketMQ broker's own IndexFiles (--index-dir: the broker's store root, holding index/): read-only, no Tail, re-read every --follow-interval-ms", parse_bool)
     p.add_setting("--follow-interval-ms", "QUARRY_INDEX_FOLLOW_INTERVAL_MS", 200, "--follow-index: how often the broker's IndexFiles are looked at again", int, minimum=10)
     add_metrics_settings(p)
+    add_frames_setting(p)
     add_process_settings(p)
     return p
 

@@ -3,6 +3,7 @@ IndexFiles), key presence and its quarry.v1 door, built by constructor on one ev
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import os
@@ -10,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable
+
+import grpc
 
 
 
@@ -30,6 +33,8 @@ from quarry.services.metrics import StartupError
 from quarry.services.settings import metrics_host
 from quarry.services.progress import Watches
 from quarry.services.serving import Registration, aio_wait_for_termination, start_aio_server
+from quarry.services.call_tracking import CallTracker
+from quarry.services.frames_server import announced, start_frames
 
 from quarry.services.indexer.doors.quarry_v1 import IndexerServicer
 
@@ -118,14 +123,23 @@ async def _serve(args: argparse.Namespace) -> int:
     metrics.TAIL_CONNECTED.set_function(lambda: 1.0 if tailer is not None and tailer.state.connected else 0.0)
     servicer = IndexerServicer(args.broker_name, index, lock, args.commitlog, tailer, checkpoint, log_files, presence)
     name = indexer_pb2.DESCRIPTOR.services_by_name["IndexerService"].full_name
-    running = await start_aio_server("indexer", args.bind, [Registration(lambda s: indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s), name)],
-                                     metrics=metrics.METRICS, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
+    tracker = CallTracker(metrics.METRICS)
+    # The router's unary calls may also come as frames (services/frames_server.py).
+    def add_door(s: grpc.aio.Server) -> None:
+        indexer_pb2_grpc.add_IndexerServiceServicer_to_server(servicer, s)
+    frames = await start_frames("indexer", args.frames_port, args.bind, [add_door], tracker, 128 * 1024 * 1024)
+    running = await start_aio_server("indexer", args.bind, [Registration(announced(add_door, frames), name)],
+                                     metrics=metrics.METRICS, tracker=tracker, health_check=lambda: tail_health(tailer) or (f"following the broker's index failed: {follower.failing}" if follower is not None and follower.failing else ""))
     # Start-up's objects (modules, descriptors, the opened index) live as long as the process:
     # frozen, a full collection no longer walks them with the loop stalled (as the commitlog).
     gc.collect()
     gc.freeze()
 
+    loop = asyncio.get_running_loop()
+
     def _stop() -> None:
+        if frames is not None:  # calls still running after the grace end before the index closes
+            asyncio.run_coroutine_threadsafe(frames.close(), loop).result()
         if follower is not None:
             follower.stop()
         if tailer is not None:
@@ -135,7 +149,12 @@ async def _serve(args: argparse.Namespace) -> int:
         if lock_fd is not None:
             os.close(lock_fd)  # another indexer may write the directory now
 
-    await aio_wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0,
-                                   before_stop=presence.close if presence is not None else None)
+    def _before_grace() -> None:
+        if frames is not None:
+            frames.stop_accepting()
+        if presence is not None:
+            presence.close()
+
+    await aio_wait_for_termination(running, "indexer", on_stop=_stop, grace_s=args.shutdown_grace_ms / 1000.0, before_stop=_before_grace)
     await servicer.close()
     return 0
