@@ -146,6 +146,12 @@ class ServiceProcess:
             self._log = None
 
 
+def _flag(args: list[str], flag: str) -> str:
+    """The value of `flag`'s last occurrence in `args` (as argparse reads it), "" when absent."""
+    at = [i for i, a in enumerate(args) if a == flag and i + 1 < len(args)]
+    return args[at[-1] + 1] if at else ""
+
+
 @dataclass
 class BrokerProcesses:
     """One broker: its commitlog and indexer processes."""
@@ -175,6 +181,9 @@ class LocalCluster:
     # Each indexer reads key queries' records from its commitlog's files (same host) instead
     # of calling the commitlog (indexer --commitlog-store-dir).
     indexer_reads_store: bool = False
+    # Each commitlog answers RocketMQ 4 key queries from its indexer's IndexFiles, mapped
+    # read-only (commitlog --index-dir and the indexer's geometry), instead of asking it.
+    commitlog_reads_index: bool = True
 
     def start_router(self, *args: str, host: str = "127.0.0.1") -> ServiceProcess:
         self.router = ServiceProcess(
@@ -187,10 +196,19 @@ class LocalCluster:
         assert self.router is not None, "start the router first"
         store_dir, index_dir = self.root / name / "store", self.root / name / "index"
         cl_addr, ix_addr = f"{host}:{free_port(host)}", f"{host}:{free_port(host)}"
+        ix_args = ["--index-dir", str(index_dir), *self.indexer_args, *(indexer_args or [])]
+        reads_index: list[str] = []
+        if self.commitlog_reads_index:
+            # The directory the indexer will use, made now: the commitlog starts first and maps what appears there.
+            Path(_flag(ix_args, "--index-dir")).mkdir(parents=True, exist_ok=True)
+            reads_index = ["--index-dir", _flag(ix_args, "--index-dir")]
+            for ours, theirs in (("--index-hash-slots", "--hash-slots"), ("--index-num", "--index-num"), ("--index-max-num", "--max-msgs-num-batch")):
+                if _flag(ix_args, theirs):
+                    reads_index += [ours, _flag(ix_args, theirs)]
         commitlog = ServiceProcess(
             "commitlog", cl_addr,
             ["--store-dir", str(store_dir), "--broker-name", name, "--router", self.router.address, "--indexer-addr", ix_addr,
-             "--heartbeat-interval-ms", str(self.heartbeat_ms), *self.commitlog_args, *(commitlog_args or [])],
+             "--heartbeat-interval-ms", str(self.heartbeat_ms), *reads_index, *self.commitlog_args, *(commitlog_args or [])],
             self.root / "logs" / f"{name}-commitlog.log", env=dict(self.env),
         ).start()
         indexer = ServiceProcess(

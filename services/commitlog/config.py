@@ -31,6 +31,14 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--cluster-name", "QUARRY_CLUSTER_NAME", "DefaultCluster", "cluster name")
     p.add_setting("--router", "QUARRY_ROUTER_ADDR", "", "query routers to register with, host:port or several as 'a:9876;b:9876' (registers with each; empty: do not register)", _router_list)
     p.add_setting("--indexer-addr", "QUARRY_INDEXER_ADDR", "", "this broker's indexer address, announced to the router")
+    p.add_setting("--index-dir", "QUARRY_INDEX_DIR", "",
+                  "this broker's indexer --index-dir, when on this host: RocketMQ 4 key queries (QUERY_MESSAGE) read its IndexFiles here, mapped read-only "
+                  "and looked at again every 100 ms, instead of asking the indexer (one hop less); nothing there is written, locked or created. "
+                  "Give the indexer's --hash-slots, --index-num and --max-msgs-num-batch too. Empty, or not readable here (said once at start): ask the indexer. "
+                  "compose.yaml leaves it empty: its commitlog and indexer containers share no volume")
+    p.add_setting("--index-hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "with --index-dir: the indexer's --hash-slots", int, minimum=1)
+    p.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "with --index-dir: the indexer's --index-num", int, minimum=2)
+    p.add_setting("--index-max-num", "QUARRY_INDEX_MAX_NUM", 64, "with --index-dir: the indexer's --max-msgs-num-batch (cap on a key query's answer)", int, minimum=1)
     p.add_setting("--heartbeat-interval-ms", "QUARRY_HEARTBEAT_INTERVAL_MS", 3000, "heartbeat interval to the router", int, minimum=100)
     p.add_setting("--segment-size", "QUARRY_SEGMENT_SIZE", 1024 * 1024 * 1024, "CommitLog segment size in bytes", int, minimum=4096)
     p.add_setting("--cq-units-per-file", "QUARRY_CQ_UNITS_PER_FILE", 300_000, "ConsumeQueue units per file", int, minimum=1)

@@ -27,6 +27,7 @@ from quarry.services.commitlog.doors.quarry_v1 import CommitLogServicer
 from quarry.services.commitlog.storage.store import CommitLogStore, StoreConfig
 from quarry.services.commitlog.broker.transaction_check import TransactionCheck, check_settings
 from quarry.services import event_loop
+from quarry.services.indexer.index_view import open_index_view
 from quarry.services.log import configure_logging, log_event
 from quarry.services.metrics import StartupError
 from quarry.services.settings import metrics_host
@@ -109,7 +110,11 @@ async def _serve(args: argparse.Namespace) -> None:
     watches.add(rmq5.consumption.dead_lettering)
     # The remoting port listens before health says SERVING: a client (or a test) that waits for
     # SERVING may then use either port.
-    remoting = await start_remoting(args, broker)
+    # QUERY_MESSAGE answered from the indexer's IndexFiles mapped read-only here (same host), else by the indexer.
+    key_index = open_index_view(args.index_dir, args.index_hash_slots, args.index_num, args.index_max_num) if args.remoting_bind else None
+    if key_index is not None:
+        log_event(log, "key queries read the indexer's files here", index_dir=args.index_dir, refresh_interval_ms=key_index.interval_ms)
+    remoting = await start_remoting(args, broker, key_index)
     max_message_bytes = max(args.max_message_size * 2 + (1 << 20), 64 * 1024 * 1024 + (1 << 20))
     # The router's unary calls may also come as frames (services/frames_server.py).
     def add_door(s: grpc.aio.Server) -> None:
@@ -205,3 +210,5 @@ async def _serve(args: argparse.Namespace) -> None:
         checking.cancel()
     if remoting is not None:
         await remoting.close()
+    if key_index is not None:
+        key_index.stop()

@@ -8,6 +8,7 @@ from quarry.services.commitlog.broker.broker_settings import BrokerSettings, roc
 from quarry.services.commitlog.doors.quarry_v1_convert import resolve_store_host
 from quarry.services.commitlog.broker.core import Broker
 from quarry.services.commitlog.doors.remoting import RemotingBroker
+from quarry.services.commitlog.doors.remoting_queries import KeyIndex
 from quarry.services.remoting.acl import ACCESS_KEY, RemotingAcl
 from quarry.services.remoting.server import RemotingServer, known_key_check, limits_from
 from quarry.services.security import configured_accounts
@@ -34,7 +35,7 @@ def advertised(address: str) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-async def start_remoting(args: argparse.Namespace, core: Broker) -> RemotingPort | None:
+async def start_remoting(args: argparse.Namespace, core: Broker, key_index: KeyIndex | None = None) -> RemotingPort | None:
     """The remoting port listening on --remoting-bind, or None when off. A bind that fails
     or an announced address that does not resolve stops the start (StartupError: one line)."""
     if not args.remoting_bind:
@@ -46,7 +47,7 @@ async def start_remoting(args: argparse.Namespace, core: Broker) -> RemotingPort
     accounts = configured_accounts()
     acl = accounts is not None
     broker = RemotingBroker(core, indexer_addr=args.indexer_addr,
-                            settings=BrokerSettings(rocketmq_settings(args, acl)))
+                            settings=BrokerSettings(rocketmq_settings(args, acl)), key_index=key_index)
     # With ACL on, a request naming no account is refused from its header, before its body is read.
     server = RemotingServer("commitlog", broker.handlers(), args.remoting_max_frame_bytes, RemotingAcl(accounts) if accounts is not None else None,
                             known_key_check(ACCESS_KEY, accounts) if accounts is not None else None, limits_from(args, acl))

@@ -438,3 +438,83 @@ def test_end_transaction_commits_or_rolls_back_a_prepared_message(cluster: Local
                                                          "commitLogOffset": committed.physical_offset, "commitOrRollback": 8, "msgId": ""})
             assert again.code == codes.SYSTEM_ERROR and "not a prepared transaction message" in (again.remark or "")
     run(main())
+
+
+async def ask_key(addr: str, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int = mqadmin.LONG_MAX, unique: bool = False) -> tuple[int, list[bytes]]:
+    """QUERY_MESSAGE at one broker: the code and the bodies, in the order answered."""
+    async with RemotingClient(addr) as b:
+        req = b.request(codes.QUERY_MESSAGE, {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end})
+        req.ext_fields[codes.UNIQUE_KEY_QUERY_FLAG] = "true" if unique else "false"
+        resp = await b.invoke(req)
+    return resp.code, [r.body for r, _ in mqadmin.decodes_raw(resp.body)] if resp.code == codes.SUCCESS else []
+
+
+def test_key_queries_from_the_index_files_read_by_the_commitlog(tmp_path: Path) -> None:
+    """commitlog --index-dir (the launcher's default): QUERY_MESSAGE answered from the indexer's
+    IndexFiles mapped in the commitlog answers exactly as asking the indexer does (cap, unique
+    keys, time window, misses), answers with the indexer stopped (so the files are what
+    answered), and a key sent just now is found through the files as soon as the indexer has it."""
+    c = LocalCluster(root=tmp_path, commitlog_args=["--segment-size", str(1 << 22)],
+                     indexer_args=["--hash-slots", "101", "--index-num", "4000", "--flush-interval-ms", "100"])
+    with c.running({"broker-v": "127.0.0.23"}):
+        b = c.brokers["broker-v"]
+        addr = b.commitlog.remoting_address
+        assert "--index-dir" in b.commitlog.args and "key queries read the indexer's files here" in b.commitlog.log_tail(200)
+
+        async def send_all() -> list[str]:
+            ids = []
+            async with RemotingClient(addr) as cl:
+                for i in range(70):  # more than the 64 cap under one key
+                    r = await cl.call(codes.SEND_MESSAGE_V2, v2_fields("ViewTopic", i % 4, f"KEYS\x01many k{i}\x02UNIQ_KEY\x01AC1100010000000000000000000{i:05X}"), b"m%d" % i)
+                    assert r.code == codes.SUCCESS
+                    ids.append(r.ext_fields["msgId"])
+                r = await cl.call(codes.SEND_MESSAGE_V2, v2_fields("OtherTopic", 0, "KEYS\x01many"), b"other topic")
+                assert r.code == codes.SUCCESS
+            return ids
+        run(send_all())
+        c.wait_indexed()
+        now = int(time.time() * 1000)
+        queries = [("ViewTopic", "many", 64, 0, mqadmin.LONG_MAX, False), ("ViewTopic", "many", 5, 0, mqadmin.LONG_MAX, False),
+                   ("ViewTopic", "k7", 64, 0, mqadmin.LONG_MAX, False), ("ViewTopic", f"AC1100010000000000000000000{10:05X}", 32, 0, mqadmin.LONG_MAX, True),
+                   ("OtherTopic", "many", 64, 0, mqadmin.LONG_MAX, False), ("ViewTopic", "many", 64, now + 3_600_000, mqadmin.LONG_MAX, False),
+                   ("ViewTopic", "absent", 64, 0, mqadmin.LONG_MAX, False)]
+
+        def answers() -> list[tuple[int, list[bytes]]]:
+            return [run(ask_key(addr, *q)) for q in queries]
+        with_view = answers()
+        assert [len(bodies) for _, bodies in with_view] == [64, 5, 1, 1, 1, 0, 0]
+        assert with_view[2][1] == [b"m7"] and with_view[3][1] == [b"m10"] and with_view[4][1] == [b"other topic"]
+        assert with_view[5][0] == with_view[6][0] == codes.QUERY_NOT_FOUND
+
+        # A key sent now: seen through the files as soon as the indexer has it (each query reads
+        # the newest file's header again), within the polling pace and a loaded machine's slack.
+        async def first_seen(key: str) -> tuple[float, float]:
+            async with RemotingClient(addr) as cl:
+                assert (await cl.call(codes.SEND_MESSAGE_V2, v2_fields("ViewTopic", 0, f"KEYS\x01{key}"), b"fresh")).code == codes.SUCCESS
+            sent = time.monotonic()
+            from quarry.channels import open_aio_channel
+            from quarry.v1 import indexer_pb2, indexer_pb2_grpc
+            indexed = viewed = 0.0
+            async with open_aio_channel(b.indexer.address) as ch:
+                stub = indexer_pb2_grpc.IndexerServiceStub(ch)
+                while not viewed and time.monotonic() - sent < 10:
+                    if not indexed and (await stub.QueryMessage(indexer_pb2.QueryMessageRequest(topic="ViewTopic", key=key, offsets_only=True), timeout=5)).physical_offsets:
+                        indexed = time.monotonic() - sent
+                    if (await ask_key(addr, "ViewTopic", key))[1] == [b"fresh"]:
+                        viewed = time.monotonic() - sent
+                    await asyncio.sleep(0.005)  # a polling pace; the deadline above decides
+            return indexed, viewed
+        indexed, viewed = run(first_seen("fresh-key"))
+        assert indexed and viewed, f"not found in 10 s (indexer {indexed:.3f} s, commitlog {viewed:.3f} s)"
+        assert viewed - indexed < 0.3, f"the files read by the commitlog lag the indexer by {viewed - indexed:.3f} s"
+
+        b.indexer.stop()  # the files alone answer now
+        assert answers() == with_view
+        b.indexer.start()
+        b.commitlog.stop()  # and without --index-dir (the last one wins): the indexer answers, the same
+        b.commitlog.args = [*b.commitlog.args, "--index-dir", ""]
+        b.commitlog.start()
+        c.wait_indexed()
+        assert answers() == with_view
+        b.indexer.stop()
+        assert {code for code, _ in answers()} == {codes.SYSTEM_ERROR}  # proof it asked the indexer

@@ -30,7 +30,7 @@ from quarry.services.commitlog.broker.queue_locks import QueueLocks
 from quarry.services.commitlog.broker.runtime_info import RuntimeInfo, quarry_version
 from quarry.services.commitlog.doors.remoting_admin import Admin
 from quarry.services.commitlog.doors.remoting_consumers import Consumers
-from quarry.services.commitlog.doors.remoting_queries import Queries
+from quarry.services.commitlog.doors.remoting_queries import KeyIndex, Queries
 from quarry.services.commitlog.doors.remoting_sends import Sends
 from quarry.services.remoting import codes
 from quarry.services.remoting.server import Handler
@@ -40,7 +40,8 @@ from quarry.v1 import indexer_pb2_grpc
 class RemotingBroker(Sends, Consumers, Admin, Queries):
     """Request handlers of one broker; `handlers()` is what the RemotingServer serves."""
 
-    def __init__(self, broker: Broker, indexer_addr: str = "", retry_queues: int = 1, settings: BrokerSettings | None = None) -> None:
+    def __init__(self, broker: Broker, indexer_addr: str = "", retry_queues: int = 1, settings: BrokerSettings | None = None,
+                 key_index: KeyIndex | None = None) -> None:
         self.broker = broker
         self.store = broker.store
         self.offsets = broker.store.consumer_offsets
@@ -52,6 +53,7 @@ class RemotingBroker(Sends, Consumers, Admin, Queries):
         self._indexer_addr = indexer_addr
         self._indexer: indexer_pb2_grpc.IndexerServiceStub | None = None
         self._indexer_channel: grpc.aio.Channel | None = None
+        self._key_index, self._key_index_failing = key_index, ""  # QUERY_MESSAGE's IndexFiles read here (--index-dir), else the indexer
         self._opaques = itertools.count(1)  # requests this broker sends clients
         self._pulled = metrics.PULLED_MESSAGES.labels()
         self.pull_rates = PullRates()  # per group and topic: GET_CONSUME_STATS' consumeTps

@@ -1,10 +1,13 @@
 """The RocketMQ 4 door's message queries: QUERY_MESSAGE (by key, through this broker's
-indexer, as the gRPC queries do), VIEW_MESSAGE_BY_ID and SEARCH_OFFSET_BY_TIMESTAMP. Records go
+indexer, as the gRPC queries do, or from its IndexFiles mapped read-only in this process
+when they are on this host: commitlog --index-dir), VIEW_MESSAGE_BY_ID and SEARCH_OFFSET_BY_TIMESTAMP. Records go
 out as the bytes stored (what MessageDecoder decodes)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from typing import Protocol
 
 import grpc
 
@@ -14,6 +17,8 @@ from quarry.formats.properties import REAL_TOPIC
 from quarry.services.commitlog.storage.browse import search_offset_by_time
 from quarry.services.commitlog.storage.errors import StoreError
 from quarry.services.commitlog.storage.store import CommitLogStore
+from quarry.services.errors import InvalidArgument, Unavailable
+from quarry.services.log import log_event
 from quarry.services.remoting import codes
 from quarry.services.remoting.command import RemotingCommand
 from quarry.services.remoting.server import Connection, RemotingError
@@ -21,6 +26,19 @@ from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 
 UNIQUE_KEY_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum, used for unique-key queries
 _I32 = (-(1 << 31), (1 << 31) - 1)  # a Java int's range: header fields a client sends as int
+
+log = logging.getLogger("quarry.commitlog.remoting")
+
+
+class KeyIndex(Protocol):
+    """This broker's IndexFiles read in this process (the composition root builds it:
+    services/indexer/index_view.py). `query` applies the indexer's rule (defaults, cap, parking
+    topics) and raises Unavailable when it may answer less than the indexer would, or
+    InvalidArgument."""
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool = False) -> list[int]: ...
+
+    def last_update(self) -> tuple[int, int]: ...
 
 
 class Queries:
@@ -31,6 +49,8 @@ class Queries:
     _indexer_addr: str
     _indexer: indexer_pb2_grpc.IndexerServiceStub | None
     _indexer_channel: grpc.aio.Channel | None
+    _key_index: KeyIndex | None
+    _key_index_failing: str
 
     def _record_bytes(self, physical_offset: int) -> bytes:
         return self.store.read_bytes(physical_offset)[1]
@@ -44,8 +64,9 @@ class Queries:
 
     async def query_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """QUERY_MESSAGE: the records the indexer's entries for topic/key (a unique key with the
-        flag) point at, read from this store. The indexer answers positions only (offsets_only:
-        no second read of each record in its process); the exact-match rule and each record's
+        flag) point at, read from this store. The IndexFiles read in this process answer the
+        positions when there are (--index-dir), else the indexer does (offsets_only: no second
+        read of each record in its process); the exact-match rule and each record's
         own store time are applied here, so a hash collision is never handed out."""
         unique = req.ext_fields.get(codes.UNIQUE_KEY_QUERY_FLAG) == "true"
         topic, key = req.text("topic"), req.text("key")
@@ -54,16 +75,21 @@ class Queries:
             begin_timestamp=max(0, req.integer("beginTimestamp")), end_timestamp=req.integer("endTimestamp"),
             unique_key_flag=unique, offsets_only=True,
         )
-        if not self._indexer_addr:
-            raise RemotingError(codes.SYSTEM_ERROR, "this broker has no indexer configured (--indexer-addr): key queries cannot be answered")
         begin, end = request.begin_timestamp, request.end_timestamp or int(time.time() * 1000)
-        try:
-            answer = await self._indexer_stub().QueryMessage(request, timeout=10.0)
-        except grpc.RpcError as exc:
-            raise RemotingError(codes.SYSTEM_ERROR, f"indexer {self._indexer_addr}: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
-        fields = {"indexLastUpdateTimestamp": answer.index_last_update_timestamp, "indexLastUpdatePhyoffset": answer.index_last_update_phy_offset}
+        answer = self._query_key_index(request, end)
+        if answer is not None:
+            offsets, (last_ts, last_off) = answer
+        else:
+            if not self._indexer_addr:
+                raise RemotingError(codes.SYSTEM_ERROR, "this broker has no indexer configured (--indexer-addr): key queries cannot be answered")
+            try:
+                reply = await self._indexer_stub().QueryMessage(request, timeout=10.0)
+            except grpc.RpcError as exc:
+                raise RemotingError(codes.SYSTEM_ERROR, f"indexer {self._indexer_addr}: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
+            offsets, last_ts, last_off = list(reply.physical_offsets), reply.index_last_update_timestamp, reply.index_last_update_phy_offset
+        fields = {"indexLastUpdateTimestamp": last_ts, "indexLastUpdatePhyoffset": last_off}
         body = []
-        for offset in answer.physical_offsets:  # newest entry first
+        for offset in offsets:  # newest entry first
             try:
                 record, stored = self.store.read_bytes(offset)
             except StoreError:
@@ -75,6 +101,26 @@ class Queries:
         if not body:
             return req.response(codes.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", fields)
         return req.response(codes.SUCCESS, None, fields, b"".join(body))
+
+    def _query_key_index(self, request: indexer_pb2.QueryMessageRequest, end: int) -> tuple[list[int], tuple[int, int]] | None:
+        """(offsets, (last update time, offset)) from the IndexFiles read here, or None: no view,
+        or it may answer less than the indexer (said in the log when that starts and ends)."""
+        if self._key_index is None:
+            return None
+        try:
+            offsets = self._key_index.query(request.topic, request.key, request.max_num, request.begin_timestamp, end, request.unique_key_flag)
+            last = self._key_index.last_update()
+        except Unavailable as exc:
+            if not self._key_index_failing:
+                log_event(log, "key queries ask the indexer: the index files read here may be behind", logging.WARNING, reason=str(exc))
+            self._key_index_failing = str(exc)
+            return None
+        except InvalidArgument as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"index: {exc}") from None
+        if self._key_index_failing:
+            log_event(log, "key queries answered from the index files read here again")
+            self._key_index_failing = ""
+        return offsets, last
 
     def _indexer_stub(self) -> indexer_pb2_grpc.IndexerServiceStub:
         """The indexer's stub on an asyncio channel, opened in this loop at the first query."""

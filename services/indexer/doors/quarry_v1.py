@@ -18,25 +18,19 @@ import grpc
 
 from quarry.channels import open_aio_channel
 
-from quarry.formats import scheduled
 from quarry.formats.index_keys import answers_key
-from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 from quarry.services.stored_message import to_stored
 from quarry.services.commitlog.storage.log_files import LogFiles
 from quarry.services.indexer.checkpoint import IndexCheckpoint
 from quarry.services.indexer.index_store import IndexStore
+from quarry.services.indexer.index_view import query_offsets
 from quarry.services.indexer.presence import KeyPresencePublisher
 from quarry.services.indexer.tailer import Tailer
 from quarry.services.errors import InvalidArgument, ReadOnly, Unavailable
 from quarry.services.status import rpc_errors
 
 log = logging.getLogger("quarry.indexer")
-
-MAX_KEY_BYTES = 4096
-DEFAULT_MAX_NUM = 64
-UNIQUE_KEY_DEFAULT_MAX_NUM = 32  # the RocketMQ broker's default for unique-key queries
-
 
 _MAX_RECEIVE = 128 * 1024 * 1024  # a page of records read from the commitlog
 
@@ -58,29 +52,13 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
         self._commitlog = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
 
     async def QueryMessage(self, request: indexer_pb2.QueryMessageRequest, context: grpc.aio.ServicerContext) -> indexer_pb2.QueryMessageResponse:
-        try:
-            validate_topic(request.topic)
-        except TopicError as exc:
-            raise InvalidArgument(str(exc)) from None
-        if not request.key:
-            raise InvalidArgument("key: must not be empty")
-        if len(request.key.encode()) > MAX_KEY_BYTES:
-            raise InvalidArgument(f"key: at most {MAX_KEY_BYTES} bytes")
-        if request.max_num < 0:
-            raise InvalidArgument("max_num: must be >= 0 (0 means the default)")
-        if request.begin_timestamp < 0:
-            raise InvalidArgument("begin_timestamp: must be >= 0")
-        end = request.end_timestamp or int(time.time() * 1000)
-        if request.begin_timestamp > end:
-            raise InvalidArgument(f"begin_timestamp: must be <= end_timestamp ({end})")
         if request.before_phy_offset < 0:
             raise InvalidArgument("before_phy_offset: must be >= 0 (0 means no bound)")
-        max_num = request.max_num or (UNIQUE_KEY_DEFAULT_MAX_NUM if request.unique_key_flag else DEFAULT_MAX_NUM)
+        end = request.end_timestamp or int(time.time() * 1000)
         with self.lock:
-            # Delayed messages parked before delivery are indexed under the parking topics.
-            offsets, next_below = self.index.query_topics_page(
-                scheduled.index_topics(request.topic), request.key, max_num, request.begin_timestamp, end, request.before_phy_offset or None
-            )
+            # The rule is index_view.query_offsets, shared with the commitlog's read-only view.
+            offsets, next_below = query_offsets(self.index, request.topic, request.key, request.max_num, request.begin_timestamp, end,
+                                                request.unique_key_flag, request.before_phy_offset or None)
             last_ts, last_off, epoch = self.index.last_update_timestamp, self.index.last_update_phy_offset, self.index.epoch
         response = indexer_pb2.QueryMessageResponse(
             index_last_update_timestamp=last_ts, index_last_update_phy_offset=last_off, next_before_phy_offset=next_below, index_epoch=epoch
