@@ -106,7 +106,10 @@ def context_files(root: Path = REPO_ROOT) -> list[str]:
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if not (here == root and d in (".git", ".venv")))
-        for name in filenames:
+        # A link to a folder (quarry/formats -> ../formats) is one entry of the context, kept as a
+        # link by COPY; os.walk lists it among the folders and does not enter it.
+        links = [d for d in dirnames if (here / d).is_symlink()]
+        for name in [*filenames, *links]:
             rel = (here / name).relative_to(root).as_posix()
             if not excluded(rel, rules):
                 found.append(rel)
@@ -131,4 +134,7 @@ def assemble(stage: Stage, dest: Path, root: Path = REPO_ROOT) -> None:
                 else:
                     out = base / Path(f).relative_to(src)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(root / f, out)
+                if (root / f).is_symlink():
+                    os.symlink(os.readlink(root / f), out)
+                else:
+                    shutil.copyfile(root / f, out)
