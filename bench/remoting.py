@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.runner import Result
 from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from quarry.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from quarry.channels import open_channel
 

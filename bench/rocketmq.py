@@ -101,7 +101,7 @@ def stored_messages(broker: str, topic: str = TOPIC, queues: int = 32) -> int:
     import asyncio
 
     from quarry.services.remoting import codes
-    from quarry.services.remoting.client import RemotingClient
+    from tests.remoting_client import RemotingClient
 
     async def ask() -> int:
         async with RemotingClient(broker) as client:

@@ -137,10 +137,6 @@ class Authenticator:
                       fix="serve TLS (QUARRY_TLS_CERT, QUARRY_TLS_KEY) and keep the remoting ports on a trusted network")
         return cls(accounts, minutes * 60, zones)
 
-    @property
-    def enabled(self) -> bool:
-        return self.accounts is not None
-
     def caller(self, metadata: Mapping[str, str], method: str) -> Account | None:
         """The authenticated account (None when ACL is off); RmqError(UNAUTHORIZED) otherwise."""
         if self.accounts is None:

@@ -19,7 +19,7 @@ from typing import Any
 from quarry.formats import offset_msg_id
 from quarry.formats.record import Record, decode_record
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 
 LONG_MAX = (1 << 63) - 1
 

@@ -200,7 +200,7 @@ class RocketMQ:
         import asyncio
 
         from quarry.services.remoting import codes
-        from quarry.services.remoting.client import RemotingClient
+        from tests.remoting_client import RemotingClient
 
         async def ask() -> bool:
             async with RemotingClient(self.namesrv_addr) as client:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from scripts.launcher import LocalCluster
 from tests.e2e import java, rocketmq_broker
 

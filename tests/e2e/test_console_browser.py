@@ -212,7 +212,7 @@ C, F = "\x01", "\x02"  # RocketMQ's trace text separators
 def _remoting(addr: str, code: int, fields: dict[str, Any]) -> Any:
     import asyncio
 
-    from quarry.services.remoting.client import RemotingClient
+    from tests.remoting_client import RemotingClient
 
     async def call() -> Any:
         async with RemotingClient(addr) as c:

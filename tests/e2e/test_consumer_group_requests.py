@@ -16,7 +16,7 @@ import pytest
 
 from quarry.formats import offset_msg_id
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from tests.e2e.acl_broker import acl_broker
 from tests.e2e import mqadmin
 

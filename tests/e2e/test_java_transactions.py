@@ -17,7 +17,7 @@ import pytest
 
 from quarry.formats import offset_msg_id
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from scripts.launcher import LocalCluster
 from tests.e2e import java, mqadmin
 from tests.e2e.conftest import wait_until

@@ -24,7 +24,7 @@ import pytest
 
 from quarry.clients.admin import AdminClient
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from scripts.launcher import LocalCluster
 from tests.e2e import java
 from tests.e2e.conftest import wait_until

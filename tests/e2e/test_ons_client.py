@@ -20,7 +20,7 @@ from quarry.clients.admin import AdminClient
 from quarry.formats.unique_key import UniqueKeyGenerator
 from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from tests.e2e.conftest import run_quarry, wait_until
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"

@@ -21,7 +21,7 @@ from quarry.formats.properties import message_properties
 from quarry.formats.topic import is_valid_topic
 from scripts.launcher import LocalCluster
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from tests.e2e import mqadmin
 from tests.e2e.conftest import launch_with_acl, wait_until
 

@@ -78,7 +78,7 @@ from quarry.formats.offset_msg_id import decode as decode_offset_msg_id
 from quarry.formats.properties import encode_properties
 from quarry.formats.record import decode_record
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from scripts.launcher import LocalCluster, free_port
 from tests.collisions import colliding_key
 from tests.e2e import java

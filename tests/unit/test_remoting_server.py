@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from quarry.services.remoting import codes
-from quarry.services.remoting.client import RemotingClient
+from tests.remoting_client import RemotingClient
 from quarry.services.remoting.acl import ACCESS_KEY
 from quarry.services.remoting.command import RemotingCommand, decode_frame, encode_frame
 from quarry.services.remoting.server import Connection, Limits, RemotingError, RemotingServer, known_key_check, limits_from
