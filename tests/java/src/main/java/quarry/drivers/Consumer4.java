@@ -353,7 +353,9 @@ public final class Consumer4 {
         return c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable();
     }
 
-    /** Waits until the consumers' live queues of the topic are disjoint and cover every queue of it. */
+    /** Waits until the consumers' live queues of the topic are disjoint, cover every queue of it and,
+     *  with at least as many queues as consumers, each consumer holds one (a consumer that has not
+     *  rebalanced yet holds none while the others still hold everything). */
     private static void settle(JSONObject step) throws Exception {
         List<String> names = step.getJSONArray("consumers").toJavaList(String.class);
         String topic = step.getString("topic");
@@ -377,7 +379,8 @@ public final class Consumer4 {
                 mine.sort(null);
                 held.put(n, mine);
             }
-            ok = union.equals(all) && total == all.size();
+            boolean everyoneHolds = all.size() < names.size() || held.values().stream().noneMatch(List::isEmpty);
+            ok = union.equals(all) && total == all.size() && everyoneHolds;
             if (ok || System.currentTimeMillis() > deadline) {
                 break;
             }
