@@ -19,6 +19,8 @@ from quarry.services.remoting import codes
 _INT = struct.Struct(">i")
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 
+JAVA_INT = (-(1 << 31), (1 << 31) - 1)  # a Java int's range: header fields a client sends as int
+
 
 class FrameError(ValueError):
     """A frame or header that does not decode; the message says which part and why."""
@@ -183,14 +185,14 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     remark = data.get("remark")
     language = data.get("language", "JAVA")
     return RemotingCommand(
-        code=_as_int(data, "code", -(1 << 31), (1 << 31) - 1),
-        opaque=_as_int(data, "opaque", -(1 << 31), (1 << 31) - 1, 0),
-        flag=_as_int(data, "flag", -(1 << 31), (1 << 31) - 1, 0),
+        code=_as_int(data, "code", *JAVA_INT),
+        opaque=_as_int(data, "opaque", *JAVA_INT, 0),
+        flag=_as_int(data, "flag", *JAVA_INT, 0),
         remark=remark if isinstance(remark, str) else None,
         # (RocketMQ's clients send every value as a string: then the object is taken as it is)
         ext_fields=ext if all(type(v) is str for v in ext.values()) else {str(k): s for k, v in ext.items() if (s := _ext_value(v)) is not None},
         language=language if isinstance(language, str) else "OTHER",
-        version=_as_int(data, "version", -(1 << 31), (1 << 31) - 1, 0),
+        version=_as_int(data, "version", *JAVA_INT, 0),
     )
 
 

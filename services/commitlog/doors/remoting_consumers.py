@@ -24,7 +24,7 @@ from quarry.services.commitlog.storage.errors import StoreError
 from quarry.services.commitlog.storage.store import CommitLogStore
 from quarry.services.remoting import codes
 from quarry.services.remoting.acl import require, require_group_of
-from quarry.services.remoting.command import RemotingCommand
+from quarry.services.remoting.command import JAVA_INT, RemotingCommand
 from quarry.services.remoting.server import Connection, RemotingError
 from quarry.services.remoting.status import remoting_error
 
@@ -32,7 +32,6 @@ log = logging.getLogger("quarry.commitlog.remoting")
 
 MAX_PULL_MSGS = 1024
 MAX_SUSPEND_MS = 30_000  # longest a pull is held waiting for new messages
-_I32 = (-(1 << 31), (1 << 31) - 1)  # a Java int's range: header fields a client sends as int
 
 
 def queue_bounds(store: CommitLogStore, topic: str, queue_id: int) -> tuple[int, int]:
@@ -88,10 +87,10 @@ class Consumers:
 
     async def _pull(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, topic = req.text("consumerGroup"), req.text("topic")
-        queue_id = req.integer("queueId", lo=0, hi=_I32[1])
+        queue_id = req.integer("queueId", lo=0, hi=JAVA_INT[1])
         offset = req.integer("queueOffset", lo=0)
-        max_msgs = req.integer("maxMsgNums", lo=1, hi=_I32[1])
-        sys_flag = req.integer("sysFlag", 0, *_I32)
+        max_msgs = req.integer("maxMsgNums", lo=1, hi=JAVA_INT[1])
+        sys_flag = req.integer("sysFlag", 0, *JAVA_INT)
         self._check_queue(topic, queue_id, conn)
         tag_filter = self._filter(req, group, topic, sys_flag)
         if sys_flag & codes.PULL_COMMIT_OFFSET:
@@ -135,7 +134,7 @@ class Consumers:
 
     async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, topic = req.text("consumerGroup"), req.text("topic")
-        queue_id = req.integer("queueId", lo=0, hi=_I32[1])
+        queue_id = req.integer("queueId", lo=0, hi=JAVA_INT[1])
         found = self.offsets.get(group, topic, queue_id)
         if found is not None:
             return req.response(codes.SUCCESS, None, {"offset": found})
@@ -147,15 +146,15 @@ class Consumers:
 
     async def update_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, topic = req.text("consumerGroup"), req.text("topic")
-        queue_id = req.integer("queueId", lo=0, hi=_I32[1])
+        queue_id = req.integer("queueId", lo=0, hi=JAVA_INT[1])
         self.offsets.commit(group, topic, queue_id, req.integer("commitOffset", lo=0))
         return req.response(codes.SUCCESS)
 
     async def max_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return req.response(codes.SUCCESS, None, {"offset": queue_bounds(self.store, req.text("topic"), req.integer("queueId", lo=0, hi=_I32[1]))[1]})
+        return req.response(codes.SUCCESS, None, {"offset": queue_bounds(self.store, req.text("topic"), req.integer("queueId", lo=0, hi=JAVA_INT[1]))[1]})
 
     async def min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return req.response(codes.SUCCESS, None, {"offset": queue_bounds(self.store, req.text("topic"), req.integer("queueId", lo=0, hi=_I32[1]))[0]})
+        return req.response(codes.SUCCESS, None, {"offset": queue_bounds(self.store, req.text("topic"), req.integer("queueId", lo=0, hi=JAVA_INT[1]))[0]})
 
     # -- clients --------------------------------------------------------------------------
     async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -216,8 +215,8 @@ class Consumers:
         """CONSUMER_SEND_MSG_BACK: the consumed message at commit log `offset` stored again for
         `group`, to %RETRY%<group> with a delay level or to %DLQ%<group> (send_back.py)."""
         group, offset = req.text("group"), req.integer("offset", lo=0)
-        delay_level = req.integer("delayLevel", 0, *_I32)
-        max_times = req.integer("maxReconsumeTimes", -1, *_I32)
+        delay_level = req.integer("delayLevel", 0, *JAVA_INT)
+        max_times = req.integer("maxReconsumeTimes", -1, *JAVA_INT)
         try:
             validate_group(group, "header field group")
         except TopicError as exc:

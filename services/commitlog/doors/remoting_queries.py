@@ -20,12 +20,11 @@ from quarry.services.commitlog.storage.store import CommitLogStore
 from quarry.services.errors import InvalidArgument, Unavailable
 from quarry.services.log import log_event
 from quarry.services.remoting import codes
-from quarry.services.remoting.command import RemotingCommand
+from quarry.services.remoting.command import JAVA_INT, RemotingCommand
 from quarry.services.remoting.server import Connection, RemotingError
 from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 
 UNIQUE_KEY_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum, used for unique-key queries
-_I32 = (-(1 << 31), (1 << 31) - 1)  # a Java int's range: header fields a client sends as int
 
 log = logging.getLogger("quarry.commitlog.remoting")
 
@@ -71,7 +70,7 @@ class Queries:
         unique = req.ext_fields.get(codes.UNIQUE_KEY_QUERY_FLAG) == "true"
         topic, key = req.text("topic"), req.text("key")
         request = indexer_pb2.QueryMessageRequest(
-            topic=topic, key=key, max_num=UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=_I32[1]),
+            topic=topic, key=key, max_num=UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=JAVA_INT[1]),
             begin_timestamp=max(0, req.integer("beginTimestamp")), end_timestamp=req.integer("endTimestamp"),
             unique_key_flag=unique, offsets_only=True,
         )
@@ -130,7 +129,7 @@ class Queries:
         return self._indexer
 
     async def search_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic, queue_id, ts = req.text("topic"), req.integer("queueId", lo=0, hi=_I32[1]), req.integer("timestamp")
+        topic, queue_id, ts = req.text("topic"), req.integer("queueId", lo=0, hi=JAVA_INT[1]), req.integer("timestamp")
         cq = self.store.cqs.existing(topic, queue_id)
         offset = await asyncio.to_thread(search_offset_by_time, self.store, cq, ts) if cq is not None else 0
         return req.response(codes.SUCCESS, None, {"offset": offset})

@@ -27,7 +27,7 @@ from quarry.services.commitlog.storage.errors import StoreError
 from quarry.services.commitlog.storage.store import Appended, CommitLogStore
 from quarry.services.remoting import codes
 from quarry.services.remoting.acl import require
-from quarry.services.remoting.command import RemotingCommand, to_ext_fields
+from quarry.services.remoting.command import JAVA_INT, RemotingCommand, to_ext_fields
 from quarry.services.remoting.server import Connection, RemotingError
 from quarry.services.remoting.status import remoting_error
 
@@ -35,8 +35,6 @@ from quarry.services.remoting.status import remoting_error
 _V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag",
               "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode", "l": "consumeRetryTimes",
               "m": "batch", "n": "brokerName"}
-_I32 = (-(1 << 31), (1 << 31) - 1)
-_I32 = (-(1 << 31), (1 << 31) - 1)  # a Java int's range: header fields a client sends as int
 
 
 class Sends:
@@ -53,8 +51,8 @@ class Sends:
             req.ext_fields = {_V2_FIELDS.get(k, k): v for k, v in req.ext_fields.items()}
         topic = req.text("topic")
         common = dict(
-            queue_id=req.integer("queueId", lo=-1, hi=_I32[1]), born_timestamp=req.integer("bornTimestamp", lo=0),
-            born_host=conn.peer, sys_flag=req.integer("sysFlag", 0, *_I32), reconsume_times=req.integer("reconsumeTimes", 0, 0, _I32[1]),
+            queue_id=req.integer("queueId", lo=-1, hi=JAVA_INT[1]), born_timestamp=req.integer("bornTimestamp", lo=0),
+            born_host=conn.peer, sys_flag=req.integer("sysFlag", 0, *JAVA_INT), reconsume_times=req.integer("reconsumeTimes", 0, 0, JAVA_INT[1]),
             max_message_size=self.store.config.max_message_size,
         )
         properties = req.text("properties", "")
@@ -70,7 +68,7 @@ class Sends:
                         for it in items]
                 results = await self.broker.sending.append_flushed(msgs, "RemotingSendBatch")
             else:
-                msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *_I32), **common)  # type: ignore[arg-type]
+                msg = from_client_message(topic, req.body, properties, flag=req.integer("flag", 0, *JAVA_INT), **common)  # type: ignore[arg-type]
                 dead = retried_send(topic, msg.reconsume_times, self._max_reconsume_times(req))
                 if dead is not None:  # a client's own retry past its last attempt: to the DLQ (send_back.py)
                     if self.store.create_topic(dead.topic, DLQ_QUEUES):
@@ -97,7 +95,7 @@ class Sends:
     def _max_reconsume_times(req: RemotingCommand) -> int | None:
         """The header's maxReconsumeTimes (V2: field l), None when absent."""
         name = "maxReconsumeTimes" if "maxReconsumeTimes" in req.ext_fields else "consumeRetryTimes"
-        return req.integer(name, lo=-1, hi=_I32[1]) if req.ext_fields.get(name) else None
+        return req.integer(name, lo=-1, hi=JAVA_INT[1]) if req.ext_fields.get(name) else None
 
     @staticmethod
     def _send_response(req: RemotingCommand, results: Appended, topic: str, queue_id: int) -> RemotingCommand:
@@ -115,7 +113,7 @@ class Sends:
         """Commit or roll back a half message (services/commitlog/broker/transactions.py): publish
         permission on its real topic, the header must name it as the producer stored it, and a
         half is resolved once."""
-        kind = req.integer("commitOrRollback", lo=0, hi=_I32[1])
+        kind = req.integer("commitOrRollback", lo=0, hi=JAVA_INT[1])
         offset = req.integer("commitLogOffset", lo=0)
         if kind == SYSFLAG_TRANSACTION_NOT_TYPE:
             return req.response(codes.SUCCESS)
