@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterable
+from typing import Iterable, Sequence
 
+from quarry.formats.java_hash import index_key_hashes_of
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 from quarry.formats.scheduled import PARKING_TOPICS
 
@@ -27,6 +28,11 @@ def is_indexed(sys_flag: int) -> bool:
 def key_name(topic: str, key: str) -> str:
     """The index name of one key (or unique key) of a topic."""
     return f"{topic}#{key}"
+
+
+def key_hashes_under(topics: Sequence[str], key: str) -> list[int]:
+    """The IndexFile key hash of `key` under each of `topics` (key_name's), the key hashed once."""
+    return index_key_hashes_of([f"{t}#" for t in topics], key)
 
 
 def index_names(topic: str, keys: str | None, unique_key: str | None) -> list[str]:

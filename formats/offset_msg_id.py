@@ -67,7 +67,7 @@ def _to_i64(value: int) -> int:
 def java_host_address(raw: bytes) -> str:
     """Java's getHostAddress(): dotted IPv4, or IPv6 as eight unpadded hex groups (no ::)."""
     if len(raw) == 4:
-        return str(ipaddress.IPv4Address(raw))
+        return "%d.%d.%d.%d" % (raw[0], raw[1], raw[2], raw[3])  # (what IPv4Address prints, at a fifth of its cost: every record read has two)
     mapped = ipaddress.IPv6Address(raw).ipv4_mapped
     if mapped is not None:
         return str(mapped)

@@ -63,7 +63,7 @@ class CorruptRecordError(ValueError):
         self.reason = reason
 
 
-def body_crc(body: bytes) -> int:
+def body_crc(body: bytes | memoryview) -> int:
     """BODYCRC: CRC32 of the stored body & 0x7FFFFFFF (0 for an empty body)."""
     return crc32(body) & 0x7FFFFFFF if body else 0
 
@@ -308,17 +308,19 @@ def decode_record(buf: bytes | mmap.mmap | memoryview, pos: int = 0, *, physical
     return Record(size, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared, body, topic, props)
 
 
-def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: int) -> tuple[int, str, int, int, int, int, int, str]:
+def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: int, check_crc: bool = False) -> tuple[int, str, int, int, int, int, int, str]:
     """(size, topic, queue_id, queue_offset, store_timestamp, sys_flag, prepared_transaction_offset,
-    properties text) of the record at buf[pos:], without copying its body or checking its CRC.
+    properties text) of the record at buf[pos:], without copying its body (nor, unless
+    `check_crc`, checking its CRC).
 
     For streaming what is already in the log (Tail): the frame is still validated (magic,
     sizes, position), so garbage never passes as a record; CRC is checked by reads and recovery.
+    A key query's check of the records it hands out reads these with the CRC.
     """
     avail = len(buf) - pos
     if avail < FIXED_SIZE:
         raise CorruptRecordError(physical_offset, f"only {avail} bytes left, a record needs at least {FIXED_SIZE}")
-    (size, magic, _crc, queue_id, _flag, queue_offset, phys, sys_flag, _born_ts) = _HEAD.unpack_from(buf, pos)
+    (size, magic, crc, queue_id, _flag, queue_offset, phys, sys_flag, _born_ts) = _HEAD.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC:
         raise CorruptRecordError(physical_offset, f"bad magic code 0x{magic:08X}")
     if size < FIXED_SIZE or size > avail or phys != physical_offset:
@@ -333,6 +335,8 @@ def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: i
     p += 4 + body_len
     if body_len < 0 or p + 3 > end:
         raise CorruptRecordError(physical_offset, f"BODYLEN {body_len} does not fit in TOTALSIZE {size}")
+    if check_crc and body_len and body_crc(buf[p - body_len:p]) != crc:
+        raise CorruptRecordError(physical_offset, f"body CRC {body_crc(buf[p - body_len:p])} != stored BODYCRC {crc}")
     topic_len = buf[p]
     if topic_len > 127 or p + 1 + topic_len + 2 > end:
         raise CorruptRecordError(physical_offset, f"TOPICLEN {topic_len} does not fit in TOTALSIZE {size}")

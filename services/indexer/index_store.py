@@ -14,12 +14,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from quarry.formats.java_hash_batch import index_key_hashes
 from quarry.formats.index_file import IndexFile, IndexFileError, file_size
 from quarry.formats.java_hash import index_key_hash
-from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names, is_indexed, key_name
+from quarry.formats.index_keys import INDEX_FILE_NAME, index_file_name, index_names, is_indexed, key_hashes_under, key_name
 from quarry.services.log import log_event
 from quarry.services.indexer.key_filter import StackedKeyFilter
 from quarry.services.indexer.metrics import INDEX_ENTRIES
@@ -260,33 +260,40 @@ class IndexStore:
         """(offsets, next_below): offsets under topic#key whose entry time may hold a store
         time in [begin, end] (entries keep whole seconds: callers check each record's own
         time), newest files first, capped; next_below > 0 when more may lie below it."""
-        max_num = min(max_num, self.config.max_msgs_num_batch)
-        begin, end = IndexFile.entry_time_window(begin, end)
+        return self._hash_page(index_key_hash(key_name(topic, key)), max_num, begin, end, below)
+
+    def _hash_page(self, key_hash: int, max_num: int, begin: int, end: int, below: int | None) -> tuple[list[int], int]:
+        cap = min(max_num, self.config.max_msgs_num_batch)
+        out = self._walk(key_hash, cap, *IndexFile.entry_time_window(begin, end), below)
+        return (list(dict.fromkeys(out)) if out else out), (min(out) if len(out) >= cap and out else 0)
+
+    def _walk(self, key_hash: int, cap: int, begin: int, end: int, below: int | None) -> list[int]:
+        """Offsets under key_hash, newest files first, up to cap (a record may be listed twice:
+        two of its keys with one hash); begin/end is the entry time window."""
         out: list[int] = []
         # Hashed once; one probe of the stacked filter names the sealed files that may hold
         # the key, so the cost does not grow with the files kept. Only those are walked, with
         # the files the filter does not cover (usually just the newest), newest first.
-        key_hash = index_key_hash(key_name(topic, key))
         found, rest = self.key_filter.candidates(key_hash), self.unfiltered
+        walk: Iterable[IndexFile]
         if not found:
-            walk: Sequence[IndexFile] = rest[::-1]
+            walk = reversed(rest)
         elif len(rest) == 1 and self._seq[rest[0]] > self._seq[found[0]]:
             walk = rest + found
         else:
             walk = sorted(found + rest, key=self._seq.__getitem__, reverse=True)
         for f in walk:
-            if len(out) >= max_num:
+            if len(out) >= cap:
                 break
             h = f.header
             if below is not None and h.begin_phy_offset >= below and f.entries:
                 continue
             # The header's time range is in memory: a file outside the window is not touched.
             if f.is_time_matched(begin, end):
-                f.select_phy_offsets(key_hash, max_num, begin, end, into=out, below=below)
+                f.select_phy_offsets(key_hash, cap, begin, end, into=out, below=below)
             if h.begin_timestamp < begin:
                 break  # older files hold older entries only
-        next_below = min(out) if len(out) >= max_num and out else 0
-        return list(dict.fromkeys(out)), next_below
+        return out
 
     def query_topics(self, topics: Sequence[str], key: str, max_num: int, begin: int, end: int, below: int | None = None) -> list[int]:
         """query() over several topics (a topic and its parking topics): the newest offsets of
@@ -297,13 +304,18 @@ class IndexStore:
         """query_topics with where to continue (as query_page). A topic whose list was full has
         all it left unread below its lowest offset, which is at or below the merged page's
         lowest: continuing below the page's lowest misses nothing."""
-        if len(topics) == 1:
-            return self.query_page(topics[0], key, max_num, begin, end, below)
+        hashes = key_hashes_under(topics, key)
+        if len(hashes) == 1:
+            return self._hash_page(hashes[0], max_num, begin, end, below)
         cap = min(max_num, self.config.max_msgs_num_batch)
-        pages = [self.query_page(t, key, max_num, begin, end, below) for t in topics]
-        merged = sorted({off for offs, _ in pages for off in offs}, reverse=True)
+        window = IndexFile.entry_time_window(begin, end)
+        found = [out for out in (self._walk(h, cap, *window, below) for h in hashes) if out]
+        if not found:
+            return [], 0
+        # (one list is already newest first; several are merged)
+        merged = list(dict.fromkeys(found[0])) if len(found) == 1 else sorted(set().union(*found), reverse=True)
         page = merged[:cap]
-        more = len(merged) > cap or any(nb for _, nb in pages)
+        more = len(merged) > cap or any(len(out) >= cap for out in found)
         return page, (min(page) if more and page else 0)
 
     # -- the file list and the key filter ---------------------------------------------------

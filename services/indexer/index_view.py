@@ -131,12 +131,18 @@ class IndexView:
         """Offsets under topic/key (a unique key with `unique`) whose entries may hold a store
         time in [begin, end], newest first, capped as the indexer caps them; the caller reads
         each record and applies formats.index_keys.answers_key and the exact window."""
+        return self.answer(topic, key, max_num, begin, end, unique)[0]
+
+    def answer(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool = False) -> tuple[list[int], int, int]:
+        """query's offsets, with the store time and physical offset of the last entry the view
+        holds (last_update's), read under one hold of the lock."""
         with self.lock:
             self._catch_up()
             why = self.unavailable()
             if why:
                 raise Unavailable(why)
-            return query_offsets(self.index, topic, key, max_num, begin, end, unique)[0]
+            index = self.index
+            return query_offsets(index, topic, key, max_num, begin, end, unique)[0], index.last_update_timestamp, index.last_update_phy_offset
 
     def _catch_up(self) -> None:
         """Before each query: the header of the file being written read again (one unpack), so

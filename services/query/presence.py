@@ -32,8 +32,7 @@ from typing import Callable, Sequence
 import grpc
 
 from quarry.formats import scheduled
-from quarry.formats.index_keys import key_name
-from quarry.formats.java_hash import index_key_hash
+from quarry.formats.index_keys import key_hashes_under
 from quarry.v1 import indexer_pb2, indexer_pb2_grpc
 from quarry.services.key_presence import KeyPresence
 from quarry.services.log import log_event
@@ -53,7 +52,7 @@ _REFUSED = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION, 
 def key_hashes(topic: str, key: str) -> list[int]:
     """The IndexFile key hashes a key of `topic` may be indexed under (as the indexer's query
     reads them: the topic's own and the parking topics of delayed messages)."""
-    return [index_key_hash(key_name(t, key)) for t in scheduled.index_topics(topic)]
+    return key_hashes_under(scheduled.index_topics(topic), key)
 
 
 class _Copy:

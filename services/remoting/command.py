@@ -184,15 +184,18 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         raise FrameError("JSON header field extFields: expected an object")
     remark = data.get("remark")
     language = data.get("language", "JAVA")
+    code, opaque, flag, version = data.get("code"), data.get("opaque", 0), data.get("flag", 0), data.get("version", 0)
+    lo, hi = JAVA_INT
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+            and lo <= code <= hi and lo <= opaque <= hi and lo <= flag <= hi and lo <= version <= hi):
+        # (what a client sends; else the field at fault is named)
+        code, opaque = _as_int(data, "code", lo, hi), _as_int(data, "opaque", lo, hi, 0)
+        flag, version = _as_int(data, "flag", lo, hi, 0), _as_int(data, "version", lo, hi, 0)
     return RemotingCommand(
-        code=_as_int(data, "code", *JAVA_INT),
-        opaque=_as_int(data, "opaque", *JAVA_INT, 0),
-        flag=_as_int(data, "flag", *JAVA_INT, 0),
-        remark=remark if isinstance(remark, str) else None,
+        code, opaque, flag, remark if isinstance(remark, str) else None,
         # (RocketMQ's clients send every value as a string: then the object is taken as it is)
-        ext_fields=ext if all(type(v) is str for v in ext.values()) else {str(k): s for k, v in ext.items() if (s := _ext_value(v)) is not None},
-        language=language if isinstance(language, str) else "OTHER",
-        version=_as_int(data, "version", *JAVA_INT, 0),
+        ext if all(type(v) is str for v in ext.values()) else {str(k): s for k, v in ext.items() if (s := _ext_value(v)) is not None},
+        language=language if isinstance(language, str) else "OTHER", version=version,
     )
 
 

@@ -1,17 +1,19 @@
-"""The remoting transport's server side: asyncio TCP, frames in, handlers by request code.
+"""The remoting transport's server side: an asyncio Protocol per connection, frames parsed as
+bytes arrive, handlers by request code.
 
-Each request runs as its own task (a long-polling pull must not hold up a send on the same
-connection); responses carry the request's opaque and header form, and those of one turn of
-the event loop leave in one write. One-way requests get no
-response. A handler's RemotingError becomes its response code and remark; any other error
-a SYSTEM_ERROR naming it. A malformed or oversized frame closes that connection with a log
+A handler that answers at once (a plain function returning its response) is answered where
+its frame is parsed; one that must wait (a coroutine: a long-polling pull must not hold up a
+send on the same connection) runs as its own task. Responses carry the request's opaque and
+header form; the answers to what one read brought leave in one write, as do those tasks give
+in one turn of the event loop. One-way requests get no response. A handler's RemotingError
+becomes its response code and remark; any other error a SYSTEM_ERROR naming it. A malformed or oversized frame closes that connection with a log
 line; the process and other connections carry on.
 
 What a peer can make the server hold (Limits): at most `connections_per_peer` connections per
 IP, and a frame must arrive whole within `frame_timeout_s` of its length. With ACL on
 (`admits_header` given), a frame is unauthenticated until its handler's ACL check, and the
-signature covers the body, so the header is read first: a request whose header names no known
-account is refused and its connection closed before a byte of its body is read; and the bytes
+signature covers the body, so the header is checked first: a request whose header names no
+known account is refused and its connection closed without waiting for its body; and the bytes
 of frames being read are counted against a cap per IP and one in total as they arrive, so a
 frame going over either closes its connection. A refused peer is logged once per limit, not
 per attempt.
@@ -20,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Container
+from typing import Awaitable, Callable, Container, cast
 
 from quarry.services.log import log_event
 from quarry.services.remoting import codes
@@ -36,7 +39,6 @@ log = logging.getLogger("quarry.remoting")
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024  # RocketMQ's default frameMaxLength
 MAX_IN_FLIGHT = 256  # requests of one connection being handled at once; reading pauses beyond
 IDLE_S = 120.0  # a connection silent this long between frames is closed, as RocketMQ's channel idle limit
-_CHUNK = 256 * 1024  # most bytes taken from a connection's buffer at once while counting (ACL on)
 _TOLD_PEERS = 4096  # (peer, limit) pairs whose refusal was logged; forgotten all at once beyond (a bound, not a cache)
 
 
@@ -96,7 +98,7 @@ class Connection:
     """One client connection; handlers may attach what they learn about the client."""
 
     peer: tuple[str, int]
-    writer: asyncio.StreamWriter
+    writer: asyncio.WriteTransport  # (its is_closing, write, writelines, close)
     attributes: dict[str, object] = field(default_factory=dict)
     in_flight: int = 0  # its requests being handled now (a handler may wait for the others' company)
     _replies: list[bytes] = field(default_factory=list, repr=False)  # frames reply() queued this turn
@@ -115,6 +117,11 @@ class Connection:
         if len(self._replies) == 1:
             asyncio.get_running_loop().call_soon(self.flush)
 
+    def queue(self, cmd: RemotingCommand) -> None:
+        """Queue a response for the caller's flush() (the read loop's, after what one read brought)."""
+        if not self.writer.is_closing():
+            self._replies.append(encode_frame(cmd))
+
     def flush(self) -> None:
         """Write the queued responses."""
         replies, self._replies = self._replies, []
@@ -122,7 +129,8 @@ class Connection:
             self.writer.writelines(replies)
 
 
-Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
+# A handler returns its response (None: none), or an awaitable of it when it has to wait.
+Handler = Callable[[RemotingCommand, Connection], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
 Authorizer = Callable[[RemotingCommand], None]  # raises RemotingError to refuse
 HeaderCheck = Callable[[dict[str, str]], str]  # a request's header fields → why it is refused ("" admits)
 
@@ -137,16 +145,15 @@ def known_key_check(key_field: str, known: Container[str]) -> HeaderCheck:
 class _Deadline:
     """One connection's idle and frame time limits on one timer: moving the deadline is an
     assignment, and the timer, never armed further out than `step`, re-arms itself when it
-    fires early (a timeout context per read armed and cancelled a timer twice a request).
-    When the deadline passes, the connection's task is cancelled; `expired` says so."""
+    fires early (a timer armed and cancelled per frame cost more than the frame's handling).
+    When the deadline passes, `on_expire` runs; `frame_length` says which limit it was."""
 
-    def __init__(self, step: float) -> None:
-        self.task = asyncio.current_task()
+    def __init__(self, step: float, on_expire: Callable[[], None]) -> None:
         self.loop = asyncio.get_running_loop()
         self.step = step
+        self.on_expire = on_expire
         self.at = float("inf")
         self.frame_length = 0  # the frame being read when the deadline is a frame's (0: between frames)
-        self.expired = False
         self._timer = self.loop.call_at(self.loop.time() + step, self._fire)
 
     def set(self, seconds: float, frame_length: int = 0) -> None:
@@ -162,9 +169,8 @@ class _Deadline:
         now = self.loop.time()
         if now < self.at:
             self._timer = self.loop.call_at(min(self.at, now + self.step), self._fire)
-        elif self.task is not None:
-            self.expired = True
-            self.task.cancel()
+        else:
+            self.on_expire()
 
 
 class _Refused(Exception):
@@ -206,7 +212,8 @@ class RemotingServer:
         `flag` (the setting it came from), so the service stops with one line, not a traceback."""
         host, _, port = bind.rpartition(":")
         try:
-            self._server = await asyncio.start_server(self._serve, host.strip("[]") or None, int(port), reuse_address=True)
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: _ConnectionProtocol(self), host.strip("[]") or None, int(port), reuse_address=True)
         except OSError as exc:
             # (asyncio words a bind error at length; the errno's own words are the reason)
             reason = os.strerror(exc.errno) if isinstance(exc.errno, int) and exc.errno > 0 else exc.strerror or str(exc)
@@ -229,119 +236,6 @@ class RemotingServer:
                 conn.writer.close()
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername") or ("", 0)
-        conn = Connection((str(peername[0]), int(peername[1])), writer)
-        peer = self._peers.setdefault(conn.peer[0], _Peer())
-        if peer.connections >= self.limits.connections_per_peer:
-            self._tell(conn, "connections per peer", f"{peer.connections} open, the most one IP may hold (--remoting-connections-per-peer)")
-            writer.close()
-            return
-        peer.connections += 1
-        self._connections.add(conn)
-        in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
-        tasks: set[asyncio.Task[None]] = set()
-
-        def handled(task: asyncio.Task[None]) -> None:
-            tasks.discard(task)
-            conn.in_flight -= 1
-            in_flight.release()
-
-        deadline = _Deadline(min(self.idle_s, self.limits.frame_timeout_s))
-        try:
-            while True:
-                deadline.set(self.idle_s)
-                try:
-                    head = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return  # the client closed the connection between frames
-                length = int.from_bytes(head, "big", signed=True)
-                if length < 4 or length > self.max_frame_bytes:
-                    if head[:2] == b"\x16\x03":  # a TLS record (handshake, version 3.x) read as a length
-                        raise FrameError("a TLS handshake: the client has TLS on (RocketMQ's -Dtls.enable=true) and this remoting "
-                                         "port serves plaintext only")
-                    raise FrameError(f"frame length {length}: must be 4..{self.max_frame_bytes}")
-                deadline.set(self.limits.frame_timeout_s, length)
-                try:
-                    if self.admits_header is None:
-                        cmd = decode_frame(await reader.readexactly(length))
-                    else:
-                        cmd = await self._read_checked(reader, length, peer)
-                except asyncio.IncompleteReadError:
-                    raise FrameError(f"connection closed inside a frame of {length} bytes") from None
-                if cmd.is_response:
-                    continue  # Quarry sends clients no requests, so no response is awaited
-                deadline.clear()  # (a client whose requests are all in flight is not idle)
-                await in_flight.acquire()
-                conn.in_flight += 1
-                task = asyncio.create_task(self._handle(cmd, conn))
-                tasks.add(task)
-                task.add_done_callback(handled)
-        except asyncio.CancelledError:
-            if not deadline.expired or deadline.task is None or deadline.task.uncancel():
-                raise  # (not the deadline's doing: the server is stopping)
-            if not deadline.frame_length:
-                log_event(log, "idle connection closed", service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", idle_s=self.idle_s)
-            else:
-                log_event(log, "malformed frame; connection closed", logging.WARNING, service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}",
-                          reason=f"no complete frame of {deadline.frame_length} bytes within {self.limits.frame_timeout_s:g} s")
-        except FrameError as exc:
-            log_event(log, "malformed frame; connection closed", logging.WARNING, service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", reason=str(exc))
-        except _Refused as refused:
-            if refused.request is not None and not refused.request.is_oneway:
-                conn.send(refused.request.response(codes.NO_PERMISSION, refused.reason))  # (flushed by the close)
-            self._tell(conn, refused.limit, refused.reason)
-        except ConnectionError:
-            pass
-        finally:
-            deadline.close()
-            self._connections.discard(conn)
-            peer.connections -= 1
-            if not peer.connections:
-                del self._peers[conn.peer[0]]
-            for callback in self.on_close:
-                try:
-                    callback(conn)
-                except Exception:  # noqa: BLE001 - a listener's bug must not stop the cleanup
-                    log.exception("connection close listener failed")
-            conn.flush()
-            writer.close()
-
-    async def _read_checked(self, reader: asyncio.StreamReader, length: int, peer: _Peer) -> RemotingCommand:
-        """One frame with ACL on: its header checked before its body is read, and its bytes,
-        as they arrive, counted against the caps until it is whole (_Refused closes the connection)."""
-        held = 0
-
-        async def take(n: int) -> bytes:
-            # (chunks as they arrive rather than readexactly: a body is counted before it is all
-            # buffered, and a declared length that never comes holds nothing)
-            nonlocal held
-            parts: list[bytes] = []
-            while n:
-                chunk = await reader.read(min(n, _CHUNK))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(b"".join(parts), n)
-                self._hold(peer, len(chunk))
-                held += len(chunk)
-                parts.append(chunk)
-                n -= len(chunk)
-            return b"".join(parts)
-
-        try:
-            mark = await reader.readexactly(4)
-            header_length = int.from_bytes(mark, "big") & 0xFFFFFF
-            if header_length > length - 4:
-                raise FrameError(f"header length {header_length} exceeds the frame ({length - 4} bytes after the length fields)")
-            cmd = decode_frame(mark + await take(header_length))
-            why = "" if cmd.is_response else self.admits_header(cmd.ext_fields)  # type: ignore[misc]
-            if why:
-                raise _Refused("header", why, cmd)
-            cmd.body = await take(length - 4 - header_length)
-            return cmd
-        finally:
-            peer.unauthenticated -= held
-            self._unauthenticated -= held
-
     def _hold(self, peer: _Peer, n: int) -> None:
         """Count `n` more unauthenticated bytes of `peer`; _Refused when over a cap."""
         limits = self.limits
@@ -354,6 +248,10 @@ class RemotingServer:
         peer.unauthenticated += n
         self._unauthenticated += n
 
+    def _release(self, peer: _Peer, n: int) -> None:
+        peer.unauthenticated -= n
+        self._unauthenticated -= n
+
     def _tell(self, conn: Connection, limit: str, reason: str) -> None:
         """Log a refusal once per peer and limit: a peer retrying in a loop is not a log flood."""
         told = (conn.peer[0], limit)
@@ -365,32 +263,267 @@ class RemotingServer:
         log_event(log, "remoting connection refused", logging.WARNING, service=self.name, peer=f"{conn.peer[0]}:{conn.peer[1]}",
                   limit=limit, reason=reason, again="not logged for this peer")
 
-    async def _handle(self, cmd: RemotingCommand, conn: Connection) -> None:
-        response = await self.answer(cmd, conn)
+    async def _handle(self, cmd: RemotingCommand, conn: Connection, pending: Awaitable[RemotingCommand | None]) -> None:
+        response = await self._finish(cmd, pending)
         if response is not None and not cmd.is_oneway:
-            try:
-                conn.reply(response)
-                # A client that stops reading holds its own requests back, not memory (the
-                # transport pauses once the turn's replies fill its buffer past its high mark).
-                await conn.writer.drain()
-            except (ConnectionError, RuntimeError):
-                pass  # the client went away; nothing to answer
+            conn.reply(response)
 
-    async def answer(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
-        """The response to one request (None: the handler answers nothing)."""
+    def _answer(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        """The response to one request (None: the handler answers nothing), or the handler's
+        awaitable of it."""
         handler = self.handlers.get(cmd.code)
         if handler is None:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, f"request type {cmd.code} ({request_name(cmd.code)}) not supported by Quarry ({self.name})")
         try:
             if self.authorize is not None:
                 self.authorize(cmd)
-            return await handler(cmd, conn)
-        except RemotingError as exc:
-            return cmd.response(exc.code, exc.remark)
-        except HeaderFieldError as exc:
-            return cmd.response(codes.SYSTEM_ERROR, str(exc))
+            return handler(cmd, conn)
+        except Exception as exc:  # noqa: BLE001 - answer, log, keep serving
+            return self._failed(cmd, exc)
+
+    async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> RemotingCommand | None:
+        try:
+            return await pending
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - answer, log, keep serving
-            log.exception("remoting handler failed: code=%s", cmd.code)
-            return cmd.response(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            return self._failed(cmd, exc)
+
+    def _failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        """A handler's error as its response: the one place remoting errors become codes."""
+        if isinstance(exc, RemotingError):
+            return cmd.response(exc.code, exc.remark)
+        if isinstance(exc, HeaderFieldError):
+            return cmd.response(codes.SYSTEM_ERROR, str(exc))
+        log.error("remoting handler failed: code=%s", cmd.code, exc_info=exc)
+        return cmd.response(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+class _ConnectionProtocol(asyncio.Protocol):
+    """One client connection: frames parsed from the bytes as they arrive, in the loop's own
+    callback (no task woken per frame), each request answered at once when its handler does,
+    and the answers to what one read brought leave in one write. Reading pauses while the
+    connection has MAX_IN_FLIGHT requests being handled or its replies fill the transport's
+    buffer (a client that stops reading holds its own requests back, not memory)."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self.server = server
+        self.buf = bytearray()
+        self.conn: Connection | None = None
+        self.peer: _Peer | None = None
+        self.deadline: _Deadline | None = None
+        self.in_frame = False  # the buffer starts a frame whose length was read (its deadline runs)
+        self.header_checked = False  # ACL on: the header of that frame was admitted
+        self.held = 0  # ACL on: bytes of frames in reading counted against the caps
+        self.write_paused = False
+        self.read_paused = False
+        self.closed = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    # -- asyncio's callbacks ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's transports are not asyncio.Transport subclasses)
+        server = self.server
+        peername = transport.get_extra_info("peername") or ("", 0)
+        conn = Connection((str(peername[0]), int(peername[1])), self.transport)
+        peer = server._peers.setdefault(conn.peer[0], _Peer())
+        if peer.connections >= server.limits.connections_per_peer:
+            server._tell(conn, "connections per peer", f"{peer.connections} open, the most one IP may hold (--remoting-connections-per-peer)")
+            if not peer.connections:
+                del server._peers[conn.peer[0]]
+            self.closed = True
+            transport.close()
+            return
+        peer.connections += 1
+        self.conn, self.peer = conn, peer
+        server._connections.add(conn)
+        self.deadline = _Deadline(min(server.idle_s, server.limits.frame_timeout_s), self._expired)
+        self.deadline.set(server.idle_s)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.buf += data
+        try:
+            if self.server.admits_header is not None:
+                assert self.peer is not None
+                self.server._hold(self.peer, len(data))  # counted as they arrive, before any parsing
+                self.held += len(data)
+            self._read_frames()
+        except FrameError as exc:
+            self._close_malformed(str(exc))
+        except _Refused as refused:
+            self._refuse(refused)
+
+    def eof_received(self) -> bool | None:
+        return None  # (close: a client that half-closes is done; its pending answers are dropped)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        conn, peer, server = self.conn, self.peer, self.server
+        if conn is None or peer is None:
+            return
+        if self.deadline is not None:
+            self.deadline.close()
+        if self.held:
+            server._release(peer, self.held)
+            self.held = 0
+        server._connections.discard(conn)
+        peer.connections -= 1
+        if not peer.connections:
+            server._peers.pop(conn.peer[0], None)
+        for callback in server.on_close:
+            try:
+                callback(conn)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the cleanup
+                log.exception("connection close listener failed")
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._resume()
+
+    # -- frames ------------------------------------------------------------------------------
+    def _read_frames(self) -> None:
+        """Handle every whole frame in the buffer (until the connection is held back), then
+        write their answers together, and time what is left."""
+        server, conn, buf = self.server, self.conn, self.buf
+        assert conn is not None
+        pos = 0
+        try:
+            while not self.closed and len(buf) - pos >= 4:
+                if conn.in_flight >= MAX_IN_FLIGHT or self.write_paused:
+                    self._pause_reading()
+                    break
+                length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+                if length < 4 or length > server.max_frame_bytes:
+                    if buf[pos:pos + 2] == b"\x16\x03":  # a TLS record (handshake, version 3.x) read as a length
+                        raise FrameError("a TLS handshake: the client has TLS on (RocketMQ's -Dtls.enable=true) and this remoting "
+                                         "port serves plaintext only")
+                    raise FrameError(f"frame length {length}: must be 4..{server.max_frame_bytes}")
+                if len(buf) - pos - 4 < length:
+                    if server.admits_header is not None and not self.header_checked:
+                        self._check_header(pos, length)
+                    break
+                cmd = decode_frame(bytes(buf[pos + 4:pos + 4 + length]))
+                pos += 4 + length
+                self.in_frame = False
+                if server.admits_header is not None and not self.header_checked:
+                    self._admit(cmd)
+                self.header_checked = False
+                if not cmd.is_response:  # (Quarry sends clients no requests, so no response is awaited)
+                    self._dispatch(cmd)
+        finally:
+            del buf[:pos]
+            if self.held > len(buf):  # the frames handled hold nothing now
+                assert self.peer is not None
+                server._release(self.peer, self.held - len(buf))
+                self.held = len(buf)
+            conn.flush()
+            self._time_the_rest()
+
+    def _check_header(self, pos: int, length: int) -> None:
+        """ACL on, a frame still arriving: once its header is here, a header naming no known
+        account is refused before its body is waited for."""
+        buf = self.buf
+        if len(buf) - pos < 8:
+            return
+        header_length = int.from_bytes(buf[pos + 4:pos + 8], "big") & 0xFFFFFF
+        if header_length > length - 4:
+            raise FrameError(f"header length {header_length} exceeds the frame ({length - 4} bytes after the length fields)")
+        if len(buf) - pos - 8 >= header_length:
+            self._admit(decode_frame(bytes(buf[pos + 4:pos + 8 + header_length])))
+            self.header_checked = True
+
+    def _admit(self, cmd: RemotingCommand) -> None:
+        why = "" if cmd.is_response else self.server.admits_header(cmd.ext_fields)  # type: ignore[misc]
+        if why:
+            raise _Refused("header", why, cmd)
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        server, conn = self.server, self.conn
+        assert conn is not None
+        answer = server._answer(cmd, conn)
+        if inspect.isawaitable(answer):
+            conn.in_flight += 1
+            task = asyncio.ensure_future(server._handle(cmd, conn, answer))
+            self.tasks.add(task)
+            task.add_done_callback(self._handled)
+        elif answer is not None and not cmd.is_oneway:
+            conn.queue(answer)  # written with the others of this read (_read_frames)
+
+    def _handled(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        assert self.conn is not None
+        self.conn.in_flight -= 1
+        if self.read_paused and self.conn.in_flight < MAX_IN_FLIGHT:
+            self._resume()
+
+    def _time_the_rest(self) -> None:
+        """The deadline for what the buffer holds: a frame begun must end within the frame
+        limit of its length arriving; between frames, the idle limit; none while held back."""
+        deadline = self.deadline
+        if deadline is None or self.closed:
+            return
+        if self.read_paused:
+            deadline.clear()
+        elif len(self.buf) >= 4:
+            if not self.in_frame:
+                self.in_frame = True
+                deadline.set(self.server.limits.frame_timeout_s, int.from_bytes(self.buf[:4], "big"))
+        else:
+            self.in_frame = False
+            deadline.set(self.server.idle_s)
+
+    def _pause_reading(self) -> None:
+        if not self.read_paused and not self.closed:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        """Read again once neither the in-flight bound nor the transport holds the connection back."""
+        if not self.read_paused or self.closed or self.write_paused or (self.conn is not None and self.conn.in_flight >= MAX_IN_FLIGHT):
+            return
+        self.read_paused = False
+        self.in_frame = False  # (the frame limit starts again: the wait was the server's)
+        self.transport.resume_reading()
+        try:
+            self._read_frames()  # what arrived before the pause
+        except FrameError as exc:
+            self._close_malformed(str(exc))
+        except _Refused as refused:
+            self._refuse(refused)
+
+    # -- closing -----------------------------------------------------------------------------
+    def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.conn is not None:
+                self.conn.flush()
+            self.transport.close()
+
+    def _close_malformed(self, reason: str) -> None:
+        conn = self.conn
+        assert conn is not None
+        log_event(log, "malformed frame; connection closed", logging.WARNING, service=self.server.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", reason=reason)
+        self._close()
+
+    def _refuse(self, refused: _Refused) -> None:
+        assert self.conn is not None
+        if refused.request is not None and not refused.request.is_oneway:
+            self.conn.send(refused.request.response(codes.NO_PERMISSION, refused.reason))  # (flushed by the close)
+        self.server._tell(self.conn, refused.limit, refused.reason)
+        self._close()
+
+    def _expired(self) -> None:
+        conn, deadline = self.conn, self.deadline
+        assert conn is not None and deadline is not None
+        if not deadline.frame_length:
+            log_event(log, "idle connection closed", service=self.server.name, peer=f"{conn.peer[0]}:{conn.peer[1]}", idle_s=self.server.idle_s)
+        else:
+            log_event(log, "malformed frame; connection closed", logging.WARNING, service=self.server.name, peer=f"{conn.peer[0]}:{conn.peer[1]}",
+                      reason=f"no complete frame of {deadline.frame_length} bytes within {self.server.limits.frame_timeout_s:g} s")
+        self._close()

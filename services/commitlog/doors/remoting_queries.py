@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Protocol
+from typing import Awaitable, Protocol
 
 import grpc
 
 from quarry.channels import open_aio_channel
 from quarry.formats.index_keys import answers_key
-from quarry.formats.properties import REAL_TOPIC
+from quarry.formats.properties import KEYS, REAL_TOPIC, UNIQ_KEY, properties_map
 from quarry.services.commitlog.storage.browse import search_offset_by_time
 from quarry.services.commitlog.storage.errors import StoreError
 from quarry.services.commitlog.storage.store import CommitLogStore
@@ -31,13 +31,11 @@ log = logging.getLogger("quarry.commitlog.remoting")
 
 class KeyIndex(Protocol):
     """This broker's IndexFiles read in this process (the composition root builds it:
-    services/indexer/index_view.py). `query` applies the indexer's rule (defaults, cap, parking
-    topics) and raises Unavailable when it may answer less than the indexer would, or
-    InvalidArgument."""
+    services/indexer/index_view.py). `answer` gives the offsets by the indexer's rule (defaults,
+    cap, parking topics) and the index's last update (time, physical offset); it raises
+    Unavailable when it may answer less than the indexer would, or InvalidArgument."""
 
-    def query(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool = False) -> list[int]: ...
-
-    def last_update(self) -> tuple[int, int]: ...
+    def answer(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool = False) -> tuple[list[int], int, int]: ...
 
 
 class Queries:
@@ -54,61 +52,68 @@ class Queries:
     def _record_bytes(self, physical_offset: int) -> bytes:
         return self.store.read_bytes(physical_offset)[1]
 
-    async def view_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def view_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         offset = req.integer("offset")
         try:
             return req.response(codes.SUCCESS, body=self._record_bytes(offset))
         except StoreError as exc:
             raise RemotingError(codes.SYSTEM_ERROR, f"can not find message by the offset, {offset}: {exc}") from None
 
-    async def query_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def query_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand | Awaitable[RemotingCommand]:
         """QUERY_MESSAGE: the records the indexer's entries for topic/key (a unique key with the
         flag) point at, read from this store. The IndexFiles read in this process answer the
-        positions when there are (--index-dir), else the indexer does (offsets_only: no second
-        read of each record in its process); the exact-match rule and each record's
-        own store time are applied here, so a hash collision is never handed out."""
+        positions when there are (--index-dir: answered at once), else the indexer does
+        (offsets_only: no second read of each record in its process); the exact-match rule and
+        each record's own store time are applied here, so a hash collision is never handed out."""
         unique = req.ext_fields.get(codes.UNIQUE_KEY_QUERY_FLAG) == "true"
         topic, key = req.text("topic"), req.text("key")
-        request = indexer_pb2.QueryMessageRequest(
-            topic=topic, key=key, max_num=UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=JAVA_INT[1]),
-            begin_timestamp=max(0, req.integer("beginTimestamp")), end_timestamp=req.integer("endTimestamp"),
-            unique_key_flag=unique, offsets_only=True,
-        )
-        begin, end = request.begin_timestamp, request.end_timestamp or int(time.time() * 1000)
-        answer = self._query_key_index(request, end)
-        if answer is not None:
-            offsets, (last_ts, last_off) = answer
-        else:
-            if not self._indexer_addr:
-                raise RemotingError(codes.SYSTEM_ERROR, "this broker has no indexer configured (--indexer-addr): key queries cannot be answered")
-            try:
-                reply = await self._indexer_stub().QueryMessage(request, timeout=10.0)
-            except grpc.RpcError as exc:
-                raise RemotingError(codes.SYSTEM_ERROR, f"indexer {self._indexer_addr}: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
-            offsets, last_ts, last_off = list(reply.physical_offsets), reply.index_last_update_timestamp, reply.index_last_update_phy_offset
+        max_num = UNIQUE_KEY_QUERY_MAX_NUM if unique else req.integer("maxNum", lo=0, hi=JAVA_INT[1])
+        begin, end_given = max(0, req.integer("beginTimestamp")), req.integer("endTimestamp")
+        end = end_given or int(time.time() * 1000)
+        answer = self._query_key_index(topic, key, max_num, begin, end, unique)
+        if answer is None:
+            return self._query_indexer(req, indexer_pb2.QueryMessageRequest(
+                topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=end_given, unique_key_flag=unique, offsets_only=True))
+        return self._key_answer(req, *answer, topic, key, begin, end, unique)
+
+    async def _query_indexer(self, req: RemotingCommand, request: indexer_pb2.QueryMessageRequest) -> RemotingCommand:
+        if not self._indexer_addr:
+            raise RemotingError(codes.SYSTEM_ERROR, "this broker has no indexer configured (--indexer-addr): key queries cannot be answered")
+        try:
+            reply = await self._indexer_stub().QueryMessage(request, timeout=10.0)
+        except grpc.RpcError as exc:
+            raise RemotingError(codes.SYSTEM_ERROR, f"indexer {self._indexer_addr}: {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
+        end = request.end_timestamp or int(time.time() * 1000)
+        return self._key_answer(req, list(reply.physical_offsets), reply.index_last_update_timestamp, reply.index_last_update_phy_offset,
+                                request.topic, request.key, request.begin_timestamp, end, request.unique_key_flag)
+
+    def _key_answer(self, req: RemotingCommand, offsets: list[int], last_ts: int, last_off: int,
+                    topic: str, key: str, begin: int, end: int, unique: bool) -> RemotingCommand:
+        """The response: the records at `offsets` (newest entry first) that hold the key and
+        were stored in [begin, end]."""
         fields = {"indexLastUpdateTimestamp": last_ts, "indexLastUpdatePhyoffset": last_off}
         body = []
-        for offset in offsets:  # newest entry first
+        for offset in offsets:
             try:
-                record, stored = self.store.read_bytes(offset)
+                record_topic, stored_at, properties_text, stored = self.store.read_key_fields(offset)
             except StoreError:
                 continue  # expired (or damaged) between the index read and now
             # The index holds whole seconds and answers by hash: the record itself decides.
-            if begin <= record.store_timestamp <= end and answers_key(
-                    record.topic, record.properties.get(REAL_TOPIC), record.keys, record.unique_key, topic, key, unique):
-                body.append(stored)
+            if begin <= stored_at <= end:
+                props = properties_map(properties_text)
+                if answers_key(record_topic, props.get(REAL_TOPIC), (props.get(KEYS) or "").split(" "), props.get(UNIQ_KEY), topic, key, unique):
+                    body.append(stored)
         if not body:
             return req.response(codes.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", fields)
         return req.response(codes.SUCCESS, None, fields, b"".join(body))
 
-    def _query_key_index(self, request: indexer_pb2.QueryMessageRequest, end: int) -> tuple[list[int], tuple[int, int]] | None:
-        """(offsets, (last update time, offset)) from the IndexFiles read here, or None: no view,
+    def _query_key_index(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool) -> tuple[list[int], int, int] | None:
+        """(offsets, last update time, offset) from the IndexFiles read here, or None: no view,
         or it may answer less than the indexer (said in the log when that starts and ends)."""
         if self._key_index is None:
             return None
         try:
-            offsets = self._key_index.query(request.topic, request.key, request.max_num, request.begin_timestamp, end, request.unique_key_flag)
-            last = self._key_index.last_update()
+            answer = self._key_index.answer(topic, key, max_num, begin, end, unique)
         except Unavailable as exc:
             if not self._key_index_failing:
                 log_event(log, "key queries ask the indexer: the index files read here may be behind", logging.WARNING, reason=str(exc))
@@ -119,7 +124,7 @@ class Queries:
         if self._key_index_failing:
             log_event(log, "key queries answered from the index files read here again")
             self._key_index_failing = ""
-        return offsets, last
+        return answer
 
     def _indexer_stub(self) -> indexer_pb2_grpc.IndexerServiceStub:
         """The indexer's stub on an asyncio channel, opened in this loop at the first query."""

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from quarry.formats.record import Record
+from quarry.formats.record import Record, decode_record
 from quarry.formats.segment_walk import list_segments
 from quarry.services.commitlog.storage.errors import DamagedRecord, NotFound
 from quarry.services.commitlog.storage.reads import largest_record, record_at
@@ -63,7 +63,7 @@ class LogFiles:
                     try:
                         start, end = self._starts[i], self._starts[i] + os.fstat(fd).st_size
                         if offset < end:
-                            return record_at(lambda at, size: os.pread(fd, max(0, min(size, end - at)), at - start), end, offset, _LARGEST)[0]
+                            return record_at(lambda at, size: os.pread(fd, max(0, min(size, end - at)), at - start), end, offset, _LARGEST, decode_record)[0]
                     except (NotFound, DamagedRecord, OSError):
                         return None  # the commitlog says what it is
                     finally:

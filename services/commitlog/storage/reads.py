@@ -5,30 +5,45 @@ written when they started (appends never rewrite a record).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 from quarry.formats.dispatch import DispatchInfo, decode_dispatch
 from quarry.formats.record import (
-    BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, Record, decode_record, read_size_and_magic,
+    BLANK_HEADER_SIZE, BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, CorruptRecordError, Record, decode_dispatch_fields, decode_record,
+    read_size_and_magic,
 )
 from quarry.services.commitlog.storage.errors import DamagedRecord, Expired, InvalidArgument, NotFound
 from quarry.services.commitlog.storage.store_state import StoreState
 
 READ_WINDOW = 4 * 1024 * 1024  # bytes read_dispatch reads at a time
+T = TypeVar("T")
+FIRST_READ = 4096  # bytes a record read takes at once: most records whole in one pread, not a header read and then the rest
 
 
 def read_record(state: StoreState, physical_offset: int) -> Record:
     """The record starting at physical_offset (NotFound / Expired / InvalidArgument)."""
-    return _read(state, physical_offset)[0]
+    return _read(state, physical_offset, decode_record)[0]
 
 
 def read_record_bytes(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
     """The record at physical_offset and its stored bytes, checked as read_record checks them
     (what RocketMQ's broker hands its remoting clients)."""
-    return _read(state, physical_offset)
+    return _read(state, physical_offset, decode_record)
 
 
-def _read(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
+def read_key_fields(state: StoreState, physical_offset: int) -> tuple[str, int, str, bytes]:
+    """(topic, store timestamp, properties text, stored bytes) of the record at physical_offset,
+    its frame and body CRC checked, nothing else decoded: what a key query needs to decide
+    whether the record answers it."""
+    fields, data = _read(state, physical_offset, _key_fields)
+    return fields[1], fields[4], fields[7], data
+
+
+def _key_fields(buf: bytes, pos: int, *, physical_offset: int) -> tuple[int, str, int, int, int, int, int, str]:
+    return decode_dispatch_fields(buf, pos, physical_offset, check_crc=True)
+
+
+def _read(state: StoreState, physical_offset: int, decode: Callable[..., T]) -> tuple[T, bytes]:
     if physical_offset < 0:
         raise InvalidArgument("physical_offset", "must be >= 0")
     if physical_offset < state.min_offset:
@@ -39,7 +54,7 @@ def _read(state: StoreState, physical_offset: int) -> tuple[Record, bytes]:
     if seg is None:
         raise NotFound(f"no segment holds physical offset {physical_offset}")
     try:
-        return record_at(seg.read, seg.end, physical_offset, largest_record(state.config.max_message_size))
+        return record_at(seg.read, seg.end, physical_offset, largest_record(state.config.max_message_size), decode)
     except DamagedRecord as exc:
         cause = exc.__cause__
         if isinstance(cause, CorruptRecordError):
@@ -53,20 +68,22 @@ def largest_record(max_message_size: int) -> int:
     return max(max_message_size, 4 * 1024 * 1024) + 32767 + 127 + FIXED_SIZE + 24
 
 
-def record_at(read: Callable[[int, int], bytes], seg_end: int, physical_offset: int, largest: int) -> tuple[Record, bytes]:
+def record_at(read: Callable[[int, int], bytes], seg_end: int, physical_offset: int, largest: int,
+              decode: Callable[..., T]) -> tuple[T, bytes]:
     """The record starting at physical_offset of a segment ending at seg_end, read with
     read(offset, size), and its bytes: NotFound when no record starts there, DamagedRecord when
-    one does and fails its checks (the cause is the CorruptRecordError). The one rule for the
-    commitlog's own reads and for readers of its files (services/commitlog/storage/log_files.py)."""
-    head = read(physical_offset, 8)
+    one does and fails its checks (the cause is the CorruptRecordError); `decode(data, 0,
+    physical_offset=)` decodes it (formats.record.decode_record, or fewer fields). The one rule
+    for the commitlog's own reads and for readers of its files (services/commitlog/storage/log_files.py)."""
+    head = read(physical_offset, FIRST_READ)
     if len(head) < 8:
         raise NotFound(f"no record starts at physical offset {physical_offset}")
     size, magic = read_size_and_magic(head, 0)
     if magic != MESSAGE_MAGIC or size <= 0 or size > seg_end - physical_offset or size > largest:
         raise NotFound(f"no record starts at physical offset {physical_offset}")
-    data = read(physical_offset, size)
+    data = head[:size] if size <= len(head) else head + read(physical_offset + len(head), size - len(head))
     try:
-        return decode_record(data, 0, physical_offset=physical_offset), data
+        return decode(data, 0, physical_offset=physical_offset), data
     except CorruptRecordError as exc:
         if "PHYSICALOFFSET" in exc.reason or "magic" in exc.reason:
             raise NotFound(f"no record starts at physical offset {physical_offset}") from None

@@ -254,6 +254,11 @@ class CommitLogStore:
         """The record at physical_offset and its stored bytes (as `read` checks them)."""
         return reads.read_record_bytes(self.state, physical_offset)
 
+    def read_key_fields(self, physical_offset: int) -> tuple[str, int, str, bytes]:
+        """(topic, store timestamp, properties text, stored bytes) of the record at
+        physical_offset, checked as `read` checks it (see reads.read_key_fields)."""
+        return reads.read_key_fields(self.state, physical_offset)
+
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> tuple[list[Record], int, int, int]:
         """See reads.pull: (records, next, min, max queue offset)."""
         return reads.pull(self.state, topic, queue_id, queue_offset, max_count)
