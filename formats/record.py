@@ -308,14 +308,14 @@ def decode_record(buf: bytes | mmap.mmap | memoryview, pos: int = 0, *, physical
     return Record(size, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared, body, topic, props)
 
 
-def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: int, check_crc: bool = False) -> tuple[int, str, int, int, int, int, int, str]:
+def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: int, checked: bool = False) -> tuple[int, str, int, int, int, int, int, str]:
     """(size, topic, queue_id, queue_offset, store_timestamp, sys_flag, prepared_transaction_offset,
-    properties text) of the record at buf[pos:], without copying its body (nor, unless
-    `check_crc`, checking its CRC).
+    properties text) of the record at buf[pos:], without copying its body.
 
     For streaming what is already in the log (Tail): the frame is still validated (magic,
     sizes, position), so garbage never passes as a record; CRC is checked by reads and recovery.
-    A key query's check of the records it hands out reads these with the CRC.
+    `checked` checks what decode_record checks besides (the body CRC, UTF-8): a key query's
+    check of the records it hands out.
     """
     avail = len(buf) - pos
     if avail < FIXED_SIZE:
@@ -326,6 +326,8 @@ def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: i
     if size < FIXED_SIZE or size > avail or phys != physical_offset:
         raise CorruptRecordError(physical_offset, f"TOTALSIZE {size} or PHYSICALOFFSET {phys} inconsistent")
     end = pos + size
+    if size < FIXED_SIZE + IPV6_EXTRA * (bool(sys_flag & SYSFLAG_BORNHOST_V6) + bool(sys_flag & SYSFLAG_STOREHOST_V6)):
+        raise CorruptRecordError(physical_offset, "TOTALSIZE too small for its IPv6 hosts")
     p = pos + BORN_HOST_POS + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
     store_ts = _I64.unpack_from(buf, p)[0]
     p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
@@ -335,15 +337,19 @@ def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: i
     p += 4 + body_len
     if body_len < 0 or p + 3 > end:
         raise CorruptRecordError(physical_offset, f"BODYLEN {body_len} does not fit in TOTALSIZE {size}")
-    if check_crc and body_len and body_crc(buf[p - body_len:p]) != crc:
+    if checked and body_len and body_crc(buf[p - body_len:p]) != crc:
         raise CorruptRecordError(physical_offset, f"body CRC {body_crc(buf[p - body_len:p])} != stored BODYCRC {crc}")
     topic_len = buf[p]
     if topic_len > 127 or p + 1 + topic_len + 2 > end:
         raise CorruptRecordError(physical_offset, f"TOPICLEN {topic_len} does not fit in TOTALSIZE {size}")
-    topic = bytes(buf[p + 1:p + 1 + topic_len]).decode("utf-8", errors="replace")
-    p += 1 + topic_len
-    props_len = _I16.unpack_from(buf, p)[0]
-    if props_len < 0 or p + 2 + props_len != end:
-        raise CorruptRecordError(physical_offset, f"PROPLEN {props_len} does not end at TOTALSIZE {size}")
-    props_text = bytes(buf[p + 2:end]).decode("utf-8", errors="replace")
+    errors = "strict" if checked else "replace"
+    try:
+        topic = bytes(buf[p + 1:p + 1 + topic_len]).decode("utf-8", errors)
+        p += 1 + topic_len
+        props_len = _I16.unpack_from(buf, p)[0]
+        if props_len < 0 or p + 2 + props_len != end:
+            raise CorruptRecordError(physical_offset, f"PROPLEN {props_len} does not end at TOTALSIZE {size}")
+        props_text = bytes(buf[p + 2:end]).decode("utf-8", errors)
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(physical_offset, f"topic or properties are not UTF-8: {exc}") from None
     return size, topic, queue_id, queue_offset, store_ts, sys_flag, prepared, props_text

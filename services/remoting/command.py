@@ -205,6 +205,8 @@ def _decode_binary_header(header: bytes) -> RemotingCommand:
     code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
     pos = _BIN_FIXED.size
     remark, pos = _binary_string(header, pos, 4, "remark")
+    if len(header) - pos < 4:
+        raise FrameError(f"ROCKETMQ header: extFields length truncated at byte {pos}")
     (ext_len,) = _INT.unpack_from(header, pos)
     pos += 4
     if ext_len < 0 or ext_len > len(header) - pos:

@@ -38,6 +38,7 @@ log = logging.getLogger("quarry.remoting")
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024  # RocketMQ's default frameMaxLength
 MAX_IN_FLIGHT = 256  # requests of one connection being handled at once; reading pauses beyond
+FLUSH_AT = 64 * 1024  # bytes of answers one read may queue before they are written (and the transport may push back)
 IDLE_S = 120.0  # a connection silent this long between frames is closed, as RocketMQ's channel idle limit
 _TOLD_PEERS = 4096  # (peer, limit) pairs whose refusal was logged; forgotten all at once beyond (a bound, not a cache)
 
@@ -102,6 +103,7 @@ class Connection:
     attributes: dict[str, object] = field(default_factory=dict)
     in_flight: int = 0  # its requests being handled now (a handler may wait for the others' company)
     _replies: list[bytes] = field(default_factory=list, repr=False)  # frames reply() queued this turn
+    queued_bytes: int = 0  # their size
 
     def send(self, cmd: RemotingCommand) -> None:
         """Write one frame now (a request the server sends its client)."""
@@ -120,11 +122,13 @@ class Connection:
     def queue(self, cmd: RemotingCommand) -> None:
         """Queue a response for the caller's flush() (the read loop's, after what one read brought)."""
         if not self.writer.is_closing():
-            self._replies.append(encode_frame(cmd))
+            frame = encode_frame(cmd)
+            self._replies.append(frame)
+            self.queued_bytes += len(frame)
 
     def flush(self) -> None:
         """Write the queued responses."""
-        replies, self._replies = self._replies, []
+        replies, self._replies, self.queued_bytes = self._replies, [], 0
         if replies and not self.writer.is_closing():
             self.writer.writelines(replies)
 
@@ -344,16 +348,16 @@ class _ConnectionProtocol(asyncio.Protocol):
         if self.closed:
             return
         self.buf += data
+        self._read_safely()
+
+    def _read_safely(self) -> None:
+        """_read_frames, a frame that does not decode closing its connection (never the loop's callback)."""
         try:
-            if self.server.admits_header is not None:
-                assert self.peer is not None
-                self.server._hold(self.peer, len(data))  # counted as they arrive, before any parsing
-                self.held += len(data)
             self._read_frames()
-        except FrameError as exc:
-            self._close_malformed(str(exc))
         except _Refused as refused:
             self._refuse(refused)
+        except Exception as exc:  # noqa: BLE001 - FrameError, or any other way a frame fails to decode
+            self._close_malformed(str(exc) if isinstance(exc, FrameError) else f"{type(exc).__name__}: {exc}")
 
     def eof_received(self) -> bool | None:
         return None  # (close: a client that half-closes is done; its pending answers are dropped)
@@ -381,6 +385,9 @@ class _ConnectionProtocol(asyncio.Protocol):
     def pause_writing(self) -> None:
         self.write_paused = True
         self._pause_reading()
+        if self.deadline is not None:  # (held back by the server: no limit runs until it resumes)
+            self.deadline.clear()
+            self.in_frame = False
 
     def resume_writing(self) -> None:
         self.write_paused = False
@@ -394,7 +401,7 @@ class _ConnectionProtocol(asyncio.Protocol):
         assert conn is not None
         pos = 0
         try:
-            while not self.closed and len(buf) - pos >= 4:
+            while not self.closed and not self.transport.is_closing() and len(buf) - pos >= 4:
                 if conn.in_flight >= MAX_IN_FLIGHT or self.write_paused:
                     self._pause_reading()
                     break
@@ -408,22 +415,39 @@ class _ConnectionProtocol(asyncio.Protocol):
                     if server.admits_header is not None and not self.header_checked:
                         self._check_header(pos, length)
                     break
+                if server.admits_header is not None:
+                    self._count(4 + length)  # (its last bytes too: a frame going over a cap as it completes is refused)
                 cmd = decode_frame(bytes(buf[pos + 4:pos + 4 + length]))
                 pos += 4 + length
                 self.in_frame = False
-                if server.admits_header is not None and not self.header_checked:
-                    self._admit(cmd)
+                if server.admits_header is not None:
+                    if not self.header_checked:
+                        self._admit(cmd)
+                    self._count(0)  # read whole: its signature is its handler's to check
                 self.header_checked = False
                 if not cmd.is_response:  # (Quarry sends clients no requests, so no response is awaited)
                     self._dispatch(cmd)
+                    if conn.queued_bytes > FLUSH_AT:
+                        conn.flush()  # (the transport may pause the writing now: checked before the next frame)
         finally:
             del buf[:pos]
-            if self.held > len(buf):  # the frames handled hold nothing now
-                assert self.peer is not None
-                server._release(self.peer, self.held - len(buf))
-                self.held = len(buf)
             conn.flush()
-            self._time_the_rest()
+        if server.admits_header is not None:
+            # The frame being read (an incomplete one at the head of the buffer); whole frames
+            # waiting while the connection is held back are read, not being read.
+            self._count(len(buf) if len(buf) < 4 or len(buf) - 4 < int.from_bytes(buf[:4], "big") else 0)
+        self._time_the_rest()
+
+    def _count(self, reading: int) -> None:
+        """ACL on: `reading` bytes of a frame not yet authenticated are held now; the difference
+        from what was counted is held or released (_Refused when over a cap)."""
+        peer = self.peer
+        assert peer is not None
+        if reading > self.held:
+            self.server._hold(peer, reading - self.held)
+        elif reading < self.held:
+            self.server._release(peer, self.held - reading)
+        self.held = reading
 
     def _check_header(self, pos: int, length: int) -> None:
         """ACL on, a frame still arriving: once its header is here, a header naming no known
@@ -453,7 +477,11 @@ class _ConnectionProtocol(asyncio.Protocol):
             self.tasks.add(task)
             task.add_done_callback(self._handled)
         elif answer is not None and not cmd.is_oneway:
-            conn.queue(answer)  # written with the others of this read (_read_frames)
+            try:
+                conn.queue(answer)  # written with the others of this read (_read_frames)
+            except Exception as exc:  # noqa: BLE001 - (a header over 16 MiB): this request's error, not the connection's
+                log.error("remoting response not encodable: code=%s", cmd.code, exc_info=exc)
+                conn.queue(cmd.response(codes.SYSTEM_ERROR, f"the response could not be encoded: {type(exc).__name__}: {exc}"))
 
     def _handled(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
@@ -490,12 +518,7 @@ class _ConnectionProtocol(asyncio.Protocol):
         self.read_paused = False
         self.in_frame = False  # (the frame limit starts again: the wait was the server's)
         self.transport.resume_reading()
-        try:
-            self._read_frames()  # what arrived before the pause
-        except FrameError as exc:
-            self._close_malformed(str(exc))
-        except _Refused as refused:
-            self._refuse(refused)
+        self._read_safely()  # what arrived before the pause
 
     # -- closing -----------------------------------------------------------------------------
     def _close(self) -> None:

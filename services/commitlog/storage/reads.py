@@ -40,7 +40,7 @@ def read_key_fields(state: StoreState, physical_offset: int) -> tuple[str, int, 
 
 
 def _key_fields(buf: bytes, pos: int, *, physical_offset: int) -> tuple[int, str, int, int, int, int, int, str]:
-    return decode_dispatch_fields(buf, pos, physical_offset, check_crc=True)
+    return decode_dispatch_fields(buf, pos, physical_offset, checked=True)
 
 
 def _read(state: StoreState, physical_offset: int, decode: Callable[..., T]) -> tuple[T, bytes]:
