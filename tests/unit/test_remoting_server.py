@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
+from typing import Callable, cast
 
 import pytest
 
 from quarry.services.remoting import codes
+from quarry.services.remoting import server as server_module
 from tests.remoting_client import RemotingClient
 from quarry.services.remoting.acl import ACCESS_KEY
 from quarry.services.remoting.command import RemotingCommand, decode_frame, encode_frame
@@ -368,3 +371,171 @@ def test_pipelined_requests_are_all_answered_in_the_order_their_handlers_finishe
         finally:
             await server.close()
     run(main())
+
+
+# -- held back: what the server waits for is not held against the client (review of the Protocol server) --
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 3.0) -> None:
+    """Wait for `condition` (polled), failing after `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > end:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(0.005)
+
+
+async def _open_slow_reader(server: RemotingServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client with a small receive buffer (set before connecting, so the window stays small):
+    a large reply it does not read backs up in the server's transport."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+    return await asyncio.open_connection(sock=sock)
+
+
+def _held_back(server: RemotingServer, connections: int = 1) -> bool:
+    """The server has `connections` connections and reads none of them (their transports paused)."""
+    return len(server._connections) == connections and not any(cast(asyncio.Transport, c.writer).is_reading() for c in server._connections)
+
+
+def _closed_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.getMessage(), str(getattr(r, "kv", {}).get("reason", ""))) for r in caplog.records if "closed" in r.getMessage()]
+
+
+def test_a_connection_held_back_by_its_unread_replies_is_not_closed_by_the_frame_or_idle_limit(caplog: pytest.LogCaptureFixture) -> None:
+    """Two clients that do not read an 8 MiB reply: the server's writing is held back (the
+    transport's pause_writing) and so is its reading. That wait is the server's: one connection
+    with a frame begun (its rest sent meanwhile) is not closed at the frame limit, the other
+    (between frames) not at the idle limit; once they read, every answer arrives, and the idle
+    limit runs again after."""
+    big = 8 << 20
+
+    async def large(req: RemotingCommand, conn: Connection) -> RemotingCommand:  # a task's reply: written after the read
+        return req.response(body=b"x" * big)
+
+    async def main() -> None:
+        server = RemotingServer("test", {1: large, 2: _Handlers().fast}, 1 << 20, limits=Limits(frame_timeout_s=0.3))
+        server.idle_s = 0.3
+        await server.start("127.0.0.1:0")
+        try:
+            mid_frame, mid_frame_writer = await _open_slow_reader(server)
+            between, between_writer = await _open_slow_reader(server)
+            second = encode_frame(RemotingCommand(2, 2, 0, None, body=b"y" * 100))
+            mid_frame_writer.write(encode_frame(RemotingCommand(1, 1, 0, None)) + second[:10])  # and a frame begun
+            between_writer.write(encode_frame(RemotingCommand(1, 1, 0, None)))
+            await _until(lambda: _held_back(server, 2), "both connections held back by their replies")
+            mid_frame_writer.write(second[10:])  # the frame's rest: in time, but the server reads no more for now
+            await asyncio.sleep(1.0)  # over three times either limit: the time under test, not a wait for an event
+            assert len(server._connections) == 2 and not any(c.writer.is_closing() for c in server._connections)  # neither closed
+            answers = [await _answer(reader) for reader in (mid_frame, mid_frame, between)]
+            assert [(a.opaque, len(a.body)) for a in answers] == [(1, big), (2, 4), (1, big)]
+            assert await _closed(mid_frame) and await _closed(between)  # then idle: the limit runs again
+            mid_frame_writer.close()
+            between_writer.close()
+        finally:
+            await server.close()
+    with caplog.at_level(logging.INFO, logger="quarry.remoting"):
+        run(main())
+    assert _closed_lines(caplog) == [("idle connection closed", "")] * 2
+
+
+def test_plain_function_answers_to_pipelined_requests_of_a_client_that_never_reads_stay_bounded() -> None:
+    """3000 tiny requests in one write, each answered 100 KiB by a plain function (answered where
+    its frame is parsed, no task), from a client that never reads: the answers are written as
+    they pile up, so the transport pushes back and the server stops reading with a few in its
+    buffer, not one per request of a read (3000 would be ~300 MiB)."""
+    def view(req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return req.response(body=b"v" * (100 << 10))
+
+    async def main() -> None:
+        server = RemotingServer("test", {33: view}, 1 << 20)
+        await server.start("127.0.0.1:0")
+        try:
+            _reader, writer = await _open_slow_reader(server)
+            writer.write(b"".join(encode_frame(RemotingCommand(33, opaque, 0, None, {"offset": "123456789"})) for opaque in range(3000)))
+            await _until(lambda: _held_back(server), "the connection held back by its unread answers")
+            (conn,) = server._connections
+            assert conn.writer.get_write_buffer_size() < 8 << 20
+            writer.close()
+        finally:
+            await server.close()
+    run(main())
+
+
+def test_with_acl_pipelined_frames_each_within_the_per_peer_cap_are_all_answered(caplog: pytest.LogCaptureFixture) -> None:
+    """The per-peer cap at the largest frame (as limits_from allows): two 10 KiB frames in one
+    write (one loopback segment, so one read) hold 20 KiB together, but each frame is counted on
+    its own as it is read, so both are read whole and answered (their forged signatures refused)."""
+    async def main() -> None:
+        limits = Limits(unauthenticated_bytes_per_peer=16 << 10, unauthenticated_bytes=1 << 20)
+        server = await _acl_server(_Handlers(), limits, max_frame=16 << 10)
+        try:
+            reader, writer = await _open(server)
+            head, body = _frame("pub", 10 << 10)
+            writer.write((head + body) * 2)
+            answers = [await _answer(reader) for _ in range(2)]
+            assert [(a.code, a.opaque, a.remark) for a in answers] == [(codes.NO_PERMISSION, 7, "Signature does not match")] * 2
+            writer.close()
+        finally:
+            await server.close()
+    with caplog.at_level(logging.WARNING, logger="quarry.remoting"):
+        run(main())
+    assert _refusals(caplog) == []
+
+
+def _remark_ending_the_header() -> bytes:
+    """A frame whose ROCKETMQ (binary) header ends with its remark: no room for the extFields length."""
+    remark = b"rrrr"
+    header = struct.pack(">hbhii", 2, 0, 0, 1, 0) + struct.pack(">i", len(remark)) + remark
+    return struct.pack(">ii", 4 + len(header), (codes.SERIALIZE_ROCKETMQ << 24) | len(header)) + header
+
+
+@pytest.mark.parametrize("held_back", [False, True], ids=["arriving", "after MAX_IN_FLIGHT requests"])
+@pytest.mark.parametrize("decoder_error", [False, True], ids=["remark ends the header", "decoder raises struct.error"])
+def test_a_frame_failing_to_decode_in_any_way_closes_that_connection_with_a_log_line(
+        held_back: bool, decoder_error: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A frame that does not decode, read as it arrives or once the connection is no longer held
+    back by MAX_IN_FLIGHT slow requests (read from a task's done callback): the connection is closed
+    with one "malformed frame" line, nothing escapes to the event loop, and others are served.
+    Besides command.py's FrameError, any other error of the decoder (as struct.error was for
+    the frame here) is handled so."""
+    if decoder_error:
+        real_decode = server_module.decode_frame
+
+        def decode(frame: bytes) -> RemotingCommand:
+            cmd = real_decode(frame)
+            if cmd.code == 99:
+                raise struct.error("unpack_from requires a buffer of at least 4 bytes")
+            return cmd
+        monkeypatch.setattr(server_module, "decode_frame", decode)
+        bad, reason = encode_frame(RemotingCommand(99, 1, 0, None)), "error: unpack_from requires a buffer"
+    else:
+        bad, reason = _remark_ending_the_header(), "extFields length truncated"
+
+    async def main() -> None:
+        h = _Handlers()
+        server = await _server(h)
+        try:
+            reader, writer = await _open(server)
+            slow = server_module.MAX_IN_FLIGHT if held_back else 0
+            writer.write(b"".join(encode_frame(RemotingCommand(1, opaque, 0, None)) for opaque in range(slow)) + bad)
+            if held_back:
+                await _until(lambda: _held_back(server) and next(iter(server._connections)).in_flight == slow,
+                             "the connection held back by its requests in flight")
+                h.release_slow.set()
+            rest = await asyncio.wait_for(reader.read(), 3)  # until the server closes it
+            while rest:  # (after MAX_IN_FLIGHT: the answers flushed as it closed)
+                length = int.from_bytes(rest[:4], "big")
+                assert decode_frame(rest[4:4 + length]).body == b"slow"
+                rest = rest[4 + length:]
+            writer.close()
+            async with RemotingClient(f"127.0.0.1:{server.port}") as client:  # others are still served
+                assert (await client.call(2)).body == b"fast"
+        finally:
+            await server.close()
+    with caplog.at_level(logging.WARNING, logger="quarry.remoting"):
+        run(main())
+    closed = _closed_lines(caplog)
+    assert len(closed) == 1 and closed[0][0] == "malformed frame; connection closed" and reason in closed[0][1], closed
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
