@@ -364,11 +364,13 @@ class _ConnectionProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.buf = bytearray()  # (now: the protocol may live on in a reference cycle until a collection)
         conn, peer, server = self.conn, self.peer, self.server
         if conn is None or peer is None:
             return
         if self.deadline is not None:
             self.deadline.close()
+            self.deadline = None
         if self.held:
             server._release(peer, self.held)
             self.held = 0
@@ -524,6 +526,7 @@ class _ConnectionProtocol(asyncio.Protocol):
     def _close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.buf = bytearray()  # what it was reading is dropped at once, not when the protocol is collected
             if self.conn is not None:
                 self.conn.flush()
             self.transport.close()

@@ -4,6 +4,7 @@ RocketMQ's tools decode), and the counters and windows behind the stats (broker_
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 from pathlib import Path
@@ -119,7 +120,9 @@ def test_broker_config_is_the_processes_settings_under_rocketmqs_names(tmp_path:
 
 async def call(broker: RemotingBroker, conn: Connection, code: int, **fields: Any) -> RemotingCommand:
     req = RemotingCommand(code, 1, 0, None, {k: str(v) for k, v in fields.items()})
-    resp = await broker.handlers()[code](req, conn)
+    resp = broker.handlers()[code](req, conn)
+    if inspect.isawaitable(resp):
+        resp = await resp
     assert resp is not None
     return resp
 

@@ -43,7 +43,7 @@ class Admin:
     settings: BrokerSettings
     runtime: RuntimeInfo
 
-    async def create_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def create_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """mqadmin updateTopic: create the topic with max(read, write) queues (Quarry keeps one
         count for both); an existing topic keeps its queues, and asking for others is refused."""
         topic = req.text("topic")
@@ -58,12 +58,12 @@ class Admin:
             raise RemotingError(codes.SYSTEM_ERROR, f"topic {topic} exists with {self.store.topics[topic]} queues; changing the queue count is not supported")
         return req.response(codes.SUCCESS)
 
-    async def runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO (mqadmin brokerStatus, clusterList): RocketMQ's KVTable of the
         broker's figures, from what Quarry counts (runtime_info.py)."""
         return req.response(codes.SUCCESS, body=json.dumps({"table": self.runtime.table()}).encode())
 
-    async def topic_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def topic_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO (mqadmin topicStatus): each queue's min and max offset and the
         store time of its last message, as RocketMQ's AdminBrokerProcessor answers it."""
         topic = req.text("topic")
@@ -79,7 +79,7 @@ class Admin:
         return req.response(codes.SUCCESS, body=('{"offsetTable":' + _mq_map(table) + ',"topicPutTps":' + tps + "}").encode())
 
     # -- admin reads: a topic's config, the groups known, the broker's settings and stats ---------
-    async def topic_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def topic_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_TOPIC_CONFIG (RocketMQ 5's; rocketmq-tools 5 asks it before a topic's stats): the
         topic's TopicConfig as a TopicConfigAndQueueMapping, with no mapping (Quarry has no
         static topics). One queue count for reading and writing, read-write, tags filter."""
@@ -89,17 +89,17 @@ class Admin:
             raise RemotingError(codes.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         return req.response(codes.SUCCESS, body=bodies.topic_config(topic, queues))
 
-    async def all_topic_configs(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def all_topic_configs(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_ALL_TOPIC_CONFIG (rocketmq-dashboard's topic list: each topic's type): every topic
         this broker holds, as a TopicConfigSerializeWrapper; its DataVersion is the process's start."""
         return req.response(codes.SUCCESS, body=bodies.topic_config_wrapper(dict(self.store.topics.items()), bodies.data_version(self.settings.since_ms)))
 
-    async def system_topics(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def system_topics(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_SYSTEM_TOPIC_LIST_FROM_BROKER (asked of the broker the NameServer's system topic
         list names; rocketmq-dashboard's topic list): RocketMQ's system topic names."""
         return req.response(codes.SUCCESS, body=bodies.topic_list(list(ROCKETMQ_SYSTEM_TOPICS)))
 
-    async def subscription_groups(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def subscription_groups(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (mqadmin getConsumerConfig, the dashboard's consumer
         page): every group this broker knows (subscription_groups.py) with its settings."""
         groups = known_groups((g for _, g, _, _ in self.offsets.entries()), (g for g, _ in list(self.clients.subscriptions)),
@@ -107,14 +107,14 @@ class Admin:
         table = {c.group_name: c.as_rocketmq() for c in group_configs(groups, self.retry_queues)}
         return req.response(codes.SUCCESS, body=bodies.subscription_group_wrapper(table, bodies.data_version(self.settings.since_ms)))
 
-    async def broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_BROKER_CONFIG (mqadmin getBrokerConfig): this broker's settings under RocketMQ's
         names (broker_settings.py) as java Properties text; the header's `version` is their
         DataVersion (fixed: they do not change while the process runs)."""
         version = json.dumps(bodies.data_version(self.settings.since_ms, self.settings.version), separators=(",", ":"))
         return req.response(codes.SUCCESS, None, {"version": version}, bodies.java_properties(self.settings.values))
 
-    async def stats_data(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def stats_data(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """VIEW_BROKER_STATS_DATA (mqadmin statsAll, the dashboard's topic charts): one counter's
         sum, tps and avgpt over the last minute, hour and day (broker_stats.py). statsKey is the
         topic (TOPIC_PUT_*) or topic@group (GROUP_GET_*): query permission on that topic, and the
@@ -147,7 +147,7 @@ class Admin:
             return 0
         return records[0].store_timestamp if records and records[0].queue_offset == queue_offset else 0
 
-    async def consume_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def consume_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_CONSUME_STATS (mqadmin consumerProgress), as RocketMQ's AdminBrokerProcessor answers
         it: for the header's topic, else each topic the group holds offsets for (one its live
         consumers no longer subscribe to left out), every queue's max offset (brokerOffset), the
@@ -172,7 +172,7 @@ class Admin:
             tps += self.pull_rates.per_second(group, topic)
         return req.response(codes.SUCCESS, body=('{"consumeTps":' + json.dumps(tps) + ',"offsetTable":' + _mq_map(table) + "}").encode())
 
-    async def consumer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def consumer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_CONSUMER_CONNECTION_LIST (mqadmin consumerConnection): the group's live consumers
         (address, and the language and version their heartbeats carried) and what the newest
         heartbeat said of the group (consume type, message model, where to consume from,
@@ -191,7 +191,7 @@ class Admin:
                 "messageModel": view.message_model or None, "subscriptionTable": view.subscriptions}
         return req.response(codes.SUCCESS, body=json.dumps({k: v for k, v in body.items() if v is not None}).encode())
 
-    async def producer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def producer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection): each live client whose
         heartbeat named the producer group, with its address and what its heartbeat said it runs."""
         group = req.text("producerGroup")
@@ -204,7 +204,7 @@ class Admin:
             raise RemotingError(codes.SYSTEM_ERROR, f"the producer group[{group}] not exist")
         return req.response(codes.SUCCESS, body=json.dumps({"connectionSet": connections}).encode())
 
-    async def topic_consumed_by(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def topic_consumed_by(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """QUERY_TOPIC_CONSUME_BY_WHO (mqadmin's message track, after every queryMsgById): as
         RocketMQ's broker answers it, the groups with a live consumer subscribed to the topic and
         the groups holding consumer offsets for it."""

@@ -132,7 +132,7 @@ class Consumers:
         self.stats.add(GROUP_GET_SIZE, key, len(body))
         return req.response(codes.SUCCESS, None, fields, body)
 
-    async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, topic = req.text("consumerGroup"), req.text("topic")
         queue_id = req.integer("queueId", lo=0, hi=JAVA_INT[1])
         found = self.offsets.get(group, topic, queue_id)
@@ -144,20 +144,20 @@ class Consumers:
             return req.response(codes.SUCCESS, None, {"offset": 0})
         return req.response(codes.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
 
-    async def update_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def update_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, topic = req.text("consumerGroup"), req.text("topic")
         queue_id = req.integer("queueId", lo=0, hi=JAVA_INT[1])
         self.offsets.commit(group, topic, queue_id, req.integer("commitOffset", lo=0))
         return req.response(codes.SUCCESS)
 
-    async def max_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def max_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         return req.response(codes.SUCCESS, None, {"offset": queue_bounds(self.store, req.text("topic"), req.integer("queueId", lo=0, hi=JAVA_INT[1]))[1]})
 
-    async def min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         return req.response(codes.SUCCESS, None, {"offset": queue_bounds(self.store, req.text("topic"), req.integer("queueId", lo=0, hi=JAVA_INT[1]))[0]})
 
     # -- clients --------------------------------------------------------------------------
-    async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
             data = json.loads(req.body.decode("utf-8"))
             if not isinstance(data, dict):
@@ -179,7 +179,7 @@ class Consumers:
             self.broker.sending.on_topic_created()
         return req.response(codes.SUCCESS)
 
-    async def unregister_client(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def unregister_client(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """The client leaves the groups the header names (RocketMQ's unregisterClient): leaving
         a consumer group takes what joining it takes, query on the topics it subscribes to."""
         producer, consumer = req.text("producerGroup", ""), req.text("consumerGroup", "")
@@ -191,7 +191,7 @@ class Consumers:
             self._notify_consumers(consumer)
         return req.response(codes.SUCCESS)
 
-    async def consumer_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def consumer_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group = req.text("consumerGroup")
         ids = self.clients.consumers(group)
         if not ids:
@@ -251,19 +251,19 @@ class Consumers:
         require(req, "query", {q[0] for q in queues})
         return group, client_id, queues
 
-    async def lock_queues(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def lock_queues(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """LOCK_BATCH_MQ: the queues the client now holds for its group (queue_locks.py)."""
         group, client_id, queues = self._lock_body(req)
         locked = self.locks.try_lock(group, queues, client_id)
         body = [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in queues if (t, b, q) in locked]
         return req.response(codes.SUCCESS, body=json.dumps({"lockOKMQSet": body}).encode())
 
-    async def unlock_queues(self, req: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+    def unlock_queues(self, req: RemotingCommand, conn: Connection) -> RemotingCommand | None:
         group, client_id, queues = self._lock_body(req)
         self.locks.unlock(group, queues, client_id)
         return req.response(codes.SUCCESS)
 
-    async def check_client_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def check_client_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """CHECK_CLIENT_CONFIG (a consumer's start, for a subscription not by TAG): this broker
         filters by tag only, so SQL92 is refused as by a RocketMQ broker without enablePropertyFilter."""
         try:

@@ -25,7 +25,7 @@ class NameServer:
     def _remoting_brokers(self) -> list[Broker]:
         return [b for b in self.registry.live() if b.remoting_addr]
 
-    async def route(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def route(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = req.text("topic")
         try:
             validate_topic(topic)
@@ -36,14 +36,14 @@ class NameServer:
             raise RemotingError(codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
         return req.response(codes.SUCCESS, body=topic_route_data(brokers))
 
-    async def cluster_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def cluster_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         brokers = [RouteBroker(b.name, b.cluster_name, b.remoting_addr, 0) for b in self._remoting_brokers()]
         return req.response(codes.SUCCESS, body=cluster_info(brokers))
 
-    async def topic_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def topic_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         return req.response(codes.SUCCESS, body=topic_list(self.registry.topics()))
 
-    async def system_topic_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def system_topic_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS as RocketMQ's NameServer answers it: every cluster name and
         broker name (each is a topic a broker keeps for itself), and a broker's address to ask for
         the rest (rocketmq-dashboard's topic page asks this first)."""
@@ -51,5 +51,5 @@ class NameServer:
         names = {b.cluster_name for b in brokers} | {b.name for b in brokers}
         return req.response(codes.SUCCESS, body=topic_list(sorted(names), brokers[0].remoting_addr if brokers else ""))
 
-    async def no_kv_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def no_kv_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         return req.response(codes.QUERY_NOT_FOUND, "No config item, Namespace: " + req.ext_fields.get("namespace", ""))
