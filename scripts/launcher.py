@@ -70,6 +70,7 @@ class ServiceProcess:
     args: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable  # (an A/B bench runs another checkout's interpreter)
     proc: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
 
@@ -87,7 +88,7 @@ class ServiceProcess:
             # A free port, as for gRPC: the default one would clash between clusters on one host.
             host = self.address.rsplit(":", 1)[0].strip("[]")
             self.args = [*self.args, "--remoting-bind", f"{host}:{free_port(host)}"]
-        cmd = [sys.executable, "-m", MODULES[self.kind], "--bind", self.address, *self.args]
+        cmd = [self.python, "-m", MODULES[self.kind], "--bind", self.address, *self.args]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
@@ -184,11 +185,12 @@ class LocalCluster:
     # Each commitlog answers RocketMQ 4 key queries from its indexer's IndexFiles, mapped
     # read-only (commitlog --index-dir and the indexer's geometry), instead of asking it.
     commitlog_reads_index: bool = True
+    python: str = sys.executable  # the interpreter of every process (its checkout's .venv)
 
     def start_router(self, *args: str, host: str = "127.0.0.1") -> ServiceProcess:
         self.router = ServiceProcess(
             "router", f"{host}:{free_port(host)}",
-            ["--heartbeat-interval-ms", str(self.heartbeat_ms), *args], self.root / "logs" / "router.log", env=dict(self.env),
+            ["--heartbeat-interval-ms", str(self.heartbeat_ms), *args], self.root / "logs" / "router.log", env=dict(self.env), python=self.python,
         ).start()
         return self.router
 
@@ -209,13 +211,13 @@ class LocalCluster:
             "commitlog", cl_addr,
             ["--store-dir", str(store_dir), "--broker-name", name, "--router", self.router.address, "--indexer-addr", ix_addr,
              "--heartbeat-interval-ms", str(self.heartbeat_ms), *reads_index, *self.commitlog_args, *(commitlog_args or [])],
-            self.root / "logs" / f"{name}-commitlog.log", env=dict(self.env),
+            self.root / "logs" / f"{name}-commitlog.log", env=dict(self.env), python=self.python,
         ).start()
         indexer = ServiceProcess(
             "indexer", ix_addr,
             ["--index-dir", str(index_dir), "--commitlog", cl_addr, "--broker-name", name,
              *(["--commitlog-store-dir", str(store_dir)] if self.indexer_reads_store else []), *self.indexer_args, *(indexer_args or [])],
-            self.root / "logs" / f"{name}-indexer.log", env=dict(self.env),
+            self.root / "logs" / f"{name}-indexer.log", env=dict(self.env), python=self.python,
         ).start()
         broker = BrokerProcesses(name, host, commitlog, indexer, store_dir, index_dir)
         self.brokers[name] = broker
