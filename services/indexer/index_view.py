@@ -12,8 +12,8 @@ file is full: the indexer has moved on), so an entry the indexer wrote is seen b
 query; the rounds pick up deleted files and build filters.
 
 `query` raises Unavailable whenever the view may answer less than the indexer would (the
-directory unreadable, a refresh failing, a newer file it cannot open, such as one sized for
-other --hash-slots/--index-num): the caller then asks the indexer.
+directory not there yet or unreadable, a refresh failing, a newer file it cannot open, such as
+one sized for other --hash-slots/--index-num): the caller then asks the indexer.
 """
 from __future__ import annotations
 
@@ -87,13 +87,15 @@ class IndexView:
         self.interval_ms = interval_ms
         self.lock = threading.Lock()
         config = IndexStoreConfig(hash_slot_num=hash_slots, index_num=index_num, max_msgs_num_batch=max_msgs_num_batch, read_only=True)
-        if not self.index_dir.is_dir():
-            raise OSError(f"{self.index_dir} is not a directory on this host")
+        if self.index_dir.exists() and not self.index_dir.is_dir():
+            raise OSError(f"{self.index_dir} is not a directory")
+        # (A directory not there yet is the indexer's to make: a commitlog usually starts first.)
         self.index = IndexStore.open(self.index_dir / "index", config)  # read-only: nothing made, moved or locked
         if self.index.problems:
             self.index.close()
             raise OSError("; ".join(self.index.problems))
         self._unreadable = ""  # a newer file the last round could not open
+        self._missing = ""  # the directory, not there (yet) at the last round
         self._behind_since: float | None = None
         self._behind_said = False
         self.builder = FilterBuilder(self.index, self.lock)
@@ -109,6 +111,7 @@ class IndexView:
     def refresh_locked(self) -> None:
         """One round (the caller holds `lock`): follow the files, then note a newer file the
         round could not open, during which queries go to the indexer."""
+        self._missing = "" if self.index_dir.is_dir() else f"{self.index_dir} does not exist (yet): the indexer makes it when it starts"
         refresh(self.index)
         directory = self.index.directory
         newest = self.index.files[-1].path.name if self.index.files else ""
@@ -125,7 +128,7 @@ class IndexView:
 
     def unavailable(self) -> str:
         """Why the view may answer less than the indexer ("" when it answers as it)."""
-        return self._unreadable or (f"refreshing the index view failed: {self.follower.failing}" if self.follower.failing else "")
+        return self._missing or self._unreadable or (f"refreshing the index view failed: {self.follower.failing}" if self.follower.failing else "")
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool = False) -> list[int]:
         """Offsets under topic/key (a unique key with `unique`) whose entries may hold a store

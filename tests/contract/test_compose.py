@@ -69,7 +69,17 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
         assert env["QUARRY_ROUTER_ADDR"] == "router:9876;router-2:9876"  # registers with both
         assert set(services[f"commitlog-{b}"]["depends_on"]) == {"router", "router-2"}
         assert services[f"indexer-{b}"]["environment"]["QUARRY_COMMITLOG_ADDR"] == f"commitlog-{b}:10911"
-    assert {v["target"] for s in services.values() for v in s.get("volumes", [])} == {"/data"}
+    assert {v["target"] for s in services.values() for v in s.get("volumes", [])} == {"/data", "/indexer"}
+    for b in ("a", "b"):
+        # Each commitlog reads its indexer's IndexFiles (read-only, their geometry) for RocketMQ 4 key queries.
+        commitlog, indexer = services[f"commitlog-{b}"], services[f"indexer-{b}"]
+        (index_mount,) = [v for v in commitlog["volumes"] if v["target"] == "/indexer"]
+        assert index_mount["source"] == f"index-{b}" and index_mount.get("read_only") is True
+        (own,) = [v for v in indexer["volumes"] if v["target"] == "/data"]
+        assert own["source"] == f"index-{b}"
+        assert commitlog["environment"]["QUARRY_INDEX_DIR"] == indexer["environment"]["QUARRY_INDEX_DIR"].replace("/data/", "/indexer/", 1)
+        for name in ("QUARRY_INDEX_HASH_SLOTS", "QUARRY_INDEX_NUM"):
+            assert commitlog["environment"][name] == indexer["environment"][name], name
     assert set(cfg["volumes"]) == {"store-a", "index-a", "store-b", "index-b"}
 
 

@@ -5,6 +5,7 @@ declared, start order from depends_on, readiness from the file's own health prob
 A renamed variable or a wrong port in compose.yaml breaks this test."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from quarry.clients.admin import AdminClient
 from quarry.clients.producer import Producer
 from tests.contract.test_compose import compose_config
 from tests.vectors import REPO_ROOT
+from tests.e2e import mqadmin
 from tests.e2e.conftest import wait_until
 from tests.e2e.pki import make_pki
 
@@ -133,6 +135,16 @@ def test_compose_topology_sends_finds_and_reports_a_lost_broker(topology: Topolo
         assert {m.offset_msg_id for m in found.messages} == {s.offset_msg_id for s in sent}
         for s in sent:
             assert admin.query_by_unique_key("ComposeTopic", s.msg_id).messages[0].offset_msg_id == s.offset_msg_id
+
+        # RocketMQ 4's key query (mqadmin's requests) through the router's NameServer port: each
+        # commitlog answers it from its indexer's IndexFiles, mapped from the indexer's volume.
+        namesrv = topology.rewrite("router", topology.services["router"]["environment"]["QUARRY_ROUTER_REMOTING_BIND"])
+        by_key = wait_until(lambda: (r := asyncio.run(mqadmin.query_message(namesrv, "ComposeTopic", "compose-key", 64, 0, mqadmin.LONG_MAX, False))[0])
+                            and len(r) == 6 and r, what="all six by key over RocketMQ 4 remoting")
+        assert {r.unique_key for r in by_key} == {s.msg_id for s in sent}
+        for b in ("a", "b"):
+            log = (topology.root / f"commitlog-{b}.log").read_text()
+            assert "key queries read the indexer's files here" in log and "key queries ask the indexer" not in log, log[-2000:]
 
         port = int(topology.services["router"]["environment"]["QUARRY_METRICS_PORT"])
         for name in set(topology.services) - {"console"}:  # the console has no metrics port

@@ -94,7 +94,8 @@ def test_nothing_in_the_directory_is_written_locked_or_created(tmp_path: Path) -
 
 def test_unavailable_when_it_may_answer_less(tmp_path: Path) -> None:
     assert open_index_view("", SLOTS, NUM, CAP) is None  # not configured: the indexer is asked
-    assert open_index_view(str(tmp_path / "none"), SLOTS, NUM, CAP) is None  # no such directory here
+    (tmp_path / "a-file").write_text("")
+    assert open_index_view(str(tmp_path / "a-file"), SLOTS, NUM, CAP) is None  # not a directory
     w = writer(tmp_path)
     put(w, 0, 3)
     w.close()
@@ -116,3 +117,28 @@ def test_unavailable_when_it_may_answer_less(tmp_path: Path) -> None:
         assert view.query("T", "k", 64, 0, 2**62) == [2000, 1000, 0]
     finally:
         view.index.close()
+
+
+def test_a_directory_the_indexer_has_not_made_yet_is_waited_for(tmp_path: Path) -> None:
+    """The commitlog usually starts before its indexer: until the directory is there, key
+    queries ask the indexer; once it is, the view answers from it (nothing made meanwhile)."""
+    later = tmp_path / "indexer"
+    view = open_index_view(str(later), SLOTS, NUM, CAP, interval_ms=20)
+    assert view is not None
+    try:
+        with pytest.raises(Unavailable, match="does not exist"):
+            view.query("T", "k", 64, 0, 2**62)
+        assert not later.exists()
+        w = writer(later)
+        put(w, 0, 3)
+        wait_for(lambda: _answers(view) == [2000, 1000, 0])
+        w.close()
+    finally:
+        view.stop()
+
+
+def _answers(view: IndexView) -> list[int] | None:
+    try:
+        return view.query("T", "k", 64, 0, 2**62)
+    except Unavailable:
+        return None
