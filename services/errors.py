@@ -6,6 +6,8 @@ caller reads: it names the field and the rule, or what was not found and where.
 """
 from __future__ import annotations
 
+from quarry.formats.topic import TopicError, validate_topic
+
 
 class ServiceError(Exception):
     """Base of every error reported to a caller; `message` is sent as the status details."""
@@ -61,3 +63,12 @@ class Conflict(ServiceError):
 
 class Unavailable(ServiceError):
     """A service this one depends on did not answer; the same call may succeed later."""
+
+
+def checked_topic(topic: str, field: str = "topic") -> str:
+    """`topic`, or InvalidArgument naming `field` and the RocketMQ topic rule it breaks."""
+    try:
+        validate_topic(topic, field)
+    except TopicError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return topic

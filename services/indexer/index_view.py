@@ -24,8 +24,7 @@ from pathlib import Path
 
 from quarry.formats import scheduled
 from quarry.formats.index_keys import INDEX_FILE_NAME
-from quarry.formats.topic import TopicError, validate_topic
-from quarry.services.errors import InvalidArgument, Unavailable
+from quarry.services.errors import InvalidArgument, Unavailable, checked_topic
 from quarry.services.indexer.filter_builder import FilterBuilder
 from quarry.services.indexer.index_follow import IndexFollower, refresh
 from quarry.services.indexer.index_store import IndexStore, IndexStoreConfig
@@ -44,10 +43,7 @@ def query_offsets(index: IndexStore, topic: str, key: str, max_num: int, begin: 
     index's lock): the request checked (InvalidArgument), max_num 0 the default of its kind,
     capped at --max-msgs-num-batch, the topic and its parking topics (delayed messages are
     indexed under those before delivery). Returns (offsets newest first, next_below)."""
-    try:
-        validate_topic(topic)
-    except TopicError as exc:
-        raise InvalidArgument(str(exc)) from None
+    checked_topic(topic)
     if not key:
         raise InvalidArgument("key: must not be empty")
     if len(key.encode()) > MAX_KEY_BYTES:

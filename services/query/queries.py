@@ -14,9 +14,8 @@ import grpc
 
 from quarry.formats.addresses import format_host_port
 from quarry.formats import offset_msg_id
-from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import commitlog_pb2, common_pb2, indexer_pb2
-from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unavailable
+from quarry.services.errors import InvalidArgument, NotFound, ServiceError, Unavailable, checked_topic
 from quarry.services.status import error_from_status
 from quarry.services.query.broker_clients import BrokerClients
 from quarry.services.query import presence
@@ -129,10 +128,7 @@ def _raise_unless_ok(outcome: Outcome, broker: Broker) -> None:
 
 
 def _check_topic(topic: str) -> None:
-    try:
-        validate_topic(topic)
-    except TopicError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    checked_topic(topic)
 
 
 def _timeout_s(timeout_ms: int, settings: QuerySettings) -> float:

@@ -19,6 +19,7 @@ from quarry.services.commitlog.broker.core import Broker
 from quarry.services.commitlog.doors.quarry_v1_convert import peer_host, send_result, send_result_columns, send_results, to_group_status
 from quarry.services.stored_message import to_stored
 from quarry.services.commitlog.storage.errors import DamagedRecord, Expired, InvalidArgument, NotFound
+from quarry.services.errors import checked_topic
 from quarry.services.commitlog.storage.flushing import TAILER_FLUSH_GAP_S
 from quarry.services.commitlog.broker.flush_signal import FlushSignal
 from quarry.services.commitlog.storage.store import Appended
@@ -99,10 +100,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         return response
 
     async def PullMessages(self, request: commitlog_pb2.PullMessagesRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.PullMessagesResponse:
-        try:
-            validate_topic(request.topic)
-        except TopicError as exc:
-            raise InvalidArgument(str(exc)) from None
+        checked_topic(request.topic)
         if not 1 <= request.max_count <= MAX_PULL:
             raise InvalidArgument(f"max_count: must be 1..{MAX_PULL}")
         records, next_offset, min_off, max_off = self.store.pull(request.topic, request.queue_id, request.queue_offset, request.max_count)
@@ -112,10 +110,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         )
 
     async def ConsumeStatus(self, request: commitlog_pb2.ConsumeStatusRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.ConsumeStatusResponse:
-        try:
-            validate_topic(request.topic)
-        except TopicError as exc:
-            raise InvalidArgument(str(exc)) from None
+        checked_topic(request.topic)
         if request.queue_offset < 0:
             raise InvalidArgument("queue_offset: must be >= 0")
         records, _, lo, hi = self.store.pull(request.topic, request.queue_id, request.queue_offset, 1)
@@ -189,10 +184,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                 yield commitlog_pb2.TailResponse(next_offset=offset, max_offset=self.store.committed_offset)
 
     async def SearchOffsetByTime(self, request: commitlog_pb2.SearchOffsetByTimeRequest, context: grpc.aio.ServicerContext) -> commitlog_pb2.SearchOffsetByTimeResponse:
-        try:
-            validate_topic(request.topic)
-        except TopicError as exc:
-            raise InvalidArgument(str(exc)) from None
+        checked_topic(request.topic)
         if request.queue_id < 0:
             raise InvalidArgument("queue_id: must be >= 0")
         if request.timestamp < 0:

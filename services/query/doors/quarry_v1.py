@@ -10,12 +10,11 @@ from typing import Awaitable, TypeVar
 import grpc
 
 from quarry.formats.addresses import normalize_host_port
-from quarry.formats.topic import TopicError, validate_topic
 from quarry.v1 import common_pb2, router_pb2, router_pb2_grpc
 from quarry.services.query import metrics
 from quarry.services.log import log_event
 from quarry.services.query.browse import browse_topic, search_offset
-from quarry.services.errors import Conflict, InvalidArgument, NotFound, ServiceError
+from quarry.services.errors import Conflict, InvalidArgument, NotFound, ServiceError, checked_topic
 from quarry.services.query.queries import Answer, Queries, Scan
 from quarry.services.query.registry import Broker, BrokerRegistry, UnknownBrokerError
 from quarry.services.status import rpc_errors, status_code
@@ -94,10 +93,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
             raise InvalidArgument("rmq5_endpoint: must be host:port (or empty)")
         topics: dict[str, int] = {}
         for i, t in enumerate(request.topics):
-            try:
-                validate_topic(t.topic, f"topics[{i}].topic")
-            except TopicError as exc:
-                raise InvalidArgument(str(exc)) from None
+            checked_topic(t.topic, f"topics[{i}].topic")
             if t.queue_count <= 0:
                 raise InvalidArgument(f"topics[{i}].queue_count: must be > 0")
             topics[t.topic] = t.queue_count
@@ -138,10 +134,7 @@ class QueryRouterServicer(router_pb2_grpc.QueryRouterServiceServicer):
         return router_pb2.UnregisterBrokerResponse()
 
     async def GetTopicRoute(self, request: router_pb2.GetTopicRouteRequest, context: grpc.aio.ServicerContext) -> router_pb2.GetTopicRouteResponse:
-        try:
-            validate_topic(request.topic)
-        except TopicError as exc:
-            raise InvalidArgument(str(exc)) from None
+        checked_topic(request.topic)
         brokers = [b for b in self.registry.holding(request.topic) if request.topic in b.topics and not b.missing]
         if not brokers:
             raise NotFound(f"no route for topic {request.topic}")
