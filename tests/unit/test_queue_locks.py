@@ -60,3 +60,16 @@ def test_expired_locks_are_forgotten_on_request() -> None:
     now[0] += MAX_LIVE_MS - 10_000
     assert table.forget_expired() == 1
     assert table.held("G") == {} and table.held("H") == {Q1: "c1"}
+
+
+def test_lock_requests_drop_expired_locks_once_a_lifetime() -> None:
+    """Groups and queues nobody locks any more do not stay in the table: a lock request past a
+    lock's lifetime since the last sweep drops every expired one."""
+    table, now = locks()
+    table.try_lock("Gone", [Q0, Q1], "c1")
+    now[0] += MAX_LIVE_MS // 2
+    table.try_lock("G", [Q2], "c2")
+    assert "Gone" in table._groups  # (not a lifetime yet)
+    now[0] += MAX_LIVE_MS // 2 + 1
+    table.try_lock("G", [Q2], "c2")
+    assert "Gone" not in table._groups and table.held("G") == {Q2: "c2"}

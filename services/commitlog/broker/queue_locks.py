@@ -35,6 +35,7 @@ class QueueLocks:
         self._clock = clock_ms or (lambda: int(time.time() * 1000))
         self._mutex = threading.Lock()
         self._groups: dict[str, dict[Hashable, _Lock]] = {}
+        self._swept_ms = self._clock()  # expired locks are dropped at most once a lifetime, by a lock request
 
     def _expired(self, lock: _Lock, now: int) -> bool:
         return now - lock.renewed_ms > self.max_live_ms
@@ -45,6 +46,8 @@ class QueueLocks:
         now = self._clock()
         locked: set[Hashable] = set()
         with self._mutex:
+            if now - self._swept_ms > self.max_live_ms:
+                self._sweep(now)
             table = self._groups.setdefault(group, {})
             for q in queues:
                 lock = table.get(q)
@@ -83,15 +86,19 @@ class QueueLocks:
             return {q: lk.client_id for q, lk in self._groups.get(group, {}).items() if not self._expired(lk, now)}
 
     def forget_expired(self) -> int:
-        """Drop expired locks (they would be taken over anyway; this only bounds memory)."""
-        now = self._clock()
-        dropped = 0
+        """Drop expired locks (they would be taken over anyway; this only bounds memory: lock
+        requests do it once a lifetime, so groups and queues no longer locked do not pile up)."""
         with self._mutex:
-            for group in list(self._groups):
-                table = self._groups[group]
-                for q in [q for q, lk in table.items() if self._expired(lk, now)]:
-                    del table[q]
-                    dropped += 1
-                if not table:
-                    del self._groups[group]
+            return self._sweep(self._clock())
+
+    def _sweep(self, now: int) -> int:
+        self._swept_ms = now
+        dropped = 0
+        for group in list(self._groups):
+            table = self._groups[group]
+            for q in [q for q, lk in table.items() if self._expired(lk, now)]:
+                del table[q]
+                dropped += 1
+            if not table:
+                del self._groups[group]
         return dropped
