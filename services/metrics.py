@@ -17,7 +17,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from quarry.services.settings import StartupError  # re-exported: the metrics port raises it
+from quarry.services.settings import StartupError, cannot_listen  # StartupError re-exported: the metrics port raises it
 
 __all__ = ["LATENCY_BUCKETS", "HistogramSeries", "LoopCounter", "LoopHistogram", "ServiceMetrics", "StartupError"]
 
@@ -66,7 +66,7 @@ class ServiceMetrics:
         try:
             start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
-            raise StartupError(f"--metrics-port [env QUARRY_METRICS_PORT]: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise cannot_listen("--metrics-port", f"{host}:{port}", exc.strerror or str(exc)) from None
 
 
 class LoopCounter(Collector):
