@@ -40,6 +40,7 @@ class Outcome(Generic[T]):
     latency_ms: int = 0
     attempts: int = 0
     ruled_out: bool = False  # not asked: its key presence filter rules the key out (answered: nothing)
+    ruled_out_at: int = -1  # then: the index position the filter's copy was whole up to
 
     @property
     def ok(self) -> bool:

@@ -113,6 +113,11 @@ class PresenceCopies:
             return False
         return copy.rules_out(hashes)
 
+    def position(self, indexer_addr: str) -> int:
+        """The index position this indexer's copy is whole up to (-1: none yet)."""
+        copy = self._copies.get(indexer_addr)
+        return copy.position if copy is not None else -1
+
     def seen(self, indexer_addr: str, position: int, epoch: int = 0) -> None:
         """An answer of this indexer came from `position` of `epoch`: its copy is not trusted
         below it, nor in another epoch (an answer of a new epoch replaces what was seen: its

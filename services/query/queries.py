@@ -372,7 +372,7 @@ class Queries:
             first = next(iter(requests.values()))  # every broker's request names the same key
             hashes = presence.key_hashes(first.topic, first.key)
             copies = self.clients.presence
-            ruled_out = {b.name: Outcome(key=b.name, value=Scan(), ruled_out=True) for b in live
+            ruled_out = {b.name: Outcome(key=b.name, value=Scan(), ruled_out=True, ruled_out_at=copies.position(b.indexer_addr)) for b in live
                          if b.indexer_addr and copies.rules_out(b.indexer_addr, hashes)}
         calls = {b.name: self._scan_call(b, requests[b.name], want, matches) for b in live if b.name not in ruled_out}
         outcomes = {o.key: o for o in await self.fanout.run(calls, timeout_s, self.settings.broker_call_timeout_ms / 1000.0)} if calls else {}

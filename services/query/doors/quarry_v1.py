@@ -36,6 +36,7 @@ def _result(answer: Answer) -> router_pb2.QueryResult:
                 latency_ms=o.latency_ms,
                 attempts=o.attempts,
                 ruled_out_by_key_filter=o.ruled_out,
+                key_filter_position=o.ruled_out_at if o.ruled_out else 0,
             )
             for o in answer.outcomes
         ],
