@@ -107,7 +107,8 @@ class IndexView:
     def refresh_locked(self) -> None:
         """One round (the caller holds `lock`): follow the files, then note a newer file the
         round could not open, during which queries go to the indexer."""
-        self._missing = "" if self.index_dir.is_dir() else f"{self.index_dir} does not exist (yet): the indexer makes it when it starts"
+        files = self.index.directory  # (the indexer makes <index-dir>/index/ when it opens its store)
+        self._missing = "" if files.is_dir() else f"{files} does not exist (yet): the indexer makes it when it starts"
         refresh(self.index)
         directory = self.index.directory
         newest = self.index.files[-1].path.name if self.index.files else ""

@@ -285,6 +285,11 @@ class RemotingServer:
         except Exception as exc:  # noqa: BLE001 - answer, log, keep serving
             return self._failed(cmd, exc)
 
+    async def _in_order(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        """The handler called when this task starts (after the tasks made before it)."""
+        answer = self._answer(cmd, conn)
+        return await answer if inspect.isawaitable(answer) else answer
+
     async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> RemotingCommand | None:
         try:
             return await pending
@@ -323,6 +328,7 @@ class _ConnectionProtocol(asyncio.Protocol):
         self.read_paused = False
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
+        self.task_this_read = False  # a frame of the read being handled became a task
 
     # -- asyncio's callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -402,6 +408,7 @@ class _ConnectionProtocol(asyncio.Protocol):
         server, conn, buf = self.server, self.conn, self.buf
         assert conn is not None
         pos = 0
+        self.task_this_read = False
         try:
             while not self.closed and not self.transport.is_closing() and len(buf) - pos >= 4:
                 if conn.in_flight >= MAX_IN_FLIGHT or self.write_paused:
@@ -472,8 +479,12 @@ class _ConnectionProtocol(asyncio.Protocol):
     def _dispatch(self, cmd: RemotingCommand) -> None:
         server, conn = self.server, self.conn
         assert conn is not None
-        answer = server._answer(cmd, conn)
+        # Once a frame of this read became a task (not started yet), the frames after it run
+        # after it too: requests take effect in the order they came (a pull's offset commit
+        # before a later UPDATE_CONSUMER_OFFSET).
+        answer = server._in_order(cmd, conn) if self.task_this_read else server._answer(cmd, conn)
         if inspect.isawaitable(answer):
+            self.task_this_read = True
             conn.in_flight += 1
             task = asyncio.ensure_future(server._handle(cmd, conn, answer))
             self.tasks.add(task)

@@ -78,7 +78,7 @@ def test_topology_names_healthchecks_dependencies_and_only_the_router_port() -> 
         (own,) = [v for v in indexer["volumes"] if v["target"] == "/data"]
         assert own["source"] == f"index-{b}"
         assert commitlog["environment"]["QUARRY_INDEX_DIR"] == indexer["environment"]["QUARRY_INDEX_DIR"].replace("/data/", "/indexer/", 1)
-        for name in ("QUARRY_INDEX_HASH_SLOTS", "QUARRY_INDEX_NUM"):
+        for name in ("QUARRY_INDEX_HASH_SLOTS", "QUARRY_INDEX_NUM", "QUARRY_INDEX_MAX_NUM"):
             assert commitlog["environment"][name] == indexer["environment"][name], name
     assert set(cfg["volumes"]) == {"store-a", "index-a", "store-b", "index-b"}
 

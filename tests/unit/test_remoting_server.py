@@ -539,3 +539,31 @@ def test_a_frame_failing_to_decode_in_any_way_closes_that_connection_with_a_log_
     closed = _closed_lines(caplog)
     assert len(closed) == 1 and closed[0][0] == "malformed frame; connection closed" and reason in closed[0][1], closed
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+def test_requests_of_one_read_take_effect_in_the_order_they_came() -> None:
+    """A handler that answers at once, behind a coroutine handler's request in the same read,
+    runs after that coroutine started (a pull's offset commit, then UPDATE_CONSUMER_OFFSET)."""
+    effects: list[str] = []
+
+    async def pull_like(req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        effects.append(f"coroutine {req.opaque}")  # (its effect before its first wait)
+        await asyncio.sleep(0)
+        return req.response()
+
+    def update_like(req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        effects.append(f"plain {req.opaque}")
+        return req.response()
+
+    async def main() -> None:
+        server = RemotingServer("test", {10: pull_like, 11: update_like})
+        await server.start("127.0.0.1:0")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"".join(encode_frame(RemotingCommand(code, opaque, 0, None)) for code, opaque in ((11, 1), (10, 2), (11, 3), (10, 4), (11, 5))))
+            assert sorted([(await _answer(reader)).opaque for _ in range(5)]) == [1, 2, 3, 4, 5]
+            writer.close()
+        finally:
+            await server.close()
+    run(main())
+    assert effects == ["plain 1", "coroutine 2", "plain 3", "coroutine 4", "plain 5"]
