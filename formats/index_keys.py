@@ -12,6 +12,7 @@ import time
 from typing import Iterable, Sequence
 
 from quarry.formats.java_hash import index_key_hashes_of
+from quarry.formats.properties import key_tokens
 from quarry.formats.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 from quarry.formats.scheduled import PARKING_TOPICS
 
@@ -39,7 +40,7 @@ def index_names(topic: str, keys: str | None, unique_key: str | None) -> list[st
     """`topic#UNIQ_KEY`, then `topic#k` for each non-empty token of the space-separated KEYS."""
     names = [f"{topic}#{unique_key}"] if unique_key else []
     if keys:
-        names.extend(f"{topic}#{k}" for k in keys.split(" ") if k)
+        names.extend(f"{topic}#{k}" for k in key_tokens(keys))
     return names
 
 

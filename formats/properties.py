@@ -45,6 +45,11 @@ def decode_pairs(text: str) -> Pairs:
     return pairs
 
 
+def key_tokens(keys: str | None) -> list[str]:
+    """The keys of a KEYS property: its space-separated tokens, empty ones dropped as RocketMQ's readers drop them."""
+    return [k for k in (keys or "").split(" ") if k]
+
+
 def properties_map(text: str) -> dict[str, str]:
     """The properties as RocketMQ's reader sees them: empty names and values dropped, last wins."""
     return {name: value for name, value in decode_pairs(text) if name and value}

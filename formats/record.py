@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from quarry.formats.crc import crc32
 from quarry.formats.offset_msg_id import create as create_offset_msg_id
 from quarry.formats.offset_msg_id import ip_bytes, java_host_address
-from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs, properties_map
+from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs, key_tokens, properties_map
 
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
@@ -225,7 +225,7 @@ class Record:
 
     @property
     def keys(self) -> list[str]:
-        return [k for k in (self.keys_text or "").split(" ") if k]
+        return key_tokens(self.keys_text)
 
     @property
     def tags(self) -> str | None:
@@ -337,8 +337,8 @@ def decode_dispatch_fields(buf: bytes | memoryview, pos: int, physical_offset: i
     p += 4 + body_len
     if body_len < 0 or p + 3 > end:
         raise CorruptRecordError(physical_offset, f"BODYLEN {body_len} does not fit in TOTALSIZE {size}")
-    if checked and body_len and body_crc(buf[p - body_len:p]) != crc:
-        raise CorruptRecordError(physical_offset, f"body CRC {body_crc(buf[p - body_len:p])} != stored BODYCRC {crc}")
+    if checked and body_len and (got := body_crc(buf[p - body_len:p])) != crc:
+        raise CorruptRecordError(physical_offset, f"body CRC {got} != stored BODYCRC {crc}")
     topic_len = buf[p]
     if topic_len > 127 or p + 1 + topic_len + 2 > end:
         raise CorruptRecordError(physical_offset, f"TOPICLEN {topic_len} does not fit in TOTALSIZE {size}")

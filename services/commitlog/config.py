@@ -34,8 +34,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_setting("--index-dir", "QUARRY_INDEX_DIR", "",
                   "this broker's indexer --index-dir, when on this host: RocketMQ 4 key queries (QUERY_MESSAGE) read its IndexFiles here, mapped read-only "
                   "and looked at again every 100 ms, instead of asking the indexer (one hop less); nothing there is written, locked or created. "
-                  "Give the indexer's --hash-slots, --index-num and --max-msgs-num-batch too. Empty, or not readable here (said once at start): ask the indexer. "
-                  "compose.yaml leaves it empty: its commitlog and indexer containers share no volume")
+                  "Give the indexer's --hash-slots, --index-num and --max-msgs-num-batch too. Empty: ask the indexer; until the indexer has made it, or while "
+                  "the files there may hold less than the indexer, the indexer is asked (said in the log). compose.yaml sets it: each indexer's volume "
+                  "is mounted read-only in its commitlog")
     p.add_setting("--index-hash-slots", "QUARRY_INDEX_HASH_SLOTS", 5_000_000, "with --index-dir: the indexer's --hash-slots", int, minimum=1)
     p.add_setting("--index-num", "QUARRY_INDEX_NUM", 20_000_000, "with --index-dir: the indexer's --index-num", int, minimum=2)
     p.add_setting("--index-max-num", "QUARRY_INDEX_MAX_NUM", 64, "with --index-dir: the indexer's --max-msgs-num-batch (cap on a key query's answer)", int, minimum=1)

@@ -113,9 +113,7 @@ class Connection:
     def reply(self, cmd: RemotingCommand) -> None:
         """Queue a response: those queued in one turn of the event loop leave together, in
         order, in one write (a send() each was most of the cost of a small request)."""
-        if self.writer.is_closing():
-            return
-        self._replies.append(encode_frame(cmd))
+        self.queue(cmd)
         if len(self._replies) == 1:
             asyncio.get_running_loop().call_soon(self.flush)
 
@@ -192,7 +190,8 @@ class _Peer:
 
 
 class RemotingServer:
-    """Serves `handlers` (request code → coroutine) on one address."""
+    """Serves `handlers` (request code → handler: a function answering at once, or one
+    returning an awaitable of its answer) on one address."""
 
     def __init__(self, name: str, handlers: dict[int, Handler], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  authorize: Authorizer | None = None, admits_header: HeaderCheck | None = None, limits: Limits = Limits()) -> None:

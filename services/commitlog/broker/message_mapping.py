@@ -9,7 +9,7 @@ as the consumer of a Quarry record expects an uncompressed body.
 from __future__ import annotations
 
 from quarry.formats import body as body_rules
-from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs
+from quarry.formats.properties import KEYS, TAGS, UNIQ_KEY, decode_pairs, key_tokens
 from quarry.services.commitlog.storage.errors import InvalidArgument
 from quarry.formats.record import SYSFLAG_COMPRESSED
 from quarry.services.commitlog.storage.message_input import Host, NewMessage, Property
@@ -23,7 +23,7 @@ def split_properties(text: str) -> tuple[list[str], str, str, list[Property]]:
     rest: list[Property] = []
     for name, value in decode_pairs(text):
         if name == KEYS:
-            keys = [k for k in value.split(" ") if k]
+            keys = key_tokens(value)
         elif name == TAGS:
             tags = value
         elif name == UNIQ_KEY:

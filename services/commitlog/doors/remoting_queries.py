@@ -13,7 +13,7 @@ import grpc
 
 from quarry.channels import open_aio_channel
 from quarry.formats.index_keys import answers_key
-from quarry.formats.properties import KEYS, REAL_TOPIC, UNIQ_KEY, properties_map
+from quarry.formats.properties import KEYS, REAL_TOPIC, UNIQ_KEY, key_tokens, properties_map
 from quarry.services.commitlog.storage.browse import search_offset_by_time
 from quarry.services.commitlog.storage.errors import StoreError
 from quarry.services.commitlog.storage.store import CommitLogStore
@@ -101,7 +101,7 @@ class Queries:
             # The index holds whole seconds and answers by hash: the record itself decides.
             if begin <= stored_at <= end:
                 props = properties_map(properties_text)
-                if answers_key(record_topic, props.get(REAL_TOPIC), (props.get(KEYS) or "").split(" "), props.get(UNIQ_KEY), topic, key, unique):
+                if answers_key(record_topic, props.get(REAL_TOPIC), key_tokens(props.get(KEYS)), props.get(UNIQ_KEY), topic, key, unique):
                     body.append(stored)
         if not body:
             return req.response(codes.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", fields)
